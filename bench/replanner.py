@@ -1,0 +1,116 @@
+#!/usr/bin/python3
+"""Benchmark of the replanner: `optmem plan` over the bundled lifetime sets and a generated
+20,000-buffer training-like trace; prints one table (instance, buffers, LB, best known, ours,
+ratio to LB, time)."""
+import argparse
+import os
+import random
+import re
+import subprocess
+import sys
+import tempfile
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+# From shared/bench/lifetimes/README.md: the smallest peak any solver has been seen to reach.
+BEST_KNOWN = {
+    "minimalloc-A.csv": 1048576, "minimalloc-B.csv": 1048576, "minimalloc-C.csv": 1039360,
+    "minimalloc-D.csv": 1040384, "minimalloc-E.csv": 1048576, "minimalloc-F.csv": 1048576,
+    "omnimalloc-small-a.6.csv": 6, "omnimalloc-small-b.6.csv": 6, "omnimalloc-small-c.8.csv": 8,
+}
+
+
+def gen_training_trace(path, n_target=20000, seed=1):
+    """A training iteration: forward activations kept for backward, short-lived
+    temporaries, input gradients passed down, weight gradients kept until the optimizer
+    step. Sizes follow stages of a convolutional net (shrinking maps, growing channels)."""
+    rng = random.Random(seed)
+    rows = []
+    t = 0
+
+    def add(lo, up, size):
+        rows.append((len(rows), lo, up, size))
+
+    layers = n_target // 7
+    acts = []
+    stage_sizes = [4 << 20, 2 << 20, 1 << 20, 512 << 10, 256 << 10]
+    for i in range(layers):
+        base = stage_sizes[min(len(stage_sizes) - 1, i * len(stage_sizes) // layers)]
+        act = base * rng.choice([1, 1, 2, 4]) // rng.choice([1, 2])
+        acts.append((t, act))
+        for _ in range(2):  # forward temporaries (im2col, workspace)
+            add(t, t + rng.randint(1, 3), rng.randrange(256, base, 256))
+        t += 1
+    grad_out = None
+    wgrads = []
+    for i in reversed(range(layers)):
+        born, act = acts[i]
+        g = act  # gradient of this layer's input: same shape as its activation
+        g_born = t
+        for _ in range(2):  # backward temporaries
+            add(t, t + rng.randint(1, 3), rng.randrange(256, max(512, act // 2), 256))
+        wgrads.append((t, rng.randrange(256, 64 << 10, 256)))
+        t += 1
+        add(born, t, act)  # the activation dies once its backward ran
+        if grad_out is not None:
+            add(grad_out[0], t, grad_out[1])
+        grad_out = (g_born, g)
+    t += 1
+    add(grad_out[0], t, grad_out[1])
+    for born, size in wgrads:  # optimizer step consumes the weight gradients
+        add(born, t + 1, size)
+    with open(path, "w") as f:
+        f.write("id,lower,upper,size\n")
+        for r in rows:
+            f.write("%d,%d,%d,%d\n" % r)
+    return len(rows)
+
+
+def run_plan(optmem, path, budget_ms):
+    out = subprocess.run([optmem, "plan", path, "--budget-ms", str(budget_ms)],
+                         capture_output=True, text=True)
+    if out.returncode != 0:
+        sys.exit("optmem plan %s failed: %s" % (path, out.stderr.strip()))
+    val = {}
+    for key in ("buffers", "lower bound", "peak"):
+        val[key] = int(re.search(r"^%s:\s+(\d+)" % key, out.stdout, re.M).group(1))
+    val["ms"] = float(re.search(r"^time:\s+([\d.]+) ms", out.stdout, re.M).group(1))
+    return val
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--optmem", default=None, help="the optmem binary")
+    ap.add_argument("--data", default=os.path.join(ROOT, "..", "shared", "bench", "lifetimes"))
+    ap.add_argument("--budget-ms", type=int, default=1000, help="budget per bundled instance")
+    ap.add_argument("--trace-budget-ms", type=int, default=100, help="budget for the trace")
+    a = ap.parse_args()
+    optmem = a.optmem
+    if not optmem:
+        for cand in ("build/tools/optmem", "build-rp/tools/optmem"):
+            if os.access(os.path.join(ROOT, cand), os.X_OK):
+                optmem = os.path.join(ROOT, cand)
+                break
+    if not optmem:
+        sys.exit("no optmem binary found: build it or pass --optmem")
+
+    jobs = [(f, os.path.join(a.data, f), a.budget_ms) for f in sorted(os.listdir(a.data))
+            if f.endswith(".csv")]
+    tmp = tempfile.mkdtemp(prefix="om_rp_bench_")
+    trace = os.path.join(tmp, "training-20k.csv")
+    gen_training_trace(trace)
+    jobs.append(("generated training-20k (seed 1)", trace, a.trace_budget_ms))
+
+    fmt = "%-32s %8s %12s %12s %12s %8s %9s"
+    print(fmt % ("instance", "buffers", "lower bound", "best known", "ours", "ours/LB", "time ms"))
+    for name, path, budget in jobs:
+        v = run_plan(optmem, path, budget)
+        best = BEST_KNOWN.get(name)
+        print(fmt % (name, v["buffers"], v["lower bound"], best if best else "-", v["peak"],
+                     "%.4f" % (v["peak"] / v["lower bound"]), "%.1f" % v["ms"]))
+    os.remove(trace)
+    os.rmdir(tmp)
+
+
+if __name__ == "__main__":
+    main()

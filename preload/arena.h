@@ -1,0 +1,62 @@
+/* The host arena: one large virtual reservation whose bytes are handed out by offset.
+ * Free space is a sorted, coalesced set of extents, so the guard ("is this range free?")
+ * and every update are a binary search. Callers hold the engine lock. */
+#ifndef OPTMEM_PRELOAD_ARENA_H
+#define OPTMEM_PRELOAD_ARENA_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+struct om_extent {
+    size_t off, len;
+};
+
+struct om_arena {
+    unsigned char *base;
+    size_t reserved;
+    size_t top;             /* [0, top) has been handed out at some time; beyond it all is free */
+    size_t touched;         /* [0, touched) may hold old data; beyond it pages read as zero */
+    struct om_extent *free; /* free extents inside [0, top), sorted by offset */
+    size_t nfree, capfree;
+    size_t used_bytes; /* bytes taken */
+    size_t released;   /* bytes given back to the kernel so far */
+};
+
+/* Pages of a free tail smaller than this stay mapped: returning them only to fault them in
+ * again next iteration is what makes glibc slow on training loops. */
+#define OM_ARENA_RELEASE_MIN ((size_t)1 << 20)
+
+/* The base's alignment, and so the largest alignment the arena serves. */
+#define OM_ARENA_ALIGNMENT ((size_t)2 << 20)
+
+/* Reserves `reserve` bytes of address space (MAP_NORESERVE). 0 or -errno. */
+int om_arena_init(struct om_arena *a, size_t reserve);
+
+static inline int om_arena_contains(const struct om_arena *a, const void *p)
+{
+    return (uintptr_t)p - (uintptr_t)a->base < a->reserved;
+}
+
+/* The guard: whether [off, off + len) overlaps nothing that is taken. */
+int om_arena_is_free(const struct om_arena *a, size_t off, size_t len);
+
+/* Best fit: the free range of len bytes at or above floor, aligned, that wastes least of
+ * its hole (the end of the arena when no hole fits). 0 or -ENOMEM. Takes nothing. */
+int om_arena_best_fit(const struct om_arena *a, size_t len, size_t alignment, size_t floor,
+                      size_t *off);
+
+/* Marks [off, off + len) taken. 0, -EBUSY when any byte of it is taken, -ENOMEM when it
+ * lies beyond the reservation or the extent table cannot grow. */
+int om_arena_take(struct om_arena *a, size_t off, size_t len);
+
+/* Marks [off, off + len) free again; the range must have been taken. 0 or -ENOMEM. */
+int om_arena_give(struct om_arena *a, size_t off, size_t len);
+
+/* Returns the pages of the free tail above max(keep, last taken byte) to the kernel when
+ * they add up to OM_ARENA_RELEASE_MIN or more. Returns the bytes released. */
+size_t om_arena_release_tail(struct om_arena *a, size_t keep);
+
+/* Checks the extent table (sorted, coalesced, inside [0, top)); for OPTMEM_VERIFY=1. */
+int om_arena_check(const struct om_arena *a);
+
+#endif

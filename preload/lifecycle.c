@@ -1,0 +1,66 @@
+/* Process life around the library: start-up, fork, exit, and the public optmem.h calls. */
+#include "config.h"
+#include "engine.h"
+#include "route.h"
+#include "optmem.h"
+
+#include <errno.h>
+#include <pthread.h>
+
+static void atfork_prepare(void)
+{
+    om_engine_atfork_prepare();
+}
+
+static void atfork_parent(void)
+{
+    om_engine_atfork_parent();
+}
+
+static void atfork_child(void)
+{
+    om_engine_atfork_child();
+}
+
+/* Runs before main; the first malloc may already have initialised the library. */
+__attribute__((constructor)) static void optmem_start(void)
+{
+    om_ensure_init();
+    pthread_atfork(atfork_prepare, atfork_parent, atfork_child);
+}
+
+/* Writes the report; frees that come later (other destructors) still work, because
+ * nothing is torn down. */
+__attribute__((destructor)) static void optmem_stop(void)
+{
+    om_engine_at_exit();
+}
+
+#define OM_STR_(x) #x
+#define OM_STR(x) OM_STR_(x)
+
+OM_EXPORT const char *optmem_version(void)
+{
+    return OM_STR(OPTMEM_VERSION_MAJOR) "." OM_STR(OPTMEM_VERSION_MINOR) "." OM_STR(
+        OPTMEM_VERSION_PATCH);
+}
+
+OM_EXPORT const char *optmem_mode(void)
+{
+    if (om_ensure_init() != 0)
+        return "off";
+    return om_route_frees ? om_mode_name(om_cfg.mode) : "off";
+}
+
+OM_EXPORT void optmem_step(void)
+{
+    if (om_ensure_init() == 0)
+        om_engine_step();
+}
+
+OM_EXPORT int optmem_dump(const char *path)
+{
+    if (om_ensure_init() != 0)
+        return -EAGAIN;
+    return om_engine_dump(path);
+}

@@ -1,0 +1,415 @@
+/* Plan mode: the arena, the iteration recorder, the plan and the cursor that serves it. */
+#include "pool.h"
+#include "arena.h"
+#include "blockmap.h"
+#include "log.h"
+#include "replanner.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#define REDZONE 64 /* OPTMEM_VERIFY=1: bytes after each block, checked at free */
+#define REDZONE_BYTE 0xa5
+#define MAX_PERIOD (1u << 20) /* longer iterations are served by best fit only */
+#define NO_DEATH UINT64_MAX
+
+/* Learn: waiting for the tracer to find an iteration start. Record: one iteration's
+ * requests. Observe: the next iteration, to see when the last blocks die. Serve. */
+enum phase { LEARN, RECORD, OBSERVE, SERVE };
+
+struct record {
+    uint64_t token, lower, upper;
+    size_t size, len, alignment;
+};
+
+struct slot {
+    uint64_t token;
+    size_t offset, len, alignment;
+    uint32_t next_same; /* next slot index with this token, UINT32_MAX at the end */
+};
+
+static struct {
+    pthread_mutex_t lock;
+    struct om_arena arena;
+    struct om_blockmap blocks;
+    int on;
+    size_t redzone;
+    enum phase phase;
+    uint32_t generation; /* bumped whenever recording starts again */
+    uint64_t period, cursor, observed;
+    struct record *records;
+    size_t nrecords;
+    struct slot *slots;
+    uint32_t *first_of_token; /* open-addressed by token: first slot index + 1 */
+    size_t token_cap;
+    size_t plan_peak, plan_bytes;
+    struct om_serving_stats stats;
+    uint64_t iteration_misses;
+} pool = {.lock = PTHREAD_MUTEX_INITIALIZER};
+
+static void *map_zeroed(size_t bytes)
+{
+    void *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    return p == MAP_FAILED ? NULL : p;
+}
+
+static void *rp_alloc(void *ctx, size_t n)
+{
+    return map_zeroed(n);
+}
+
+static void rp_release(void *ctx, void *p, size_t n)
+{
+    munmap(p, n);
+}
+
+int om_pool_init(const struct om_config *cfg)
+{
+    /* Address space only: twice the machine's memory, which no program can fill. */
+    size_t reserve = (size_t)sysconf(_SC_PHYS_PAGES) * (size_t)sysconf(_SC_PAGESIZE) * 2;
+    if (reserve < ((size_t)1 << 32))
+        reserve = (size_t)1 << 32;
+    int rc = om_arena_init(&pool.arena, reserve);
+    if (rc == 0)
+        rc = om_blockmap_init(&pool.blocks);
+    if (rc == 0) {
+        pool.records = map_zeroed(MAX_PERIOD * sizeof *pool.records);
+        pool.slots = map_zeroed(MAX_PERIOD * sizeof *pool.slots);
+        pool.token_cap = (size_t)MAX_PERIOD * 2;
+        pool.first_of_token = map_zeroed(pool.token_cap * sizeof *pool.first_of_token);
+        if (!pool.records || !pool.slots || !pool.first_of_token)
+            rc = -ENOMEM;
+    }
+    if (rc != 0)
+        return rc;
+    pool.redzone = cfg->verify ? REDZONE : 0;
+    om_tracer_set_arena(pool.arena.base, pool.arena.reserved);
+    pool.on = 1;
+    return 0;
+}
+
+int om_pool_contains(const void *p)
+{
+    return pool.on && om_arena_contains(&pool.arena, p);
+}
+
+static uint64_t token_of(const struct om_stack *stack, size_t size)
+{
+    uint64_t h = 0xcbf29ce484222325ull ^ size;
+    for (unsigned i = 0; i < stack->depth; i++)
+        h = (h ^ (uintptr_t)stack->frames[i]) * 0x100000001b3ull;
+    return h | 1; /* 0 marks a slot that has no token */
+}
+
+static size_t token_home(uint64_t token)
+{
+    return (size_t)((token * 0x9e3779b97f4a7c15ull) >> 24) & (pool.token_cap - 1);
+}
+
+/* The first slot at or after `from` with this token, cyclically; UINT64_MAX if none. */
+static uint64_t find_slot(uint64_t token, uint64_t from)
+{
+    for (size_t i = token_home(token);; i = (i + 1) & (pool.token_cap - 1)) {
+        uint32_t first = pool.first_of_token[i];
+        if (first == 0)
+            return UINT64_MAX;
+        if (pool.slots[first - 1].token != token)
+            continue;
+        for (uint32_t s = first - 1; s != UINT32_MAX; s = pool.slots[s].next_same)
+            if (s >= from)
+                return s;
+        return first - 1;
+    }
+}
+
+static size_t round16(size_t n)
+{
+    return (n + 15) & ~(size_t)15;
+}
+
+/* ---- plan ---- */
+
+static void index_tokens(void)
+{
+    memset(pool.first_of_token, 0, pool.token_cap * sizeof *pool.first_of_token);
+    for (uint64_t s = pool.period; s-- > 0;) { /* backwards, so chains run forwards */
+        struct slot *sl = &pool.slots[s];
+        if (!sl->token)
+            continue;
+        size_t i = token_home(sl->token);
+        while (pool.first_of_token[i] && pool.slots[pool.first_of_token[i] - 1].token != sl->token)
+            i = (i + 1) & (pool.token_cap - 1);
+        sl->next_same = pool.first_of_token[i] ? pool.first_of_token[i] - 1 : UINT32_MAX;
+        pool.first_of_token[i] = (uint32_t)s + 1;
+    }
+}
+
+/* The recorded iteration's arcs plus every other live block as a fixed obstacle. The
+ * blocks born while observing are the next instances of the arcs, gone within an
+ * iteration: they are left out, and the guard steps around them meanwhile. */
+static int build_plan(void)
+{
+    size_t n = 0, cap = pool.nrecords + pool.blocks.used;
+    om_rp_allocator alloc = {rp_alloc, rp_release, NULL};
+    om_rp_block *in = rp_alloc(NULL, cap * sizeof *in);
+    uint64_t *offsets = rp_alloc(NULL, cap * sizeof *offsets);
+    int rc = -ENOMEM;
+    if (!in || !offsets)
+        goto out;
+    for (size_t r = 0; r < pool.nrecords; r++) {
+        struct record *rec = &pool.records[r];
+        if (rec->upper == NO_DEATH || rec->upper > rec->lower + pool.period)
+            continue;
+        in[n++] = (om_rp_block){.id = r,
+                                .lower = rec->lower,
+                                .upper = rec->upper,
+                                .size = rec->len,
+                                .align = rec->alignment};
+    }
+    size_t arcs = n;
+    OM_BLOCKMAP_FOREACH(&pool.blocks, b)
+    {
+        if (b->generation == pool.generation && b->record == 0 &&
+            (b->flags & OM_BLOCK_CYCLE_THREAD))
+            continue;
+        in[n++] = (om_rp_block){.id = UINT64_MAX,
+                                .lower = 0,
+                                .upper = pool.period,
+                                .size = b->len,
+                                .offset = b->off,
+                                .fixed = 1};
+    }
+    char err[256] = "";
+    om_rp_options opt = {.period = pool.period, .alloc = alloc, .err = err, .errlen = sizeof err};
+    om_rp_result res;
+    rc = om_rp_plan(in, n, &opt, offsets, &res);
+    if (rc != 0) {
+        om_warn("plan of %zu blocks failed: %s", n, err);
+        goto out;
+    }
+    memset(pool.slots, 0, pool.period * sizeof *pool.slots);
+    for (size_t i = 0; i < arcs; i++) {
+        struct record *rec = &pool.records[in[i].id];
+        pool.slots[in[i].id] =
+            (struct slot){rec->token, offsets[i], rec->len, rec->alignment, UINT32_MAX};
+    }
+    index_tokens();
+    pool.plan_peak = res.peak;
+    pool.stats.plan_peak_bytes = res.peak;
+    pool.stats.plan_lower_bound_bytes = res.lower_bound;
+    pool.stats.plan_slots = arcs;
+    pool.stats.plans++;
+    om_info("plan: %zu slots of a %llu-request iteration around %zu live blocks, peak %.1f MiB "
+            "(%.3f of its lower bound) in %.1f ms",
+            arcs, (unsigned long long)pool.period, n - arcs, res.peak / 1048576.0,
+            res.lower_bound ? (double)res.peak / (double)res.lower_bound : 1.0,
+            res.elapsed_ns / 1e6);
+out:
+    if (in)
+        rp_release(NULL, in, cap * sizeof *in);
+    if (offsets)
+        rp_release(NULL, offsets, cap * sizeof *offsets);
+    return rc;
+}
+
+/* ---- the phases ---- */
+
+static void start_recording(void)
+{
+    pool.phase = RECORD;
+    pool.generation++;
+    pool.nrecords = 0;
+    pool.cursor = 0;
+}
+
+static void end_of_served_iteration(void)
+{
+    if (pool.iteration_misses * 8 > pool.period) {
+        om_debug("%llu misses in an iteration of %llu requests: learning again",
+                 (unsigned long long)pool.iteration_misses, (unsigned long long)pool.period);
+        pool.stats.replans++;
+        pool.phase = LEARN;
+    } else {
+        pool.stats.released_bytes += om_arena_release_tail(&pool.arena, pool.plan_peak);
+    }
+    pool.iteration_misses = 0;
+    pool.cursor = 0;
+}
+
+/* Advances the phase after a request of the iteration-defining thread was placed. */
+static void after_cycle_request(struct om_block *b, uint64_t token, size_t alignment,
+                                const struct om_alloc_info *info)
+{
+    if (pool.phase == LEARN && info->iteration_start && info->period &&
+        info->period <= MAX_PERIOD) {
+        pool.period = info->period;
+        start_recording();
+    }
+    if (pool.phase == RECORD) {
+        pool.records[pool.nrecords] =
+            (struct record){token, pool.nrecords, NO_DEATH, b->size, b->len, alignment};
+        b->record = (uint32_t)++pool.nrecords;
+        b->generation = pool.generation;
+        if (pool.nrecords == pool.period) {
+            pool.phase = OBSERVE;
+            pool.observed = 0;
+        }
+    } else if (pool.phase == OBSERVE) {
+        b->generation = pool.generation;
+        if (++pool.observed == pool.period) {
+            pool.phase = build_plan() == 0 ? SERVE : LEARN;
+            pool.cursor = 0;
+            pool.iteration_misses = 0;
+        }
+    }
+}
+
+/* Picks the offset of a request: the expected slot, a slot found by token, or best fit. */
+static int place(size_t len, size_t alignment, uint64_t token, int cycle_thread, size_t *off)
+{
+    pool.stats.serving_requests += pool.phase == SERVE;
+    if (pool.phase == SERVE && cycle_thread) {
+        uint64_t s = pool.cursor;
+        if (pool.slots[s].token != token) {
+            s = find_slot(token, pool.cursor);
+            pool.stats.misses++;
+            pool.iteration_misses++;
+        } else {
+            pool.stats.hits++;
+        }
+        uint64_t next = s == UINT64_MAX ? pool.cursor + 1 : s + 1;
+        int fits = s != UINT64_MAX && pool.slots[s].len >= len &&
+                   (pool.slots[s].offset & (alignment - 1)) == 0;
+        if (fits && om_arena_take(&pool.arena, pool.slots[s].offset, len) == 0) {
+            *off = pool.slots[s].offset;
+            pool.stats.served_from_plan++;
+        } else {
+            fits = 0;
+            if (s != UINT64_MAX)
+                pool.stats.guard_rejections++;
+        }
+        if (s != UINT64_MAX && s < pool.cursor) /* the iteration began anew */
+            end_of_served_iteration();
+        pool.cursor = next;
+        if (pool.cursor >= pool.period)
+            end_of_served_iteration();
+        if (fits)
+            return 0;
+    }
+    size_t floor = pool.phase == SERVE ? pool.plan_peak : 0;
+    int rc = om_arena_best_fit(&pool.arena, len, alignment, floor, off);
+    if (rc == 0)
+        rc = om_arena_take(&pool.arena, *off, len);
+    if (rc == 0)
+        pool.stats.fallbacks += pool.phase == SERVE;
+    return rc;
+}
+
+/* ---- the entry points ---- */
+
+void *om_pool_alloc(size_t size, size_t alignment, int zero, const struct om_stack *stack)
+{
+    if (size > pool.arena.reserved / 4 || alignment > OM_ARENA_ALIGNMENT)
+        return NULL; /* the real allocator says what happens to such a request */
+    uint64_t token = token_of(stack, size);
+    size_t len = round16(size) + pool.redzone;
+    if (alignment < 16)
+        alignment = 16;
+    int cycle_thread = om_tracer_on_cycle_thread();
+    pthread_mutex_lock(&pool.lock);
+    size_t touched = pool.arena.touched, off;
+    if (place(len, alignment, token, cycle_thread, &off) != 0)
+        goto fail;
+    struct om_block b = {off, len, size, 0, 0, cycle_thread ? OM_BLOCK_CYCLE_THREAD : 0};
+    if (om_blockmap_put(&pool.blocks, &b) != 0) {
+        om_arena_give(&pool.arena, off, len);
+        goto fail;
+    }
+    unsigned char *p = pool.arena.base + off;
+    if (zero && off < touched) /* bytes above `touched` are fresh pages, already zero */
+        memset(p, 0, touched - off < size ? touched - off : size);
+    if (pool.redzone)
+        memset(p + round16(size), REDZONE_BYTE, pool.redzone);
+    struct om_alloc_info info;
+    om_tracer_on_alloc(p, size, round16(size), alignment, stack, &info);
+    if (cycle_thread)
+        after_cycle_request(om_blockmap_get(&pool.blocks, off), token, alignment, &info);
+    pthread_mutex_unlock(&pool.lock);
+    return p;
+fail:
+    pthread_mutex_unlock(&pool.lock);
+    return NULL;
+}
+
+static void check_redzone(const struct om_block *b)
+{
+    const unsigned char *z = pool.arena.base + b->off + round16(b->size);
+    for (size_t i = 0; i < pool.redzone; i++) {
+        if (z[i] != REDZONE_BYTE) {
+            pool.stats.verify_violations++;
+            om_warn("verify: a block of %zu bytes at %p was written past its end (byte %zu)",
+                    b->size, (void *)(pool.arena.base + b->off), round16(b->size) + i);
+            return;
+        }
+    }
+}
+
+void om_pool_free(void *p)
+{
+    size_t off = (size_t)((unsigned char *)p - pool.arena.base);
+    pthread_mutex_lock(&pool.lock);
+    struct om_block *b = om_blockmap_get(&pool.blocks, off);
+    if (!b) {
+        pool.stats.invalid_frees++;
+        pthread_mutex_unlock(&pool.lock);
+        om_warn("free(%p): not a live block of the pool (double free?); ignored", p);
+        return;
+    }
+    if (pool.redzone)
+        check_redzone(b);
+    om_tracer_on_free(p);
+    if (b->record && b->generation == pool.generation &&
+        (pool.phase == RECORD || pool.phase == OBSERVE))
+        pool.records[b->record - 1].upper =
+            pool.phase == RECORD ? pool.nrecords : pool.period + pool.observed;
+    om_arena_give(&pool.arena, b->off, b->len);
+    om_blockmap_remove(&pool.blocks, b);
+    if (pool.redzone && om_arena_check(&pool.arena) != 0) {
+        pool.stats.verify_violations++;
+        om_warn("verify: the arena's free extents are inconsistent");
+    }
+    pthread_mutex_unlock(&pool.lock);
+}
+
+size_t om_pool_usable_size(const void *p)
+{
+    size_t off = (size_t)((const unsigned char *)p - pool.arena.base);
+    pthread_mutex_lock(&pool.lock);
+    struct om_block *b = om_blockmap_get(&pool.blocks, off);
+    size_t usable = b ? round16(b->size) : 0;
+    pthread_mutex_unlock(&pool.lock);
+    return usable;
+}
+
+void om_pool_publish(void)
+{
+    if (!pool.on)
+        return;
+    pthread_mutex_lock(&pool.lock);
+    pool.stats.arena_top_bytes = pool.arena.top;
+    om_tracer_set_serving(&pool.stats);
+    pthread_mutex_unlock(&pool.lock);
+}
+
+void om_pool_lock(void)
+{
+    pthread_mutex_lock(&pool.lock);
+}
+
+void om_pool_unlock(void)
+{
+    pthread_mutex_unlock(&pool.lock);
+}

@@ -1,0 +1,265 @@
+/* Skyline decoder over a segment tree, the greedy orders tried first, and the local search. */
+#include "rp_internal.h"
+
+#include <errno.h>
+#include <string.h>
+
+/*
+ * The skyline: per section, the top of the highest block placed there. Blocks go on top
+ * of everything placed before them that they meet in time; some order of the blocks gives
+ * an optimal plan this way (the order of the optimal offsets), so searching orders loses
+ * nothing. Range max and range assign in O(log sections).
+ */
+typedef struct rp_sky {
+    uint64_t *mx;
+    uint64_t *lz; /* pending assignment, 0 for none: every top is positive */
+    uint32_t size;
+} rp_sky;
+
+static int sky_init(rp_sky *t, rp_mem *m, uint32_t nsec)
+{
+    t->size = 1;
+    while (t->size < nsec)
+        t->size <<= 1;
+    t->mx = rp_alloc(m, 2 * (size_t)t->size, sizeof(uint64_t));
+    t->lz = rp_alloc(m, 2 * (size_t)t->size, sizeof(uint64_t));
+    return t->mx && t->lz ? 0 : -ENOMEM;
+}
+
+static void sky_reset(rp_sky *t)
+{
+    memset(t->mx, 0, 2 * (size_t)t->size * sizeof(uint64_t));
+    memset(t->lz, 0, 2 * (size_t)t->size * sizeof(uint64_t));
+}
+
+static void push(rp_sky *t, uint32_t node)
+{
+    uint64_t v = t->lz[node];
+
+    if (v) {
+        for (uint32_t c = 2 * node; c <= 2 * node + 1; c++) {
+            t->mx[c] = v;
+            t->lz[c] = v;
+        }
+        t->lz[node] = 0;
+    }
+}
+
+static uint64_t sky_max(rp_sky *t, uint32_t node, uint32_t nl, uint32_t nr, uint32_t l, uint32_t r)
+{
+    uint32_t mid;
+    uint64_t a, b;
+
+    if (r <= nl || nr <= l)
+        return 0;
+    if (l <= nl && nr <= r)
+        return t->mx[node];
+    push(t, node);
+    mid = nl + (nr - nl) / 2;
+    a = sky_max(t, 2 * node, nl, mid, l, r);
+    b = sky_max(t, 2 * node + 1, mid, nr, l, r);
+    return a > b ? a : b;
+}
+
+static void sky_set(rp_sky *t, uint32_t node, uint32_t nl, uint32_t nr, uint32_t l, uint32_t r,
+                    uint64_t v)
+{
+    uint32_t mid;
+
+    if (r <= nl || nr <= l)
+        return;
+    if (l <= nl && nr <= r) {
+        t->mx[node] = v;
+        t->lz[node] = v;
+        return;
+    }
+    push(t, node);
+    mid = nl + (nr - nl) / 2;
+    sky_set(t, 2 * node, nl, mid, l, r, v);
+    sky_set(t, 2 * node + 1, mid, nr, l, r, v);
+    t->mx[node] = t->mx[2 * node] > t->mx[2 * node + 1] ? t->mx[2 * node] : t->mx[2 * node + 1];
+}
+
+/*
+ * Places movable blocks in the given order. Returns the peak, or RP_NONE as soon as a top
+ * exceeds cutoff (the caller only wants plans at least as good) or, with clk, once the
+ * deadline has passed: one decode of a large input takes milliseconds. *crit: a block at
+ * the peak.
+ */
+static uint64_t decode(const rp_inst *in, rp_sky *t, const uint32_t *order, uint64_t *off,
+                       uint64_t cutoff, uint32_t *crit, const rp_clock *clk)
+{
+    uint64_t peak = in->fixed_top;
+
+    sky_reset(t);
+    for (uint32_t x = 0; x < in->nm; x++) {
+        uint32_t k = order[x], i = in->mov[k];
+        uint64_t o, top;
+
+        if (clk && (x & 1023) == 1023 && rp_now_ns() >= clk->deadline_ns)
+            return RP_NONE;
+        o = sky_max(t, 1, 0, t->size, in->s0[i], in->s1[i]);
+        if (in->w0[i] < in->w1[i]) {
+            uint64_t w = sky_max(t, 1, 0, t->size, in->w0[i], in->w1[i]);
+            o = w > o ? w : o;
+        }
+        o = rp_bump_fixed(in, k, o);
+        top = o + in->b[i].size;
+        if (top > cutoff)
+            return RP_NONE;
+        sky_set(t, 1, 0, t->size, in->s0[i], in->s1[i], top);
+        sky_set(t, 1, 0, t->size, in->w0[i], in->w1[i], top);
+        off[k] = o;
+        if (top >= peak) {
+            peak = top;
+            *crit = x;
+        }
+    }
+    return peak;
+}
+
+static uint64_t length_of(const om_rp_block *b)
+{
+    return b->upper - b->lower;
+}
+
+static uint64_t desc(uint64_t x)
+{
+    return UINT64_MAX - x;
+}
+
+static uint64_t area_of(const om_rp_block *b)
+{
+    uint64_t len = length_of(b);
+    return b->size > UINT64_MAX / len ? UINT64_MAX : b->size * len;
+}
+
+/* Orders worth a try: by size, by the load around the block, by area, by birth, by length. */
+static void make_order(const rp_inst *in, rp_kv *kv, int which, uint32_t *order)
+{
+    for (uint32_t k = 0; k < in->nm; k++) {
+        const om_rp_block *b = &in->b[in->mov[k]];
+        kv[k].v = k;
+        switch (which) {
+        case 0:
+            kv[k].k1 = desc(b->size);
+            kv[k].k2 = desc(length_of(b));
+            break;
+        case 1:
+            kv[k].k1 = desc(in->secmax[k]);
+            kv[k].k2 = desc(b->size);
+            break;
+        case 2:
+            kv[k].k1 = desc(area_of(b));
+            kv[k].k2 = desc(b->size);
+            break;
+        case 3:
+            kv[k].k1 = b->lower;
+            kv[k].k2 = desc(b->size);
+            break;
+        default:
+            kv[k].k1 = desc(length_of(b));
+            kv[k].k2 = desc(b->size);
+            break;
+        }
+    }
+    rp_sort_kv(kv, in->nm);
+    for (uint32_t k = 0; k < in->nm; k++)
+        order[k] = kv[k].v;
+}
+
+int rp_greedy(const rp_inst *in, rp_mem *m, rp_best *best, const rp_clock *clk)
+{
+    rp_sky t;
+    rp_kv *kv = rp_alloc(m, (size_t)in->nm + 1, sizeof(*kv));
+    uint32_t *order = rp_alloc(m, (size_t)in->nm + 1, sizeof(uint32_t));
+    uint64_t *off = rp_alloc(m, (size_t)in->nm + 1, sizeof(uint64_t));
+    uint32_t crit = 0;
+
+    best->peak = RP_NONE;
+    best->stage = "greedy";
+    if (!kv || !order || !off || sky_init(&t, m, in->nsec ? in->nsec : 1) < 0)
+        return -ENOMEM;
+    for (int which = 0; which < 5; which++) {
+        uint64_t peak;
+
+        /* The first order always finishes: the caller needs a plan, late or not. */
+        if (which && rp_now_ns() >= clk->deadline_ns)
+            break;
+        make_order(in, kv, which, order);
+        peak = decode(in, &t, order, off, best->peak == RP_NONE ? RP_NONE - 1 : best->peak - 1,
+                      &crit, which ? clk : NULL);
+        if (peak == RP_NONE)
+            continue;
+        best->peak = peak;
+        memcpy(best->off, off, in->nm * sizeof(uint64_t));
+        memcpy(best->order, order, in->nm * sizeof(uint32_t));
+    }
+    if (in->nm == 0)
+        best->peak = in->fixed_top;
+    return 0;
+}
+
+/* One random change to the order: a swap, or a block (often the one at the peak) moved up. */
+static void mutate(uint32_t *order, uint32_t n, uint32_t crit, uint64_t *rng)
+{
+    uint64_t r = rp_rand(rng);
+    uint32_t j = (r & 3) == 0 ? crit : (uint32_t)((r >> 8) % n);
+    uint32_t i = (uint32_t)((r >> 40) % n), v;
+
+    if ((r & 3) == 1) {
+        v = order[i];
+        order[i] = order[j];
+        order[j] = v;
+        return;
+    }
+    if (i > j) {
+        v = i;
+        i = j;
+        j = v;
+    }
+    v = order[j];
+    memmove(order + i + 1, order + i, (size_t)(j - i) * sizeof(uint32_t));
+    order[i] = v;
+}
+
+/*
+ * Iterated greedy over orders: mutate the current order, keep it when the plan is no
+ * worse (plateaus let the search drift), remember the best. Stops at the lower bound.
+ */
+int rp_local(const rp_inst *in, rp_mem *m, rp_best *best, rp_clock *clk, uint64_t seed)
+{
+    rp_sky t;
+    uint32_t n = in->nm, crit = 0, cand_crit = 0;
+    uint32_t *cur = rp_alloc(m, (size_t)n + 1, sizeof(uint32_t));
+    uint32_t *cand = rp_alloc(m, (size_t)n + 1, sizeof(uint32_t));
+    uint64_t *off = rp_alloc(m, (size_t)n + 1, sizeof(uint64_t));
+    uint64_t cur_peak = best->peak, rng = seed;
+
+    if (!cur || !cand || !off || sky_init(&t, m, in->nsec ? in->nsec : 1) < 0)
+        return -ENOMEM;
+    if (n < 2 || rp_now_ns() >= clk->deadline_ns)
+        return 0;
+    memcpy(cur, best->order, n * sizeof(uint32_t));
+    decode(in, &t, cur, off, RP_NONE - 1, &crit, NULL);
+    /* A decode can take milliseconds: look at the clock before each one. */
+    while (cur_peak > in->floor_lb && !rp_expired(clk) && rp_now_ns() < clk->deadline_ns) {
+        uint64_t peak;
+
+        memcpy(cand, cur, n * sizeof(uint32_t));
+        mutate(cand, n, crit, &rng);
+        peak = decode(in, &t, cand, off, cur_peak, &cand_crit, clk);
+        if (peak == RP_NONE)
+            continue;
+        memcpy(cur, cand, n * sizeof(uint32_t));
+        cur_peak = peak;
+        crit = cand_crit;
+        if (peak < best->peak) {
+            best->peak = peak;
+            best->stage = "local";
+            memcpy(best->off, off, n * sizeof(uint64_t));
+            memcpy(best->order, cur, n * sizeof(uint32_t));
+        }
+    }
+    return 0;
+}

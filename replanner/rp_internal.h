@@ -1,0 +1,107 @@
+/* Private to the replanner: the prepared instance, scratch memory, sorting, timing. */
+#ifndef OPTMEM_RP_INTERNAL_H
+#define OPTMEM_RP_INTERNAL_H
+
+#include "replanner.h"
+
+#include <stdint.h>
+#include <stddef.h>
+
+#define RP_NONE UINT64_MAX
+
+/* Scratch memory taken from the caller's allocator, all given back at once. */
+typedef struct rp_mem {
+    const om_rp_allocator *a;
+    struct rp_chunk *head;
+} rp_mem;
+
+void *rp_alloc(rp_mem *m, size_t count, size_t elem);
+void rp_mem_free_all(rp_mem *m);
+
+/* Sort records: by k1, then k2, then v (so the order never depends on the sort). */
+typedef struct rp_kv {
+    uint64_t k1;
+    uint64_t k2;
+    uint32_t v;
+} rp_kv;
+
+void rp_sort_kv(rp_kv *a, size_t n);
+
+/* splitmix64: deterministic and stateless apart from the caller's word. */
+uint64_t rp_rand(uint64_t *state);
+uint64_t rp_now_ns(void);
+
+/*
+ * The instance as the algorithms see it. Time is cut into sections: the elementary
+ * segments between consecutive lifetime ends (on a circle if cyclic). Each block covers
+ * one or two runs of sections ([s0,s1) and, for a wrapping arc, [w0,w1)).
+ */
+typedef struct rp_inst {
+    const om_rp_block *b;
+    size_t n;
+    uint64_t period;
+    uint32_t nsec;
+    uint32_t *s0, *s1, *w0, *w1; /* per block */
+    uint64_t lb;                 /* max live bytes over sections */
+    uint64_t floor_lb;           /* max(lb, highest fixed end): no plan can beat it */
+    uint32_t nm;                 /* movable blocks */
+    uint32_t *mov;               /* their indices into b */
+    /* per movable block (by position in mov), the fixed blocks live with it, by offset */
+    uint32_t *fx_start;
+    uint32_t *fx_list;
+    uint64_t fixed_top;
+    uint64_t *load;   /* per section: bytes of all blocks live in it */
+    uint64_t *secmax; /* per movable block: max load over its sections */
+} rp_inst;
+
+int rp_inst_build(rp_inst *in, rp_mem *m, const om_rp_block *blocks, size_t n, uint64_t period);
+
+/* Do blocks i and j (indices into b) live at the same time? */
+int rp_overlap_time(const rp_inst *in, uint32_t i, uint32_t j);
+
+static inline uint64_t rp_align_up(uint64_t x, uint64_t a)
+{
+    return a > 1 ? (x + a - 1) & ~(a - 1) : x;
+}
+
+/* Lowest offset >= off, aligned, that misses every fixed block live with movable k. */
+uint64_t rp_bump_fixed(const rp_inst *in, uint32_t k, uint64_t off);
+
+/* Stopping rule shared by the search stages. */
+typedef struct rp_clock {
+    uint64_t deadline_ns;
+    uint64_t nodes;
+    uint64_t max_nodes; /* 0: no limit */
+    int stopped;
+} rp_clock;
+
+static inline int rp_expired(rp_clock *c)
+{
+    if (c->stopped)
+        return 1;
+    c->nodes++;
+    if (c->max_nodes && c->nodes >= c->max_nodes)
+        c->stopped = 1;
+    else if ((c->nodes & 63) == 0 && rp_now_ns() >= c->deadline_ns)
+        c->stopped = 1;
+    return c->stopped;
+}
+
+/*
+ * Best plan so far: offsets per movable block (by position in mov) and its peak.
+ * Every stage only ever replaces it by a strictly lower valid peak.
+ */
+typedef struct rp_best {
+    uint64_t *off;
+    uint32_t *order; /* a decoder order (positions in mov) that yields off, for the local search */
+    uint64_t peak;
+    const char *stage;
+} rp_best;
+
+int rp_greedy(const rp_inst *in, rp_mem *m, rp_best *best, const rp_clock *clk);
+int rp_local(const rp_inst *in, rp_mem *m, rp_best *best, rp_clock *clk, uint64_t seed);
+int rp_bnb(const rp_inst *in, rp_mem *m, rp_best *best, rp_clock *clk, uint64_t seed);
+
+void rp_errf(char *err, size_t errlen, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+
+#endif

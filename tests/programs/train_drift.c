@@ -1,0 +1,175 @@
+/* A training-like loop that drifts on purpose (sizes, extra requests, longer lifetimes,
+ * cross-thread frees, realloc, calloc, fork, a change of shapes). Every buffer's contents
+ * are checked before it is freed; the printed checksum must not depend on the allocator.
+ * usage: train_drift SCENARIO [ITERATIONS] */
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+struct buf {
+    unsigned char *p;
+    size_t size;
+    uint32_t seed;
+};
+
+static const char *scenario = "steady";
+static long corruptions;
+static uint64_t checksum;
+
+static int is(const char *name)
+{
+    return strcmp(scenario, name) == 0;
+}
+
+static unsigned char pattern(uint32_t seed, size_t i)
+{
+    return (unsigned char)(seed * 2654435761u + i * 40503u + (i >> 8));
+}
+
+static void fill(struct buf *b)
+{
+    for (size_t i = 0; i < b->size; i += 7)
+        b->p[i] = pattern(b->seed, i);
+    b->p[b->size - 1] = pattern(b->seed, b->size - 1);
+}
+
+static void check_and_free(struct buf *b)
+{
+    if (!b->p)
+        return;
+    for (size_t i = 0; i < b->size; i += 7) {
+        corruptions += b->p[i] != pattern(b->seed, i);
+        checksum = checksum * 31 + b->p[i];
+    }
+    corruptions += b->p[b->size - 1] != pattern(b->seed, b->size - 1);
+    free(b->p);
+    b->p = NULL;
+}
+
+/* Each call site is its own function, so each has its own stack. */
+__attribute__((noinline)) static void alloc_activation(struct buf *b, size_t size, uint32_t seed)
+{
+    *b = (struct buf){malloc(size), size, seed};
+    fill(b);
+}
+
+__attribute__((noinline)) static void alloc_gradient(struct buf *b, size_t size, uint32_t seed)
+{
+    *b = (struct buf){malloc(size), size, seed};
+    fill(b);
+}
+
+__attribute__((noinline)) static void alloc_temporary(struct buf *b, size_t size, uint32_t seed)
+{
+    if (is("calloc")) {
+        unsigned char *p = calloc(1, size);
+        for (size_t i = 0; i < size; i += 64)
+            corruptions += p[i] != 0;
+        *b = (struct buf){p, size, seed};
+    } else {
+        *b = (struct buf){malloc(size), size, seed};
+    }
+    fill(b);
+}
+
+__attribute__((noinline)) static void alloc_extra(struct buf *b, size_t size, uint32_t seed)
+{
+    *b = (struct buf){malloc(size), size, seed};
+    fill(b);
+}
+
+static void *free_in_thread(void *arg)
+{
+    check_and_free(arg);
+    return NULL;
+}
+
+static void grow(struct buf *b, size_t size)
+{
+    unsigned char *p = realloc(b->p, size);
+    for (size_t i = 0; i < b->size; i += 7)
+        corruptions += p[i] != pattern(b->seed, i);
+    *b = (struct buf){p, size, b->seed};
+    fill(b);
+}
+
+int main(int argc, char **argv)
+{
+    if (argc > 1)
+        scenario = argv[1];
+    long iterations = argc > 2 ? atol(argv[2]) : 60;
+    struct buf params[2], state[2] = {{0}}, grads[2] = {{0}}, acts[3], tmp, lingering = {0};
+    alloc_activation(&params[0], 64 * 1024, 1);
+    alloc_activation(&params[1], 192 * 1024, 2);
+    pid_t child = 0;
+    for (long it = 0; it < iterations; it++) {
+        uint32_t seed = (uint32_t)it * 16;
+        size_t scale = is("phase_change") && it >= iterations / 2 ? 3 : 2;
+        if (it == 0) /* optimizer state, created lazily in the first step */
+            for (int i = 0; i < 2; i++)
+                alloc_gradient(&state[i], params[i].size, 100 + (uint32_t)i);
+        size_t a0 = 48 * 1024 * scale, a1 = 96 * 1024 * scale;
+        if (is("size_drift") && it % 7 == 3)
+            a0 += 4096;
+        alloc_activation(&acts[0], a0, seed + 1);
+        alloc_activation(&acts[1], a1, seed + 2);
+        alloc_temporary(&tmp, 32 * 1024 * scale, seed + 3);
+        if (is("extra_request") && it % 5 == 2) {
+            struct buf extra;
+            alloc_extra(&extra, 20000, seed + 4);
+            check_and_free(&extra);
+        }
+        if (is("longer_life") && it % 4 == 1) {
+            check_and_free(&lingering);
+            lingering = tmp; /* lives into the next iteration */
+        } else {
+            check_and_free(&tmp);
+        }
+        alloc_activation(&acts[2], 16 * 1024 * scale, seed + 5);
+        if (is("realloc"))
+            grow(&acts[1], a1 + 50000);
+        /* backward: last iteration's gradients die now, the new ones wrap around */
+        for (int i = 0; i < 2; i++)
+            check_and_free(&grads[i]);
+        for (int i = 0; i < 2; i++)
+            alloc_gradient(&grads[i], params[i].size, seed + 6 + (uint32_t)i);
+        for (int i = 2; i >= 0; i--) {
+            if (is("cross_thread") && i == 1) {
+                pthread_t t;
+                pthread_create(&t, NULL, free_in_thread, &acts[i]);
+                pthread_join(t, NULL);
+            } else {
+                check_and_free(&acts[i]);
+            }
+        }
+        if (is("fork") && it == iterations / 2) {
+            fflush(stdout);
+            child = fork();
+            if (child == 0) /* the child trains on alone, then reports its own checks */
+                iterations = it + 10;
+        }
+    }
+    check_and_free(&lingering);
+    for (int i = 0; i < 2; i++) {
+        check_and_free(&grads[i]);
+        check_and_free(&state[i]);
+        check_and_free(&params[i]);
+    }
+    if (is("fork") && child == 0) {
+        printf("child corruptions %ld\n", corruptions);
+        fflush(stdout);
+        _exit(corruptions != 0);
+    }
+    if (child > 0) {
+        int status = 0;
+        waitpid(child, &status, 0);
+        corruptions += !WIFEXITED(status) || WEXITSTATUS(status) != 0;
+    }
+    printf("%s iterations %ld checksum %016llx corruptions %ld\n", scenario, iterations,
+           (unsigned long long)checksum, corruptions);
+    return corruptions != 0;
+}

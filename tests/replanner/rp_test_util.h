@@ -1,0 +1,24 @@
+/* Helpers shared by the replanner tests: a counting allocator, random instances, brute force. */
+#ifndef OPTMEM_RP_TEST_UTIL_H
+#define OPTMEM_RP_TEST_UTIL_H
+
+#include "replanner.h"
+
+/* malloc-backed, counts live bytes so that tests see every release matched. */
+extern om_rp_allocator t_alloc;
+size_t t_live_bytes(void);
+
+uint64_t t_rand(uint64_t *s);
+
+/* Random instance: n blocks, times below horizon (the period if cyclic), some aligned. */
+void t_random_blocks(om_rp_block *b, size_t n, uint64_t horizon, int cyclic, int aligned,
+                     uint64_t *seed);
+
+/* Optimal peak by first-fit over every order (n <= 7): the reference for tiny instances. */
+uint64_t t_brute_force(const om_rp_block *b, size_t n, uint64_t period);
+
+/* Plans and asserts the plan valid; returns the peak. */
+uint64_t t_plan_checked(const om_rp_block *b, size_t n, uint64_t period, int algo,
+                        uint32_t budget_ms, uint64_t *lb);
+
+#endif

@@ -1,0 +1,345 @@
+/* Replanner tests: validity everywhere, optimality on tiny sets, cycles, fixed blocks, errors. */
+#include "rp_test_util.h"
+
+#include <errno.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <cmocka.h>
+
+static const int algos[] = {OM_RP_ALGO_GREEDY, OM_RP_ALGO_LOCAL, OM_RP_ALGO_BNB, OM_RP_ALGO_AUTO};
+
+static om_rp_block blk(uint64_t id, uint64_t lo, uint64_t up, uint64_t size)
+{
+    om_rp_block b = {0};
+    b.id = id;
+    b.lower = lo;
+    b.upper = up;
+    b.size = size;
+    return b;
+}
+
+static void test_bundled_sets(void **state)
+{
+    static const char *const files[] = {"minimalloc-A.csv",         "minimalloc-B.csv",
+                                        "minimalloc-C.csv",         "minimalloc-D.csv",
+                                        "minimalloc-E.csv",         "minimalloc-F.csv",
+                                        "idealloc-resnet50.csv",    "omnimalloc-small-a.6.csv",
+                                        "omnimalloc-small-b.6.csv", "omnimalloc-small-c.8.csv"};
+    struct stat st;
+    (void)state;
+
+    /* CI always has the data: a missing directory is a failure, not a skip. */
+    if (stat(OM_LIFETIMES_DIR, &st) != 0)
+        fail_msg("bundled lifetimes not found at %s", OM_LIFETIMES_DIR);
+    for (size_t f = 0; f < sizeof(files) / sizeof(files[0]); f++) {
+        char path[1024], err[512];
+        om_rp_block *b;
+        size_t n;
+        uint64_t lb, peak;
+
+        snprintf(path, sizeof(path), "%s/%s", OM_LIFETIMES_DIR, files[f]);
+        if (om_rp_csv_read(path, &t_alloc, &b, &n, err, sizeof(err)) != 0)
+            fail_msg("%s", err);
+        for (size_t a = 0; a < 4; a++) {
+            peak = t_plan_checked(b, n, 0, algos[a], 10, &lb);
+            /* The small omnimalloc sets are solved to optimality by every search stage. */
+            if (strncmp(files[f], "omnimalloc", 10) == 0 && algos[a] != OM_RP_ALGO_GREEDY)
+                assert_int_equal(peak, lb);
+        }
+        om_rp_csv_free(&t_alloc, b, n);
+        assert_int_equal(t_live_bytes(), 0);
+    }
+}
+
+static void test_lower_bound(void **state)
+{
+    /* Half-open: 0 and 1 touch at t=4 and never overlap; 2 wraps on a circle of 10. */
+    om_rp_block b[3] = {blk(0, 0, 4, 10), blk(1, 4, 8, 20), blk(2, 7, 12, 5)};
+    uint64_t lb;
+    (void)state;
+
+    assert_int_equal(om_rp_lower_bound(b, 3, 0, &t_alloc, &lb, NULL, 0), 0);
+    assert_int_equal(lb, 25);
+    /* Cyclic: 2 lives over [7,10) and [0,2), meeting 0 as well as 1. */
+    assert_int_equal(om_rp_lower_bound(b, 3, 10, &t_alloc, &lb, NULL, 0), 0);
+    assert_int_equal(lb, 25);
+    b[1].size = 1;
+    assert_int_equal(om_rp_lower_bound(b, 3, 10, &t_alloc, &lb, NULL, 0), 0);
+    assert_int_equal(lb, 15);
+}
+
+static void test_random_valid(void **state)
+{
+    uint64_t seed = 42;
+    om_rp_block b[60];
+    (void)state;
+
+    for (int iter = 0; iter < 40; iter++) {
+        int cyclic = iter & 1, aligned = (iter >> 1) & 1, fixed = (iter >> 2) & 1;
+        size_t n = 10 + t_rand(&seed) % 50;
+        uint64_t period = cyclic ? 50 : 0;
+
+        t_random_blocks(b, n, 50, cyclic, aligned, &seed);
+        if (fixed) {
+            /* A few fixed blocks, stacked so that they never collide among themselves. */
+            uint64_t top = 0;
+            for (size_t i = 0; i < n; i += 7) {
+                b[i].fixed = 1;
+                b[i].offset = top + (t_rand(&seed) % 3) * 64;
+                b[i].offset = b[i].align > 1
+                                  ? (b[i].offset + b[i].align - 1) / b[i].align * b[i].align
+                                  : b[i].offset;
+                top = b[i].offset + b[i].size;
+            }
+        }
+        for (size_t a = 0; a < 4; a++)
+            t_plan_checked(b, n, period, algos[a], 3, NULL);
+    }
+}
+
+static void test_optimal_tiny(void **state)
+{
+    uint64_t seed = 7;
+    om_rp_block b[6];
+    (void)state;
+
+    for (int iter = 0; iter < 120; iter++) {
+        int cyclic = iter % 3 == 1, aligned = iter % 4 == 2;
+        size_t n = 2 + t_rand(&seed) % 5;
+        uint64_t period = cyclic ? 12 : 0, opt, peak;
+
+        t_random_blocks(b, n, 12, cyclic, aligned, &seed);
+        opt = t_brute_force(b, n, period);
+        peak = t_plan_checked(b, n, period, OM_RP_ALGO_BNB, 2000, NULL);
+        if (peak != opt)
+            fail_msg("iteration %d (n %zu, period %llu): peak %llu, optimum %llu", iter, n,
+                     (unsigned long long)period, (unsigned long long)peak, (unsigned long long)opt);
+    }
+}
+
+static void test_cyclic_wrap(void **state)
+{
+    /* A (8..12 mod 10) wraps into B's [0,3): they must not share bytes; C fits beside. */
+    om_rp_block b[3] = {blk(1, 8, 13, 4), blk(2, 0, 3, 4), blk(3, 3, 8, 8)};
+    uint64_t lb, peak;
+    (void)state;
+
+    for (size_t a = 0; a < 4; a++) {
+        peak = t_plan_checked(b, 3, 10, algos[a], 5, &lb);
+        assert_int_equal(lb, 8);
+        assert_int_equal(peak, 8);
+    }
+    /* The same blocks on a line do not meet at all. */
+    b[0].upper = 10;
+    peak = t_plan_checked(b, 3, 0, OM_RP_ALGO_AUTO, 5, NULL);
+    assert_int_equal(peak, 8);
+    /* A block live the whole period meets everything. */
+    b[0].lower = 4;
+    b[0].upper = 14;
+    peak = t_plan_checked(b, 3, 10, OM_RP_ALGO_AUTO, 5, &lb);
+    assert_int_equal(lb, 12);
+    assert_int_equal(peak, 12);
+}
+
+static void test_fixed_and_alignment(void **state)
+{
+    /* A fixed block in the middle of the pool: the others route around it. */
+    om_rp_block b[4] = {blk(1, 0, 10, 16), blk(2, 0, 10, 16), blk(3, 0, 10, 16),
+                        blk(4, 0, 10, 100)};
+    uint64_t off[4];
+    om_rp_options opt = {0};
+    om_rp_result res;
+    char err[256];
+    (void)state;
+
+    b[0].fixed = 1;
+    b[0].offset = 8;
+    b[3].align = 64;
+    opt.alloc = t_alloc;
+    opt.budget_ms = 5;
+    opt.err = err;
+    opt.errlen = sizeof(err);
+    for (size_t a = 0; a < 4; a++) {
+        opt.algo = algos[a];
+        assert_int_equal(om_rp_plan(b, 4, &opt, off, &res), 0);
+        assert_int_equal(om_rp_check(b, 4, 0, off, &t_alloc, err, sizeof(err)), 0);
+        assert_int_equal(off[0], 8);
+        assert_int_equal(off[3] % 64, 0);
+    }
+    assert_int_equal(t_live_bytes(), 0);
+}
+
+static void expect_einval(const om_rp_block *b, size_t n, uint64_t period, const char *want)
+{
+    om_rp_options opt = {0};
+    uint64_t off[4];
+    char err[256] = "";
+
+    opt.alloc = t_alloc;
+    opt.period = period;
+    opt.err = err;
+    opt.errlen = sizeof(err);
+    assert_int_equal(om_rp_plan(b, n, &opt, off, NULL), -EINVAL);
+    if (!strstr(err, want))
+        fail_msg("message '%s' lacks '%s'", err, want);
+    assert_int_equal(om_rp_validate(b, n, period, NULL, 0), -EINVAL);
+    assert_int_equal(t_live_bytes(), 0);
+}
+
+static void test_bad_input(void **state)
+{
+    om_rp_block b[2] = {blk(5, 0, 4, 8), blk(9, 2, 6, 8)};
+    (void)state;
+
+    b[1].upper = 2;
+    expect_einval(b, 2, 0, "block 9: lower 2 >= upper 2");
+    b[1] = blk(9, 2, 6, 0);
+    expect_einval(b, 2, 0, "block 9: size is 0");
+    b[1].size = UINT64_MAX;
+    expect_einval(b, 2, 0, "block 9: size 18446744073709551615 overflows");
+    b[1].size = OM_RP_MAX_BYTES;
+    b[0].size = OM_RP_MAX_BYTES;
+    b[0].upper = 3; /* fine alone, but the two sizes add up past the limit */
+    expect_einval(b, 2, 0, "total size overflows");
+    b[0] = blk(5, 0, 4, 8);
+    b[1] = blk(9, 2, 6, 8);
+    b[1].align = 24;
+    expect_einval(b, 2, 0, "block 9: alignment 24 is not a power of two");
+    b[1].align = 8;
+    b[1].fixed = 1;
+    b[1].offset = 4;
+    expect_einval(b, 2, 0, "block 9: fixed offset 4 is not aligned to 8");
+    b[0].fixed = 1;
+    b[0].offset = 0;
+    b[1].offset = 0;
+    expect_einval(b, 2, 0, "fixed blocks 5 and 9 collide");
+    b[0] = blk(5, 0, 4, 8);
+    b[1] = blk(9, 2, 15, 8);
+    expect_einval(b, 2, 10, "block 9: arc [2,15) is longer than the period 10");
+    b[1] = blk(9, 10, 12, 8);
+    expect_einval(b, 2, 10, "block 9: lower 10 is outside the period 10");
+}
+
+static void test_checker_rejects(void **state)
+{
+    om_rp_block b[3] = {blk(1, 0, 10, 16), blk(2, 5, 15, 16), blk(3, 15, 20, 16)};
+    uint64_t off[3] = {0, 8, 0};
+    char err[256] = "";
+    (void)state;
+
+    /* 1 and 2 share bytes [8,16) during [5,10). */
+    assert_int_equal(om_rp_check(b, 3, 0, off, &t_alloc, err, sizeof(err)), -EINVAL);
+    assert_non_null(strstr(err, "blocks 1 and 2 overlap"));
+    off[1] = 16;
+    assert_int_equal(om_rp_check(b, 3, 0, off, &t_alloc, err, sizeof(err)), 0);
+    /* On a circle of 16, 3 ([15,20) wraps to [0,4)) meets 1 at the same bytes. */
+    assert_int_equal(om_rp_check(b, 3, 16, off, &t_alloc, err, sizeof(err)), -EINVAL);
+    assert_non_null(strstr(err, "blocks 1 and 3 overlap"));
+    b[2].align = 32;
+    off[2] = 48;
+    assert_int_equal(om_rp_check(b, 3, 0, off, &t_alloc, err, sizeof(err)), -EINVAL);
+    assert_non_null(strstr(err, "block 3: offset 48 is not aligned to 32"));
+    b[2].align = 0;
+    b[2].fixed = 1;
+    b[2].offset = 32;
+    assert_int_equal(om_rp_check(b, 3, 0, off, &t_alloc, err, sizeof(err)), -EINVAL);
+    assert_non_null(strstr(err, "block 3: fixed at 32 but placed at 48"));
+    assert_int_equal(t_live_bytes(), 0);
+}
+
+static void test_deterministic(void **state)
+{
+    uint64_t seed = 99, o1[200], o2[200];
+    om_rp_block b[200];
+    om_rp_options opt = {0};
+    (void)state;
+
+    t_random_blocks(b, 200, 1000, 0, 1, &seed);
+    opt.alloc = t_alloc;
+    opt.algo = OM_RP_ALGO_LOCAL;
+    opt.budget_ms = 60000; /* the node limit ends it, never the clock */
+    opt.max_nodes = 300;
+    opt.seed = 3;
+    assert_int_equal(om_rp_plan(b, 200, &opt, o1, NULL), 0);
+    assert_int_equal(om_rp_plan(b, 200, &opt, o2, NULL), 0);
+    assert_memory_equal(o1, o2, sizeof(o1));
+}
+
+/* The restarts of the branch and bound draw randomized rankings: same seed, same plan. */
+static void test_bnb_restarts(void **state)
+{
+    uint64_t seed = 5, o1[120], o2[120];
+    om_rp_block b[120];
+    om_rp_options opt = {0};
+    om_rp_result res;
+    char err[256];
+    (void)state;
+
+    t_random_blocks(b, 120, 400, 0, 0, &seed);
+    opt.alloc = t_alloc;
+    opt.algo = OM_RP_ALGO_BNB;
+    opt.budget_ms = 60000;  /* the node limit ends it, never the clock */
+    opt.max_nodes = 200000; /* past several restarts of 4096 nodes */
+    for (uint64_t sd = 1; sd <= 4; sd++) {
+        opt.seed = sd;
+        assert_int_equal(om_rp_plan(b, 120, &opt, o1, &res), 0);
+        assert_int_equal(om_rp_check(b, 120, 0, o1, &t_alloc, err, sizeof(err)), 0);
+        assert_int_equal(om_rp_plan(b, 120, &opt, o2, NULL), 0);
+        assert_memory_equal(o1, o2, sizeof(o1));
+        assert_true(res.peak >= res.lower_bound);
+    }
+}
+
+/* A budget that runs out during the greedy stage still yields a valid plan. */
+static void test_tiny_budget_large(void **state)
+{
+    size_t n = 20000;
+    uint64_t seed = 11, *off = malloc(n * sizeof(*off));
+    om_rp_block *b = malloc(n * sizeof(*b));
+    om_rp_options opt = {0};
+    om_rp_result res;
+    char err[256];
+    (void)state;
+
+    assert_non_null(off);
+    assert_non_null(b);
+    t_random_blocks(b, n, 5000, 0, 1, &seed);
+    opt.alloc = t_alloc;
+    opt.budget_ms = 1;
+    assert_int_equal(om_rp_plan(b, n, &opt, off, &res), 0);
+    assert_int_equal(om_rp_check(b, n, 0, off, &t_alloc, err, sizeof(err)), 0);
+    assert_int_equal(res.peak, om_rp_peak(b, n, off));
+    free(off);
+    free(b);
+}
+
+static void test_empty(void **state)
+{
+    om_rp_options opt = {0};
+    om_rp_result res;
+    uint64_t off[1];
+    (void)state;
+
+    opt.alloc = t_alloc;
+    assert_int_equal(om_rp_plan(NULL, 0, &opt, off, &res), 0);
+    assert_int_equal(res.peak, 0);
+    assert_int_equal(res.lower_bound, 0);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_bundled_sets),  cmocka_unit_test(test_lower_bound),
+        cmocka_unit_test(test_random_valid),  cmocka_unit_test(test_optimal_tiny),
+        cmocka_unit_test(test_cyclic_wrap),   cmocka_unit_test(test_fixed_and_alignment),
+        cmocka_unit_test(test_bad_input),     cmocka_unit_test(test_checker_rejects),
+        cmocka_unit_test(test_deterministic), cmocka_unit_test(test_empty),
+        cmocka_unit_test(test_bnb_restarts),  cmocka_unit_test(test_tiny_budget_large),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

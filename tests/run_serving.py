@@ -1,0 +1,87 @@
+"""Runs a program plainly and under optmem's plan mode (checking mode on), requires the
+same stdout and exit status 0 from both, and checks the report's serving counters."""
+import argparse
+import glob
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+
+def run(cmd, env):
+    proc = subprocess.run(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                          text=True, timeout=600)
+    return proc.returncode, proc.stdout, proc.stderr
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--preload", required=True)
+    ap.add_argument("--min-plans", type=int, default=1)
+    ap.add_argument("--min-replans", type=int, default=0)
+    ap.add_argument("--max-replans", type=int, default=None)
+    ap.add_argument("--min-guard", type=int, default=0,
+                    help="guard rejections the scenario is built to cause")
+    ap.add_argument("--min-served", type=float, default=0.0,
+                    help="served_from_plan as a fraction of the requests made while serving")
+    ap.add_argument("--verify", type=int, default=1)
+    ap.add_argument("cmd", nargs=argparse.REMAINDER)
+    args = ap.parse_args()
+    cmd = args.cmd[1:] if args.cmd[:1] == ["--"] else args.cmd
+
+    plain_env = {k: v for k, v in os.environ.items() if not k.startswith("OPTMEM_")}
+    plain_env.pop("LD_PRELOAD", None)
+    rc, plain_out, plain_err = run(cmd, plain_env)
+    if rc != 0:
+        sys.exit(f"FAIL: the program fails without optmem ({rc}):\n{plain_err}")
+
+    with tempfile.TemporaryDirectory() as tmp:
+        env = dict(plain_env, LD_PRELOAD=args.preload, OPTMEM_MODE="plan",
+                   OPTMEM_VERIFY=str(args.verify), OPTMEM_REPORT=f"{tmp}/report.%p.json")
+        rc, out, err = run(cmd, env)
+        failures = []
+        if rc != 0:
+            failures.append(f"exit status {rc} under plan mode:\n{err}")
+        if out != plain_out:
+            failures.append("stdout differs from the plain run:\n--- plain\n" + plain_out +
+                            "--- plan\n" + out)
+        if "verify:" in err or "double free" in err:
+            failures.append(f"optmem reported a problem:\n{err}")
+        reports = sorted(glob.glob(f"{tmp}/report.*.json"), key=os.path.getmtime)
+        if not reports:
+            sys.exit("FAIL: no report written\n" + err)
+        # The process that made the plan (the first to start) is checked; others
+        # (forked children) must still have written a readable report.
+        main_report = min(reports, key=lambda p: json.load(open(p))["process"]["pid"])
+        for path in reports:
+            json.load(open(path))
+        report = json.load(open(main_report))
+        serving = report.get("serving")
+        if serving is None:
+            sys.exit("FAIL: the report has no serving section")
+        requests = serving["serving_requests"]
+        served = serving["served_from_plan"] / max(requests, 1)
+        print(f"requests while serving {requests}, from the plan {serving['served_from_plan']} "
+              f"({served:.3f}) {json.dumps(serving)}")
+        checks = [
+            (serving["plans"] >= args.min_plans, f"plans {serving['plans']} < {args.min_plans}"),
+            (serving["replans"] >= args.min_replans,
+             f"replans {serving['replans']} < {args.min_replans}"),
+            (args.max_replans is None or serving["replans"] <= args.max_replans,
+             f"replans {serving['replans']} > {args.max_replans}"),
+            (serving["guard_rejections"] >= args.min_guard,
+             f"guard rejections {serving['guard_rejections']} < {args.min_guard}"),
+            (served >= args.min_served, f"served fraction {served:.3f} < {args.min_served}"),
+            (serving["verify_violations"] == 0, "verify violations"),
+            (serving["invalid_frees"] == 0, "invalid frees"),
+        ]
+        failures += [msg for ok, msg in checks if not ok]
+        if failures:
+            print("FAIL:", *failures, sep="\n")
+            sys.exit(1)
+        print(f"ok: same output as the plain run, {len(reports)} report(s)")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,243 @@
+"""Validator of the optmem lifetime report, schema "optmem-report" version 1 (docs/report-schema.md)."""
+
+CATEGORIES = ("temporary", "per_iteration", "persistent")
+
+
+class SchemaError(Exception):
+    pass
+
+
+def _fail(path, msg):
+    raise SchemaError("%s: %s" % (path, msg))
+
+
+def _uint(v, path, nullable=False):
+    if v is None and nullable:
+        return
+    if not isinstance(v, int) or isinstance(v, bool) or v < 0:
+        _fail(path, "expected a non-negative integer, got %r" % (v,))
+
+
+def _str(v, path, nullable=False):
+    if v is None and nullable:
+        return
+    if not isinstance(v, str):
+        _fail(path, "expected a string, got %r" % (v,))
+
+
+def _hex(v, path, nullable=False):
+    if v is None and nullable:
+        return
+    _str(v, path)
+    if not v.startswith("0x"):
+        _fail(path, "expected 0x-prefixed hex")
+    int(v, 16)
+
+
+def _obj(v, path, keys):
+    if not isinstance(v, dict):
+        _fail(path, "expected an object")
+    missing = [k for k in keys if k not in v]
+    if missing:
+        _fail(path, "missing keys %s" % missing)
+    extra = [k for k in v if k not in keys]
+    if extra:
+        _fail(path, "undocumented keys %s" % extra)
+
+
+def _list(v, path):
+    if not isinstance(v, list):
+        _fail(path, "expected an array")
+    return v
+
+
+def _lifetime(v, path):
+    if v is None:
+        return
+    _obj(v, path, ("min", "max", "mean"))
+    _uint(v["min"], path + ".min")
+    _uint(v["max"], path + ".max")
+    if not isinstance(v["mean"], (int, float)) or not v["min"] <= v["mean"] + 0.001 \
+            or not v["mean"] <= v["max"] + 0.001:
+        _fail(path + ".mean", "not between min and max")
+
+
+def validate(r):
+    """Raise SchemaError unless r (parsed JSON) is a valid version-1 report."""
+    _obj(r, "$", ("schema", "version", "process", "configuration", "domains", "duration_ns",
+                  "counters", "lower_bound_bytes", "peak_live_bytes", "peak", "iterations",
+                  "categories", "sites", "sample", "timeline"))
+    if r["schema"] != "optmem-report" or r["version"] != 1:
+        _fail("$", "not an optmem-report version 1")
+    p = r["process"]
+    _obj(p, "process", ("pid", "ppid", "rank", "exe", "argv", "forked_at_request"))
+    _uint(p["pid"], "process.pid")
+    _uint(p["ppid"], "process.ppid")
+    _uint(p["rank"], "process.rank")
+    _str(p["exe"], "process.exe", nullable=True)
+    for i, a in enumerate(_list(p["argv"], "process.argv")):
+        _str(a, "process.argv[%d]" % i)
+    _uint(p["forked_at_request"], "process.forked_at_request", nullable=True)
+    c = r["configuration"]
+    _obj(c, "configuration", ("mode", "min_bytes", "stack_depth", "warmup", "sample_capacity"))
+    if c["mode"] not in ("off", "trace", "plan"):
+        _fail("configuration.mode", "unknown mode")
+    _uint(c["min_bytes"], "configuration.min_bytes")
+    _uint(c["stack_depth"], "configuration.stack_depth")
+    if c["warmup"] != "auto":
+        _uint(c["warmup"], "configuration.warmup")
+    _uint(c["sample_capacity"], "configuration.sample_capacity")
+    if r["domains"] != ["cpu"]:
+        _fail("domains", "expected [\"cpu\"]")
+    _uint(r["duration_ns"], "duration_ns")
+    k = r["counters"]
+    _obj(k, "counters", ("managed_requests", "managed_frees", "live_blocks", "live_bytes",
+                         "call_sites"))
+    for key in k:
+        _uint(k[key], "counters." + key)
+    _uint(r["lower_bound_bytes"], "lower_bound_bytes")
+    _uint(r["peak_live_bytes"], "peak_live_bytes")
+    if r["peak_live_bytes"] < r["lower_bound_bytes"]:
+        _fail("peak_live_bytes", "below lower_bound_bytes")
+    nsites = k["call_sites"]
+    pk = r["peak"]
+    _obj(pk, "peak", ("request", "live_bytes", "sites"))
+    _uint(pk["request"], "peak.request")
+    if pk["live_bytes"] != r["lower_bound_bytes"]:
+        _fail("peak.live_bytes", "differs from lower_bound_bytes")
+    total = 0
+    for i, s in enumerate(_list(pk["sites"], "peak.sites")):
+        _obj(s, "peak.sites[%d]" % i, ("site", "bytes", "blocks"))
+        for key in s:
+            _uint(s[key], "peak.sites[%d].%s" % (i, key))
+        if s["site"] >= nsites:
+            _fail("peak.sites[%d].site" % i, "no such site")
+        total += s["bytes"]
+    if total > pk["live_bytes"]:
+        _fail("peak.sites", "more bytes than were live")
+
+    it = r["iterations"]
+    _obj(it, "iterations", ("method", "found", "period_requests", "first_steady_request",
+                            "starts_total", "starts", "detector", "marks"))
+    if it["method"] not in ("auto", "marked"):
+        _fail("iterations.method", "unknown method")
+    if not isinstance(it["found"], bool):
+        _fail("iterations.found", "expected a boolean")
+    _uint(it["period_requests"], "iterations.period_requests", nullable=True)
+    _uint(it["first_steady_request"], "iterations.first_steady_request", nullable=True)
+    if it["found"] != (it["first_steady_request"] is not None):
+        _fail("iterations", "found and first_steady_request disagree")
+    _uint(it["starts_total"], "iterations.starts_total")
+    starts = _list(it["starts"], "iterations.starts")
+    for i, s in enumerate(starts):
+        _uint(s, "iterations.starts[%d]" % i)
+    if starts != sorted(starts):
+        _fail("iterations.starts", "not ascending")
+    d = it["detector"]
+    if it["method"] == "marked":
+        if d is not None:
+            _fail("iterations.detector", "expected null when iterations are marked")
+    else:
+        _obj(d, "iterations.detector", ("thread", "thread_requests", "thread_period_requests",
+                                        "locks", "thread_switches",
+                                        "iterations_in_reported_lock"))
+        for key in d:
+            _uint(d[key], "iterations.detector." + key, nullable=key == "thread_period_requests")
+    m = it["marks"]
+    _obj(m, "iterations.marks", ("count", "requests"))
+    _uint(m["count"], "iterations.marks.count")
+    for i, s in enumerate(_list(m["requests"], "iterations.marks.requests")):
+        _uint(s, "iterations.marks.requests[%d]" % i)
+
+    cat = r["categories"]
+    if cat is not None:
+        _obj(cat, "categories", ("iteration", "lower_bound_bytes") + CATEGORIES)
+        span = _list(cat["iteration"], "categories.iteration")
+        if len(span) != 2 or span[0] > span[1]:
+            _fail("categories.iteration", "expected [start, end]")
+        _uint(cat["lower_bound_bytes"], "categories.lower_bound_bytes")
+        for name in CATEGORIES:
+            _obj(cat[name], "categories." + name, ("bytes", "blocks"))
+            _uint(cat[name]["bytes"], "categories.%s.bytes" % name)
+            _uint(cat[name]["blocks"], "categories.%s.blocks" % name)
+
+    sites = _list(r["sites"], "sites")
+    if len(sites) != nsites:
+        _fail("sites", "length differs from counters.call_sites")
+    site_keys = ("id", "frames", "count", "total_bytes", "min_size", "max_size", "live_blocks",
+                 "live_bytes", "freed", "lifetime_requests", "lifetime_ns", "category_bytes",
+                 "category")
+    for i, s in enumerate(sites):
+        path = "sites[%d]" % i
+        _obj(s, path, site_keys)
+        if s["id"] != i:
+            _fail(path + ".id", "ids must equal the index")
+        for j, f in enumerate(_list(s["frames"], path + ".frames")):
+            fp = "%s.frames[%d]" % (path, j)
+            _obj(f, fp, ("address", "module", "offset", "function"))
+            _hex(f["address"], fp + ".address")
+            _str(f["module"], fp + ".module", nullable=True)
+            _hex(f["offset"], fp + ".offset", nullable=True)
+            _str(f["function"], fp + ".function", nullable=True)
+        for key in ("count", "total_bytes", "live_blocks", "live_bytes", "freed"):
+            _uint(s[key], path + "." + key)
+        _uint(s["min_size"], path + ".min_size", nullable=True)
+        _uint(s["max_size"], path + ".max_size", nullable=True)
+        _lifetime(s["lifetime_requests"], path + ".lifetime_requests")
+        _lifetime(s["lifetime_ns"], path + ".lifetime_ns")
+        if (s["lifetime_requests"] is None) != (s["freed"] == 0):
+            _fail(path, "lifetimes must be null exactly when nothing was freed")
+        _obj(s["category_bytes"], path + ".category_bytes", CATEGORIES)
+        for name in CATEGORIES:
+            _uint(s["category_bytes"][name], "%s.category_bytes.%s" % (path, name))
+        if s["category"] is not None and s["category"] not in CATEGORIES:
+            _fail(path + ".category", "unknown category")
+
+    sm = r["sample"]
+    _obj(sm, "sample", ("first_request", "end_request", "fields", "lifetimes", "live_bytes"))
+    _uint(sm["first_request"], "sample.first_request")
+    _uint(sm["end_request"], "sample.end_request")
+    if sm["fields"] != ["site", "size", "birth_request", "death_request", "birth_ns", "death_ns",
+                        "offset"]:
+        _fail("sample.fields", "unexpected fields")
+    lt = _list(sm["lifetimes"], "sample.lifetimes")
+    lb = _list(sm["live_bytes"], "sample.live_bytes")
+    n = sm["end_request"] - sm["first_request"]
+    if len(lt) != n or len(lb) != n:
+        _fail("sample", "expected one lifetime and one live_bytes per request in the sample")
+    if n > c["sample_capacity"]:
+        _fail("sample", "more requests than the capacity")
+    for i, rec in enumerate(lt):
+        path = "sample.lifetimes[%d]" % i
+        if rec == []:
+            continue
+        if not isinstance(rec, list) or len(rec) != 7:
+            _fail(path, "expected 7 fields")
+        site, size, birth, death, bns, dns, offset = rec
+        if offset is not None:
+            _uint(offset, path + ".offset")
+        _uint(site, path)
+        _uint(size, path)
+        if birth != sm["first_request"] + i:
+            _fail(path, "birth_request out of order")
+        if site >= nsites:
+            _fail(path, "no such site")
+        _uint(death, path, nullable=True)
+        _uint(bns, path)
+        _uint(dns, path, nullable=True)
+        if (death is None) != (dns is None) or (death is not None and (death <= birth or dns < bns)):
+            _fail(path, "inconsistent death")
+        _uint(lb[i], "sample.live_bytes[%d]" % i)
+    tl = r["timeline"]
+    _obj(tl, "timeline", ("first_request", "requests_per_point", "max_live_bytes"))
+    _uint(tl["first_request"], "timeline.first_request")
+    _uint(tl["requests_per_point"], "timeline.requests_per_point")
+    pts = _list(tl["max_live_bytes"], "timeline.max_live_bytes")
+    if len(pts) > 512:
+        _fail("timeline.max_live_bytes", "more than 512 points")
+    for i, v in enumerate(pts):
+        _uint(v, "timeline.max_live_bytes[%d]" % i)
+    # A forked child's lower bound starts with what it inherited, before any point.
+    if pts and (max(pts) > r["lower_bound_bytes"] or
+                (p["forked_at_request"] is None and max(pts) != r["lower_bound_bytes"])):
+        _fail("timeline", "its maximum disagrees with lower_bound_bytes")

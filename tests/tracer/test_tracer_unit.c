@@ -1,0 +1,421 @@
+/* Unit tests of the tracer's pure parts: period detection, interning, JSON, paths, categories. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <cmocka.h>
+
+#include "tracer_internal.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+/* ---- period detection ---- */
+
+struct starts {
+    uint64_t tag[4096];
+    int kind[4096];
+    unsigned n;
+};
+
+static void collect(void *ctx, uint64_t tag, int kind)
+{
+    struct starts *s = ctx;
+    if (kind == OM_START_LOCK) /* as the tracer does: a new lock voids later starts */
+        while (s->n && s->tag[s->n - 1] >= tag)
+            s->n--;
+    assert_true(s->n < 4096);
+    s->tag[s->n] = tag;
+    s->kind[s->n++] = kind;
+}
+
+static uint64_t rnd_state = 88172645463325252ull;
+static uint64_t rnd(void)
+{
+    rnd_state ^= rnd_state << 13;
+    rnd_state ^= rnd_state >> 7;
+    rnd_state ^= rnd_state << 17;
+    return rnd_state;
+}
+
+static struct om_period det;
+static struct starts got;
+
+static int setup_det(void **state)
+{
+    static int mapped;
+    if (!mapped && om_period_init(&det) != 0)
+        return -1;
+    mapped = 1;
+    om_period_reset(&det);
+    memset(&got, 0, sizeof got);
+    rnd_state = 88172645463325252ull;
+    return 0;
+}
+
+static void push_all(const uint64_t *tokens, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        om_period_push(&det, tokens[i], i, collect, &got);
+}
+
+static void assert_starts(uint64_t s0, uint64_t p, uint64_t n)
+{
+    assert_true(got.n > 0);
+    for (unsigned k = 0; k < got.n; k++)
+        assert_int_equal(got.tag[k], s0 + k * p);
+    /* Every start up to the end of the stream was reported. */
+    assert_true(got.tag[got.n - 1] + p >= n);
+}
+
+static void test_exact_period(void **state)
+{
+    uint64_t tokens[23 * 10];
+    uint64_t iter[23];
+    for (int k = 0; k < 23; k++)
+        iter[k] = rnd();
+    for (int i = 0; i < 230; i++)
+        tokens[i] = iter[i % 23];
+    push_all(tokens, 230);
+    assert_int_equal(det.p, 23);
+    assert_int_equal(det.s0, 0);
+    assert_int_equal(det.locks, 1);
+    assert_starts(0, 23, 230);
+}
+
+/* Iterations that differ at first (lazily created optimizer state) are not part of the
+ * period; the first steady iteration starts where the stream becomes periodic. */
+static void test_warmup_prefix(void **state)
+{
+    enum { PREFIX = 50, P = 40, FIRST = P + 3, ITERS = 10 };
+    uint64_t tokens[PREFIX + FIRST + P * ITERS], iter[P];
+    size_t n = 0;
+    for (int k = 0; k < PREFIX; k++)
+        tokens[n++] = rnd();
+    for (int k = 0; k < P; k++)
+        iter[k] = rnd();
+    for (int k = 0; k < P; k++)
+        tokens[n++] = iter[k];
+    for (int k = 0; k < FIRST - P; k++) /* state created at the end of the first step */
+        tokens[n++] = rnd();
+    for (int it = 0; it < ITERS; it++)
+        for (int k = 0; k < P; k++)
+            tokens[n++] = iter[k];
+    push_all(tokens, n);
+    assert_int_equal(det.p, P);
+    assert_int_equal(det.s0, PREFIX + FIRST);
+    assert_starts(PREFIX + FIRST, P, n);
+}
+
+static void test_noise_tolerated(void **state)
+{
+    enum { P = 64, ITERS = 20 };
+    uint64_t tokens[P * ITERS], iter[P];
+    for (int k = 0; k < P; k++)
+        iter[k] = rnd();
+    for (int i = 0; i < P * ITERS; i++)
+        tokens[i] = iter[i % P];
+    tokens[8 * P + 17] = rnd(); /* one odd request in two iterations */
+    tokens[13 * P + 40] = rnd();
+    push_all(tokens, P * ITERS);
+    assert_int_equal(det.p, P);
+    assert_int_equal(det.locks, 1);
+    assert_starts(0, P, P * ITERS);
+}
+
+static void test_random_never_locks(void **state)
+{
+    for (int i = 0; i < 20000; i++)
+        om_period_push(&det, rnd() % 50, (uint64_t)i, collect, &got);
+    assert_int_equal(det.p, 0);
+}
+
+/* Identical layers repeat inside an iteration: the lock on the layer ends where the
+ * iteration goes on, and the true period wins. */
+static void test_sub_period_gives_way(void **state)
+{
+    enum { LAYER = 6, LAYERS = 12, TAIL = 30, ITERS = 12 };
+    uint64_t layer[LAYER], tail[TAIL];
+    for (int k = 0; k < LAYER; k++)
+        layer[k] = rnd();
+    for (int k = 0; k < TAIL; k++)
+        tail[k] = rnd();
+    uint64_t i = 0;
+    for (int it = 0; it < ITERS; it++) {
+        for (int l = 0; l < LAYERS; l++)
+            for (int k = 0; k < LAYER; k++)
+                om_period_push(&det, layer[k], i++, collect, &got);
+        for (int k = 0; k < TAIL; k++)
+            om_period_push(&det, tail[k], i++, collect, &got);
+    }
+    assert_int_equal(det.p, LAYER * LAYERS + TAIL);
+}
+
+/* A helper thread allocates at random moments: detection runs on the main thread's
+ * requests, and starts are tagged with global sequence numbers. */
+static void test_two_threads(void **state)
+{
+    enum { P = 31, ITERS = 14, MAIN = 1000, HELPER = 1001 };
+    static struct om_threads threads;
+    memset(&threads, 0, sizeof threads);
+    uint64_t iter[P], seq = 0;
+    uint64_t main_index_of[P * ITERS * 3];
+    for (int k = 0; k < P; k++)
+        iter[k] = rnd();
+    for (uint64_t m = 0; m < P * ITERS;) {
+        int helper = rnd() % 10 < 3;
+        uint32_t tid = helper ? HELPER : MAIN;
+        uint64_t token = helper ? rnd() : iter[m % P];
+        if (om_threads_note(&threads, tid))
+            om_period_reset(&det);
+        if (tid == threads.det_tid)
+            om_period_push(&det, token, seq, collect, &got);
+        main_index_of[seq] = helper ? UINT64_MAX : m;
+        if (!helper)
+            m++;
+        seq++;
+    }
+    assert_int_equal(threads.det_tid, MAIN);
+    assert_int_equal(det.p, P);
+    assert_true(got.n >= ITERS - 4);
+    for (unsigned k = 0; k < got.n; k++)
+        assert_int_equal(main_index_of[got.tag[k]] % P, 0);
+}
+
+static void test_threads_switch_to_majority(void **state)
+{
+    static struct om_threads threads;
+    memset(&threads, 0, sizeof threads);
+    int switched = 0;
+    for (int i = 0; i < 100; i++)
+        switched += om_threads_note(&threads, 7); /* start-up thread */
+    for (int i = 0; i < 9000; i++)
+        switched += om_threads_note(&threads, i % 4 ? 9 : 7);
+    assert_int_equal(threads.det_tid, 9);
+    assert_int_equal(switched, 1);
+}
+
+/* ---- interning ---- */
+
+static void test_interning(void **state)
+{
+    static struct om_sites sites;
+    struct om_stack a = {3, {(void *)0x1000, (void *)0x2000, (void *)0x3000}};
+    struct om_stack b = a, c = a;
+    b.frames[2] = (void *)0x3001;
+    c.depth = 2;
+    struct om_site *sa = om_sites_intern(&sites, &a);
+    assert_non_null(sa);
+    assert_ptr_equal(om_sites_intern(&sites, &a), sa);
+    struct om_site *sb = om_sites_intern(&sites, &b), *sc = om_sites_intern(&sites, &c);
+    assert_true(sb != sa && sc != sa && sc != sb);
+    assert_int_equal(sa->id, 0);
+    assert_int_equal(sb->id, 1);
+    assert_int_equal(sc->id, 2);
+    /* Enough sites for uthash to grow its table several times, from the tracer's memory. */
+    for (uintptr_t i = 0; i < 20000; i++) {
+        struct om_stack s = {2, {(void *)(i * 16), (void *)0x42}};
+        struct om_site *site = om_sites_intern(&sites, &s);
+        assert_non_null(site);
+        assert_int_equal(site->id, i + 3);
+    }
+    for (uintptr_t i = 0; i < 20000; i += 997) {
+        struct om_stack s = {2, {(void *)(i * 16), (void *)0x42}};
+        assert_int_equal(om_sites_intern(&sites, &s)->id, i + 3);
+    }
+    assert_int_equal(sites.count, 20003);
+    assert_ptr_equal(sites.by_id[1], sb);
+    assert_int_equal(sa->frames[1], (void *)0x2000);
+}
+
+static void test_sysmem(void **state)
+{
+    char *p[64];
+    for (int i = 0; i < 64; i++) {
+        size_t size = (size_t)(i * 97 % 9000) + 1;
+        p[i] = om_sys_alloc(size);
+        assert_non_null(p[i]);
+        assert_int_equal((uintptr_t)p[i] % 16, 0);
+        for (size_t k = 0; k < size; k++)
+            assert_int_equal(p[i][k], 0);
+        memset(p[i], 0xab, size);
+    }
+    for (int i = 0; i < 64; i++)
+        om_sys_free(p[i], (size_t)(i * 97 % 9000) + 1);
+    char *q = om_sys_alloc(100); /* reused from a free list, zeroed again */
+    for (int k = 0; k < 100; k++)
+        assert_int_equal(q[k], 0);
+    om_sys_free(q, 100);
+}
+
+/* ---- JSON ---- */
+
+static char json_out[4096];
+
+static void json_capture(void (*fill)(struct om_json *))
+{
+    int fd = memfd_create("json", 0);
+    assert_true(fd >= 0);
+    char buf[8]; /* tiny: every value crosses flushes */
+    struct om_json w;
+    om_json_init(&w, fd, buf, sizeof buf);
+    fill(&w);
+    assert_int_equal(om_json_flush(&w), 0);
+    ssize_t n = pread(fd, json_out, sizeof json_out - 1, 0);
+    assert_true(n >= 0);
+    json_out[n] = '\0';
+    close(fd);
+}
+
+static void fill_strings(struct om_json *w)
+{
+    om_json_begin(w, '[');
+    om_json_str(w, "plain");
+    om_json_str(w, "q\"b\\s/");
+    om_json_str(w, "\n\r\t\b\f\x01\x1f");
+    om_json_str(w, "caf\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80");
+    om_json_str(w, "bad\xff\xc3(\xe2\x82\xed\xa0\x80");
+    om_json_strn(w, "nul\0in", 6);
+    om_json_str(w, NULL);
+    om_json_end(w, ']');
+}
+
+static void test_json_escaping(void **state)
+{
+    json_capture(fill_strings);
+    assert_string_equal(json_out, "[\"plain\",\"q\\\"b\\\\s/\",\"\\n\\r\\t\\b\\f\\u0001\\u001f\","
+                                  "\"caf\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80\","
+                                  "\"bad\\ufffd\\ufffd(\\ufffd\\ufffd\\ufffd\\ufffd\\ufffd\","
+                                  "\"nul\\u0000in\",null]");
+}
+
+static void fill_values(struct om_json *w)
+{
+    om_json_begin(w, '{');
+    om_json_key(w, "u");
+    om_json_u64(w, UINT64_MAX);
+    om_json_key(w, "i");
+    om_json_i64(w, INT64_MIN);
+    om_json_key(w, "z");
+    om_json_u64(w, 0);
+    om_json_key(w, "h");
+    om_json_hex(w, 0x7f00dead0);
+    om_json_key(w, "h0");
+    om_json_hex(w, 0);
+    om_json_key(w, "r");
+    om_json_begin(w, '[');
+    om_json_ratio(w, 1, 3);
+    om_json_ratio(w, 2, 3);
+    om_json_ratio(w, 1999, 1000);
+    om_json_ratio(w, 19999, 10000);
+    om_json_ratio(w, 5, 0);
+    om_json_end(w, ']');
+    om_json_key(w, "b");
+    om_json_bool(w, 1);
+    om_json_end(w, '}');
+}
+
+static void test_json_values(void **state)
+{
+    json_capture(fill_values);
+    assert_string_equal(json_out, "{\"u\":18446744073709551615,\"i\":-9223372036854775808,"
+                                  "\"z\":0,\"h\":\"0x7f00dead0\",\"h0\":\"0x0\","
+                                  "\"r\":[0.333,0.667,1.999,2.000,null],\"b\":true}");
+}
+
+/* ---- report paths ---- */
+
+static void test_path_expand(void **state)
+{
+    char out[64];
+    assert_int_equal(om_path_expand("r_%p_%r_%%.json", 4242, 3, out, sizeof out), 0);
+    assert_string_equal(out, "r_4242_3_%.json");
+    assert_int_equal(om_path_expand("plain", 1, 0, out, sizeof out), 0);
+    assert_string_equal(out, "plain");
+    assert_int_equal(om_path_expand("%q", 1, 0, out, sizeof out), -EINVAL);
+    assert_int_equal(om_path_expand("trailing%", 1, 0, out, sizeof out), -EINVAL);
+    assert_int_equal(om_path_expand("%p%p%p", 1234567890, 0, out, 20), -ENAMETOOLONG);
+    assert_int_equal(om_path_expand("%p", 1234567890, 0, out, 11), 0);
+    assert_int_equal(om_path_expand("%p", 1234567890, 0, out, 10), -ENAMETOOLONG);
+
+    unsetenv("RANK");
+    unsetenv("LOCAL_RANK");
+    assert_int_equal(om_env_rank(), 0);
+    setenv("LOCAL_RANK", "5", 1);
+    assert_int_equal(om_env_rank(), 5);
+    setenv("RANK", "12", 1);
+    assert_int_equal(om_env_rank(), 12);
+    setenv("RANK", "x", 1); /* not a rank: the next one counts */
+    assert_int_equal(om_env_rank(), 5);
+    unsetenv("RANK");
+    unsetenv("LOCAL_RANK");
+}
+
+/* ---- categories ---- */
+
+static void test_categories(void **state)
+{
+    struct om_iter_acct a;
+    memset(&a, 0, sizeof a);
+    om_acct_birth(&a, 1000); /* a parameter, before the first iteration */
+    uint64_t param_iter = a.iter_no;
+    om_acct_boundary(&a, 1);
+    uint64_t cross_iter = 0;
+    for (int it = 0; it < 3; it++) {
+        uint64_t it_no = a.iter_no;
+        om_acct_birth(&a, 10); /* temporary */
+        if (it > 0)            /* last iteration's arc dies after this iteration's first request */
+            assert_int_equal(om_acct_death(&a, 200, cross_iter), OM_CAT_PER_ITERATION);
+        om_acct_birth(&a, 20);
+        om_acct_birth(&a, 200); /* arc over the boundary */
+        cross_iter = it_no;
+        assert_int_equal(om_acct_death(&a, 10, it_no), OM_CAT_TEMPORARY);
+        assert_int_equal(om_acct_death(&a, 20, it_no), OM_CAT_TEMPORARY);
+        om_acct_boundary(&a, 100 * (uint64_t)(it + 1));
+    }
+    assert_true(a.have_last);
+    assert_int_equal(a.last_start, 200);
+    assert_int_equal(a.last_end, 300);
+    assert_int_equal(a.last_bytes[OM_CAT_TEMPORARY], 30);
+    assert_int_equal(a.last_blocks[OM_CAT_TEMPORARY], 2);
+    assert_int_equal(a.last_bytes[OM_CAT_PER_ITERATION], 200);
+    assert_int_equal(a.last_bytes[OM_CAT_PERSISTENT], 1000);
+    assert_int_equal(a.last_blocks[OM_CAT_PERSISTENT], 1);
+    /* Peak of the iteration: the parameter, the old arc and the first temporary, or the
+     * parameter, two temporaries and the new arc. */
+    assert_int_equal(a.last_peak, 1000 + 10 + 20 + 200);
+    assert_int_equal(om_acct_death(&a, 1000, param_iter), OM_CAT_PERSISTENT);
+
+    /* A restart (period found after the fact) does not report the partial iteration. */
+    struct om_iter_acct b;
+    memset(&b, 0, sizeof b);
+    om_acct_birth(&b, 5);
+    om_acct_restart(&b, 10);
+    om_acct_boundary(&b, 20);
+    assert_false(b.have_last);
+    om_acct_boundary(&b, 30);
+    assert_true(b.have_last);
+    assert_int_equal(b.last_bytes[OM_CAT_PERSISTENT], 5);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup(test_exact_period, setup_det),
+        cmocka_unit_test_setup(test_warmup_prefix, setup_det),
+        cmocka_unit_test_setup(test_noise_tolerated, setup_det),
+        cmocka_unit_test_setup(test_random_never_locks, setup_det),
+        cmocka_unit_test_setup(test_sub_period_gives_way, setup_det),
+        cmocka_unit_test_setup(test_two_threads, setup_det),
+        cmocka_unit_test(test_threads_switch_to_majority),
+        cmocka_unit_test(test_interning),
+        cmocka_unit_test(test_sysmem),
+        cmocka_unit_test(test_json_escaping),
+        cmocka_unit_test(test_json_values),
+        cmocka_unit_test(test_path_expand),
+        cmocka_unit_test(test_categories),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,150 @@
+/* Unit tests of the OPTMEM_* environment table: defaults, every value form, bad values. */
+#include <errno.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "config.h"
+
+/* A fake environment: name=value pairs. */
+static const char *const *fake_env;
+
+static const char *fake_getenv(const char *name)
+{
+    for (const char *const *e = fake_env; e && *e; e += 2) {
+        if (strcmp(e[0], name) == 0)
+            return e[1];
+    }
+    return NULL;
+}
+
+static int load(const char *const *env, struct om_config *cfg)
+{
+    fake_env = env;
+    return om_config_load(cfg, fake_getenv);
+}
+
+static void test_defaults(void **state)
+{
+    struct om_config cfg;
+    assert_int_equal(load(NULL, &cfg), 0);
+    assert_int_equal(cfg.mode, OM_MODE_PLAN);
+    assert_int_equal(cfg.min_bytes, 4096);
+    assert_int_equal(cfg.stack_depth, 16);
+    assert_int_equal(cfg.warmup, 0);
+    assert_int_equal(cfg.devices, OM_DEVICE_CPU);
+    assert_int_equal(cfg.verify, 0);
+    assert_string_equal(cfg.report, "");
+    assert_string_equal(cfg.plan_file, "");
+}
+
+static void test_every_variable(void **state)
+{
+    static const char *const env[] = {"OPTMEM_MODE",
+                                      "trace",
+                                      "OPTMEM_REPORT",
+                                      "out/r.%p.%r.json",
+                                      "OPTMEM_MIN_BYTES",
+                                      "64K",
+                                      "OPTMEM_STACK_DEPTH",
+                                      "64",
+                                      "OPTMEM_WARMUP",
+                                      "3",
+                                      "OPTMEM_PLAN_FILE",
+                                      "plan.bin",
+                                      "OPTMEM_DEVICES",
+                                      "cpu,cuda",
+                                      "OPTMEM_LOG",
+                                      "quiet",
+                                      "OPTMEM_VERIFY",
+                                      "1",
+                                      NULL};
+    struct om_config cfg;
+    assert_int_equal(load(env, &cfg), 0);
+    assert_int_equal(cfg.mode, OM_MODE_TRACE);
+    assert_string_equal(cfg.report, "out/r.%p.%r.json");
+    assert_int_equal(cfg.min_bytes, 64 * 1024);
+    assert_int_equal(cfg.stack_depth, 64);
+    assert_int_equal(cfg.warmup, 3);
+    assert_string_equal(cfg.plan_file, "plan.bin");
+    assert_int_equal(cfg.devices, OM_DEVICE_CPU | OM_DEVICE_CUDA);
+    assert_int_equal(cfg.log_level, 0);
+    assert_int_equal(cfg.verify, 1);
+}
+
+static void test_bad_values_take_defaults(void **state)
+{
+    static const char *const env[] = {"OPTMEM_LOG",
+                                      "quiet",
+                                      "OPTMEM_MODE",
+                                      "fast",
+                                      "OPTMEM_MIN_BYTES",
+                                      "12Q",
+                                      "OPTMEM_STACK_DEPTH",
+                                      "65",
+                                      "OPTMEM_WARMUP",
+                                      "-1",
+                                      "OPTMEM_DEVICES",
+                                      "gpu",
+                                      "OPTMEM_VERIFY",
+                                      "yes",
+                                      "OPTMEM_REPORT",
+                                      "r.%x.json",
+                                      NULL};
+    struct om_config cfg;
+    assert_int_equal(load(env, &cfg), 7);
+    assert_int_equal(cfg.mode, OM_MODE_PLAN);
+    assert_int_equal(cfg.min_bytes, 4096);
+    assert_int_equal(cfg.stack_depth, 16);
+    assert_int_equal(cfg.warmup, 0);
+    assert_int_equal(cfg.devices, OM_DEVICE_CPU);
+    assert_int_equal(cfg.verify, 0);
+    assert_string_equal(cfg.report, "");
+}
+
+static void test_sizes(void **state)
+{
+    size_t v;
+    assert_int_equal(om_parse_size("4096", &v), 0);
+    assert_int_equal(v, 4096);
+    assert_int_equal(om_parse_size("64k", &v), 0);
+    assert_int_equal(v, 65536);
+    assert_int_equal(om_parse_size("16MiB", &v), 0);
+    assert_int_equal(v, 16u << 20);
+    assert_int_equal(om_parse_size("2G", &v), 0);
+    assert_int_equal(v, (size_t)2 << 30);
+    assert_int_equal(om_parse_size("", &v), -EINVAL);
+    assert_int_equal(om_parse_size("-1", &v), -EINVAL);
+    assert_int_equal(om_parse_size(" 1", &v), -EINVAL);
+    assert_int_equal(om_parse_size("1KB2", &v), -EINVAL);
+    assert_int_equal(om_parse_size("99999999999999999999", &v), -ERANGE);
+    assert_int_equal(om_parse_size("17179869184G", &v), -ERANGE);
+}
+
+static void test_zero_and_limits(void **state)
+{
+    static const char *const env[] = {
+        "OPTMEM_LOG", "quiet", "OPTMEM_MIN_BYTES", "0", "OPTMEM_STACK_DEPTH", "0", "OPTMEM_WARMUP",
+        "auto",       NULL};
+    struct om_config cfg;
+    assert_int_equal(load(env, &cfg), 2);
+    assert_int_equal(cfg.min_bytes, 4096);
+    assert_int_equal(cfg.stack_depth, 16);
+    assert_int_equal(cfg.warmup, 0);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_defaults),
+        cmocka_unit_test(test_every_variable),
+        cmocka_unit_test(test_bad_values_take_defaults),
+        cmocka_unit_test(test_sizes),
+        cmocka_unit_test(test_zero_and_limits),
+    };
+    return cmocka_run_group_tests_name("config", tests, NULL, NULL);
+}

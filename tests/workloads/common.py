@@ -1,0 +1,102 @@
+"""Shared plumbing for the bundled training workloads: arguments, memory/fault probes, step loop, output."""
+
+import argparse
+import ctypes
+import json
+import os
+import resource
+import sys
+import time
+
+# Steps excluded from steps/s and faults/step: first-touch of weights, optimizer
+# state creation and allocator warm-up all happen here.
+WARMUP_STEPS = 3
+
+
+def parse_args(description, default_steps=30):
+    """Parse the command line shared by every workload."""
+    p = argparse.ArgumentParser(description=description)
+    p.add_argument("--steps", type=int, default=default_steps,
+                   help="training steps to run (default %(default)s)")
+    p.add_argument("--threads", type=int, default=2,
+                   help="intra-op / BLAS threads (default %(default)s)")
+    p.add_argument("--json", action="store_true",
+                   help="print a final 'OPTMEM_RESULT {json}' line")
+    args = p.parse_args()
+    if args.steps < 1 or args.threads < 1:
+        p.error("--steps and --threads must be at least 1")
+    return args
+
+
+def status_bytes(field):
+    """Return a kB field of /proc/self/status (VmRSS, VmHWM, ...) in bytes."""
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith(field + ":"):
+                return int(line.split()[1]) * 1024
+    raise RuntimeError("no %s in /proc/self/status" % field)
+
+
+def minor_faults():
+    """Minor page faults of the whole process (all threads) so far."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+
+
+def step_marker():
+    """Return optmem_step if explicitly asked for and the library is loaded, else None.
+
+    By default nothing is marked: optmem has to find iterations on its own.
+    """
+    if os.environ.get("OPTMEM_WORKLOAD_MARK_STEPS") != "1":
+        return None
+    fn = getattr(ctypes.CDLL(None), "optmem_step", None)
+    if fn is None:
+        print("note: OPTMEM_WORKLOAD_MARK_STEPS=1 but optmem_step is not loaded",
+              file=sys.stderr)
+        return None
+    fn.restype = None
+    fn.argtypes = []
+    return fn
+
+
+def train(name, args, rss_after_imports, step_fn):
+    """Run step_fn(i) -> loss (a Python float) for args.steps steps, print and measure.
+
+    rss_after_imports must have been read right after the imports, before any model
+    or data was built, so that the difference to VmHWM is what training drove.
+    """
+    mark = step_marker()
+    losses = []
+    t_steady = flt_steady = None
+    for i in range(args.steps):
+        if i == WARMUP_STEPS:
+            t_steady = time.perf_counter()
+            flt_steady = minor_faults()
+        loss = float(step_fn(i))
+        if mark is not None:
+            mark()
+        losses.append(loss)
+        # repr keeps every bit of the double, so runs can be compared exactly.
+        print("step %d loss %r" % (i, loss), flush=True)
+    steady = args.steps - WARMUP_STEPS
+    if t_steady is not None and steady > 0:
+        elapsed = time.perf_counter() - t_steady
+        flt_per_step = (minor_faults() - flt_steady) / steady
+        steps_per_s = steady / elapsed if elapsed > 0 else None
+    else:
+        flt_per_step = steps_per_s = None
+    peak = status_bytes("VmHWM")
+    result = {
+        "workload": name,
+        "steps": args.steps,
+        "threads": args.threads,
+        "rss_after_imports_bytes": rss_after_imports,
+        "peak_rss_bytes": peak,
+        "training_peak_bytes": peak - rss_after_imports,
+        "steady_steps_per_s": steps_per_s,
+        "minflt_per_steady_step": flt_per_step,
+        "losses": losses,
+    }
+    if args.json:
+        print("OPTMEM_RESULT " + json.dumps(result), flush=True)
+    return result

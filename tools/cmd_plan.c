@@ -1,0 +1,203 @@
+/* `optmem plan`: offline placement of a lifetime CSV, with the replanner the library uses. */
+#include "commands.h"
+#include "replanner.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define CLI_DEFAULT_BUDGET_MS 1000
+
+static void *cli_alloc(void *ctx, size_t n)
+{
+    (void)ctx;
+    return malloc(n ? n : 1);
+}
+
+static void cli_release(void *ctx, void *p, size_t n)
+{
+    (void)ctx;
+    (void)n;
+    free(p);
+}
+
+static void usage(FILE *f)
+{
+    fprintf(f,
+            "usage: optmem plan FILE.csv [--budget-ms N] [--algo NAME] [--seed N] [--period P]\n"
+            "                  [-o OUT.csv]\n"
+            "Places the buffers of a lifetime CSV (header id,lower,upper,size[,alignment];\n"
+            "lifetimes half-open [lower,upper)) in one pool and prints the peak against the\n"
+            "lower bound (max bytes live at once).\n"
+            "  --budget-ms N  search time in milliseconds (default %d)\n"
+            "  --algo NAME    auto (default), greedy, local or bnb\n"
+            "  --seed N       seed of the randomized search (default 1)\n"
+            "  --period P     cyclic timeline of period P (0 <= lower < P, upper <= lower + P)\n"
+            "  -o OUT.csv     write the input columns plus offset\n"
+            "  -h, --help     this text\n",
+            CLI_DEFAULT_BUDGET_MS);
+}
+
+/* Strict unsigned decimal: "12x", "-1" and "" are errors. */
+static int parse_num(const char *s, uint64_t max, uint64_t *v)
+{
+    char *end;
+    unsigned long long x;
+
+    if (!s || !*s || *s == '-' || *s == '+')
+        return -EINVAL;
+    errno = 0;
+    x = strtoull(s, &end, 10);
+    if (errno || *end || x > max)
+        return -EINVAL;
+    *v = x;
+    return 0;
+}
+
+/* The value of --name V or --name=V; advances *i past it. NULL if missing. */
+static const char *opt_value(int argc, char **argv, int *i, const char *name)
+{
+    size_t len = strlen(name);
+    const char *a = argv[*i];
+
+    if (strncmp(a, name, len) == 0 && a[len] == '=')
+        return a + len + 1;
+    if (strcmp(a, name) == 0 && *i + 1 < argc)
+        return argv[++*i];
+    return NULL;
+}
+
+static int is_opt(const char *a, const char *name)
+{
+    size_t len = strlen(name);
+    return strncmp(a, name, len) == 0 && (a[len] == '\0' || a[len] == '=');
+}
+
+static int write_out(const char *path, const om_rp_block *b, size_t n, const uint64_t *off)
+{
+    FILE *f = fopen(path, "w");
+    int rc;
+
+    if (!f) {
+        fprintf(stderr, "optmem: plan: %s: %s\n", path, strerror(errno));
+        return -errno;
+    }
+    rc = om_rp_csv_write(f, b, n, off);
+    if (fclose(f) != 0 && rc == 0)
+        rc = -errno;
+    if (rc < 0)
+        fprintf(stderr, "optmem: plan: %s: %s\n", path, strerror(-rc));
+    return rc;
+}
+
+int om_cmd_plan(int argc, char **argv)
+{
+    om_rp_options opt = {0};
+    om_rp_result res;
+    om_rp_block *blocks = NULL;
+    uint64_t *off = NULL, v;
+    const char *in = NULL, *out = NULL;
+    char err[512];
+    size_t n = 0;
+    int ret = OM_EXIT_FAILURE, rc;
+
+    opt.alloc = (om_rp_allocator){cli_alloc, cli_release, NULL};
+    opt.budget_ms = CLI_DEFAULT_BUDGET_MS;
+    opt.seed = 1;
+    opt.err = err;
+    opt.errlen = sizeof(err);
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *val;
+
+        if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
+            usage(stdout);
+            return OM_EXIT_OK;
+        }
+        if (strcmp(a, "-o") == 0 || is_opt(a, "--output")) {
+            val = strcmp(a, "-o") == 0 ? (i + 1 < argc ? argv[++i] : NULL)
+                                       : opt_value(argc, argv, &i, "--output");
+            if (!val || !*val)
+                goto missing;
+            out = val;
+        } else if (is_opt(a, "--budget-ms")) {
+            if (!(val = opt_value(argc, argv, &i, "--budget-ms")))
+                goto missing;
+            if (parse_num(val, 86400000, &v) < 0 || v == 0)
+                goto bad_value;
+            opt.budget_ms = (uint32_t)v;
+        } else if (is_opt(a, "--seed")) {
+            if (!(val = opt_value(argc, argv, &i, "--seed")))
+                goto missing;
+            if (parse_num(val, UINT64_MAX, &opt.seed) < 0)
+                goto bad_value;
+        } else if (is_opt(a, "--period")) {
+            if (!(val = opt_value(argc, argv, &i, "--period")))
+                goto missing;
+            if (parse_num(val, UINT64_MAX, &opt.period) < 0)
+                goto bad_value;
+        } else if (is_opt(a, "--algo")) {
+            if (!(val = opt_value(argc, argv, &i, "--algo")))
+                goto missing;
+            if (om_rp_algo_parse(val, &opt.algo) < 0) {
+                fprintf(stderr, "optmem: plan: unknown algorithm '%s' (auto, greedy, local, bnb)\n",
+                        val);
+                return OM_EXIT_USAGE;
+            }
+        } else if (a[0] == '-' && a[1] != '\0') {
+            fprintf(stderr, "optmem: plan: unknown option '%s' (see optmem plan --help)\n", a);
+            return OM_EXIT_USAGE;
+        } else if (in) {
+            fprintf(stderr, "optmem: plan: one input file only, got '%s' and '%s'\n", in, a);
+            return OM_EXIT_USAGE;
+        } else {
+            in = a;
+        }
+        continue;
+    missing:
+        fprintf(stderr, "optmem: plan: option '%s' needs a value\n", a);
+        return OM_EXIT_USAGE;
+    bad_value:
+        fprintf(stderr, "optmem: plan: bad value '%s' for %s\n", val, a);
+        return OM_EXIT_USAGE;
+    }
+    if (!in) {
+        fprintf(stderr, "optmem: plan: no input file (usage: optmem plan FILE.csv [options])\n");
+        return OM_EXIT_USAGE;
+    }
+
+    if ((rc = om_rp_csv_read(in, &opt.alloc, &blocks, &n, err, sizeof(err))) < 0) {
+        fprintf(stderr, "optmem: plan: %s\n", err);
+        goto out;
+    }
+    if (!(off = calloc(n ? n : 1, sizeof(*off)))) {
+        fprintf(stderr, "optmem: plan: out of memory\n");
+        goto out;
+    }
+    if ((rc = om_rp_plan(blocks, n, &opt, off, &res)) < 0) {
+        fprintf(stderr, "optmem: plan: %s: %s\n", in, err);
+        goto out;
+    }
+    /* Never print a plan the checker has not passed. */
+    if ((rc = om_rp_check(blocks, n, opt.period, off, &opt.alloc, err, sizeof(err))) < 0) {
+        fprintf(stderr, "optmem: plan: internal error, invalid plan: %s\n", err);
+        goto out;
+    }
+    printf("file:        %s\n", in);
+    printf("buffers:     %zu\n", n);
+    printf("lower bound: %" PRIu64 "\n", res.lower_bound);
+    printf("peak:        %" PRIu64 "\n", res.peak);
+    printf("peak/LB:     %.4f\n",
+           res.lower_bound ? (double)res.peak / (double)res.lower_bound : 1.0);
+    printf("time:        %.1f ms (algo %s, best from %s, %" PRIu64 " steps%s)\n",
+           (double)res.elapsed_ns / 1e6, om_rp_algo_name(opt.algo), res.stage, res.nodes,
+           res.optimal ? ", optimal" : "");
+    if (out && write_out(out, blocks, n, off) < 0)
+        goto out;
+    ret = OM_EXIT_OK;
+out:
+    free(off);
+    om_rp_csv_free(&opt.alloc, blocks, n);
+    return ret;
+}

@@ -1,0 +1,217 @@
+/* optmem run: starts a command with liboptmem.so preloaded and the options as OPTMEM_*
+ * variables, forwards signals to it, and returns its exit status. */
+#include "commands.h"
+
+#include <errno.h>
+#include <getopt.h>
+#include <limits.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+static volatile sig_atomic_t child_pid;
+
+static void run_usage(FILE *out)
+{
+    fprintf(
+        out,
+        "usage: optmem run [OPTIONS] [--] COMMAND [ARGS...]\n\n"
+        "Runs COMMAND with liboptmem.so preloaded (children and exec'd programs keep it).\n\n"
+        "  --mode plan|trace|off    OPTMEM_MODE (default plan)\n"
+        "  -o, --report PATH        OPTMEM_REPORT, %%p pid, %%r rank (default optmem.%%p.json)\n"
+        "  --min-bytes SIZE         OPTMEM_MIN_BYTES, e.g. 4096 or 64K\n"
+        "  --stack-depth N          OPTMEM_STACK_DEPTH, 1..64\n"
+        "  --warmup auto|N          OPTMEM_WARMUP\n"
+        "  --plan-file PATH         OPTMEM_PLAN_FILE\n"
+        "  --devices LIST           OPTMEM_DEVICES: cpu, cuda or cpu,cuda\n"
+        "  --cuda                   also set PYTORCH_CUDA_ALLOC_CONF=backend:cudaMallocAsync\n"
+        "  --log quiet|info|debug   OPTMEM_LOG\n"
+        "  --verify                 OPTMEM_VERIFY=1 (checking mode)\n"
+        "  --library PATH           the liboptmem.so to preload\n\n"
+        "Exit status: that of COMMAND (a command killed by a signal kills optmem with it);\n"
+        "127 when COMMAND cannot be run, 2 for bad usage.\n");
+}
+
+/* Forwards signals sent to optmem itself; a terminal's signals reach the child directly. */
+static void forward_signal(int sig, siginfo_t *info, void *ctx)
+{
+    if (child_pid > 0 && info->si_code != SI_KERNEL)
+        kill(child_pid, sig);
+}
+
+/* Finds liboptmem.so next to this executable: installed (bin/../lib) or in the build tree. */
+static int find_library(char *out, size_t outlen)
+{
+    char exe[PATH_MAX];
+    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+    if (n <= 0)
+        return -errno;
+    exe[n] = '\0';
+    char *slash = strrchr(exe, '/');
+    if (slash)
+        *slash = '\0';
+    static const char *const candidates[] = {"../" OM_INSTALL_LIBDIR "/liboptmem.so",
+                                             "../lib/liboptmem.so", "../preload/liboptmem.so"};
+    for (size_t i = 0; i < sizeof candidates / sizeof candidates[0]; i++) {
+        char path[PATH_MAX + 64];
+        snprintf(path, sizeof path, "%s/%s", exe, candidates[i]);
+        if (access(path, R_OK) == 0 && realpath(path, out) && strlen(out) < outlen)
+            return 0;
+    }
+    return -ENOENT;
+}
+
+static int set_preload(const char *library)
+{
+    const char *old = getenv("LD_PRELOAD");
+    if (!old || !*old)
+        return setenv("LD_PRELOAD", library, 1);
+    size_t len = strlen(library) + strlen(old) + 2;
+    char *value = malloc(len);
+    if (!value)
+        return -1;
+    snprintf(value, len, "%s:%s", library, old);
+    int rc = setenv("LD_PRELOAD", value, 1);
+    free(value);
+    return rc;
+}
+
+static int wait_child(pid_t pid)
+{
+    int status;
+    while (waitpid(pid, &status, 0) < 0) {
+        if (errno != EINTR)
+            return 127;
+    }
+    if (WIFEXITED(status))
+        return WEXITSTATUS(status);
+    int sig = WTERMSIG(status);
+    fprintf(stderr, "optmem: command killed by signal %d (%s)\n", sig, strsignal(sig));
+    signal(sig, SIG_DFL);
+    raise(sig); /* so that our parent sees the same status */
+    return 128 + sig;
+}
+
+static void print_summary(const char *report)
+{
+    struct rusage usage;
+    if (getrusage(RUSAGE_CHILDREN, &usage) == 0)
+        fprintf(stderr, "optmem: peak RSS of the command: %.1f MiB\n", usage.ru_maxrss / 1024.0);
+    if (report)
+        fprintf(stderr, "optmem: report template: %s\n", report);
+}
+
+int om_cmd_run(int argc, char **argv)
+{
+    enum {
+        OPT_MODE = 256,
+        OPT_MIN,
+        OPT_DEPTH,
+        OPT_WARMUP,
+        OPT_PLAN,
+        OPT_DEV,
+        OPT_CUDA,
+        OPT_LOG,
+        OPT_VERIFY,
+        OPT_LIB,
+        OPT_HELP
+    };
+    static const struct option options[] = {
+        {"mode", required_argument, NULL, OPT_MODE},
+        {"report", required_argument, NULL, 'o'},
+        {"min-bytes", required_argument, NULL, OPT_MIN},
+        {"stack-depth", required_argument, NULL, OPT_DEPTH},
+        {"warmup", required_argument, NULL, OPT_WARMUP},
+        {"plan-file", required_argument, NULL, OPT_PLAN},
+        {"devices", required_argument, NULL, OPT_DEV},
+        {"cuda", no_argument, NULL, OPT_CUDA},
+        {"log", required_argument, NULL, OPT_LOG},
+        {"verify", no_argument, NULL, OPT_VERIFY},
+        {"library", required_argument, NULL, OPT_LIB},
+        {"help", no_argument, NULL, OPT_HELP},
+        {NULL, 0, NULL, 0},
+    };
+    /* Each option is the environment variable of the same meaning. */
+    static const struct {
+        int opt;
+        const char *var;
+    } env_of[] = {
+        {OPT_MODE, "OPTMEM_MODE"},     {'o', "OPTMEM_REPORT"},
+        {OPT_MIN, "OPTMEM_MIN_BYTES"}, {OPT_DEPTH, "OPTMEM_STACK_DEPTH"},
+        {OPT_WARMUP, "OPTMEM_WARMUP"}, {OPT_PLAN, "OPTMEM_PLAN_FILE"},
+        {OPT_DEV, "OPTMEM_DEVICES"},   {OPT_LOG, "OPTMEM_LOG"},
+    };
+    char library[PATH_MAX] = "";
+    optind = 1;
+    int opt;
+    while ((opt = getopt_long(argc, argv, "+o:h", options, NULL)) != -1) {
+        switch (opt) {
+        case OPT_CUDA:
+            setenv("PYTORCH_CUDA_ALLOC_CONF", "backend:cudaMallocAsync", 1);
+            break;
+        case OPT_VERIFY:
+            setenv("OPTMEM_VERIFY", "1", 1);
+            break;
+        case OPT_LIB:
+            if (!realpath(optarg, library)) {
+                fprintf(stderr, "optmem: --library %s: %s\n", optarg, strerror(errno));
+                return OM_EXIT_USAGE;
+            }
+            break;
+        case 'h':
+        case OPT_HELP:
+            run_usage(stdout);
+            return OM_EXIT_OK;
+        case '?':
+            run_usage(stderr);
+            return OM_EXIT_USAGE;
+        default:
+            for (size_t i = 0; i < sizeof env_of / sizeof env_of[0]; i++) {
+                if (env_of[i].opt == opt)
+                    setenv(env_of[i].var, optarg, 1);
+            }
+        }
+    }
+    if (optind >= argc) {
+        fprintf(stderr, "optmem run: no command given\n");
+        run_usage(stderr);
+        return OM_EXIT_USAGE;
+    }
+    if (!*library && find_library(library, sizeof library) != 0) {
+        fprintf(stderr, "optmem: liboptmem.so not found next to this program; use --library\n");
+        return OM_EXIT_FAILURE;
+    }
+    if (!getenv("OPTMEM_REPORT"))
+        setenv("OPTMEM_REPORT", "optmem.%p.json", 1);
+    if (set_preload(library) != 0) {
+        fprintf(stderr, "optmem: cannot set LD_PRELOAD: %s\n", strerror(errno));
+        return OM_EXIT_FAILURE;
+    }
+
+    struct sigaction sa = {.sa_sigaction = forward_signal, .sa_flags = SA_SIGINFO | SA_RESTART};
+    sigemptyset(&sa.sa_mask);
+    static const int forwarded[] = {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2};
+    for (size_t i = 0; i < sizeof forwarded / sizeof forwarded[0]; i++)
+        sigaction(forwarded[i], &sa, NULL);
+
+    pid_t pid = fork();
+    if (pid < 0) {
+        fprintf(stderr, "optmem: fork: %s\n", strerror(errno));
+        return OM_EXIT_FAILURE;
+    }
+    if (pid == 0) {
+        for (size_t i = 0; i < sizeof forwarded / sizeof forwarded[0]; i++)
+            signal(forwarded[i], SIG_DFL);
+        execvp(argv[optind], argv + optind);
+        fprintf(stderr, "optmem: cannot run %s: %s\n", argv[optind], strerror(errno));
+        _exit(127);
+    }
+    child_pid = pid;
+    int status = wait_child(pid);
+    print_summary(getenv("OPTMEM_REPORT"));
+    return status;
+}

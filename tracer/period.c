@@ -1,0 +1,267 @@
+/* Iteration detection: the period of a token stream, found as a tandem repeat, incrementally. */
+#include "tracer_internal.h"
+
+#include <errno.h>
+#include <string.h>
+
+#define H OM_PERIOD_HISTORY
+#define MAX_PERIOD ((H - 1) / 2)
+
+int om_period_init(struct om_period *d)
+{
+    memset(d, 0, sizeof *d);
+    d->hist = om_sys_map(H * sizeof *d->hist);
+    d->tag = om_sys_map(H * sizeof *d->tag);
+    d->kgram_last = om_sys_map(OM_PERIOD_KGRAM_SLOTS * sizeof *d->kgram_last);
+    if (!d->hist || !d->tag || !d->kgram_last)
+        return -ENOMEM;
+    return 0;
+}
+
+void om_period_reset(struct om_period *d)
+{
+    uint64_t *hist = d->hist, *tag = d->tag, *kl = d->kgram_last;
+    memset(d, 0, sizeof *d);
+    d->hist = hist;
+    d->tag = tag;
+    d->kgram_last = kl;
+    memset(kl, 0, OM_PERIOD_KGRAM_SLOTS * sizeof *kl);
+}
+
+static inline uint64_t at(const struct om_period *d, uint64_t i)
+{
+    return d->hist[i % H];
+}
+
+/* Substitutions cost two mismatches (the odd token against its neighbours one period
+ * either side), so a few per period are tolerated; an insertion shifts everything after
+ * it and kills the candidate, which the k-grams then propose again. */
+static uint64_t tolerance(uint64_t p)
+{
+    return p / 16;
+}
+
+static uint64_t mix(uint64_t h)
+{
+    h ^= h >> 33;
+    h *= 0xff51afd7ed558ccdull;
+    h ^= h >> 33;
+    return h;
+}
+
+static int confirmed(const struct om_period *d, const struct om_period_candidate *c)
+{
+    uint64_t age = d->n - c->created;
+    return age >= 2 * c->p && age >= OM_PERIOD_MIN_EVIDENCE;
+}
+
+static void drop(struct om_period *d, unsigned k)
+{
+    d->cand[k] = d->cand[--d->ncand];
+}
+
+static void propose(struct om_period *d, uint64_t p, uint64_t created)
+{
+    for (unsigned k = 0; k < d->ncand; k++)
+        if (d->cand[k].p == p)
+            return;
+    unsigned slot = d->ncand;
+    if (slot == OM_PERIOD_CANDIDATES) {
+        /* Evict the youngest candidate that is not locked: age is the evidence. */
+        uint64_t best_created = 0;
+        slot = OM_PERIOD_CANDIDATES;
+        for (unsigned k = 0; k < d->ncand; k++) {
+            if (d->cand[k].p == d->p)
+                continue;
+            if (slot == OM_PERIOD_CANDIDATES || d->cand[k].created > best_created) {
+                slot = k;
+                best_created = d->cand[k].created;
+            }
+        }
+        if (slot == OM_PERIOD_CANDIDATES || best_created > created)
+            return;
+    } else {
+        d->ncand++;
+    }
+    d->cand[slot].p = p;
+    d->cand[slot].created = created;
+    d->cand[slot].mismatch = 0;
+}
+
+/* The repeat is extended backwards over exact matches: the first steady iteration starts
+ * where the stream became periodic, however different the iterations before were. */
+static void lock(struct om_period *d, const struct om_period_candidate *c, om_period_start_fn fn,
+                 void *ctx)
+{
+    uint64_t p = c->p, j = c->created;
+    uint64_t oldest = d->n > H ? d->n - H : 0;
+    while (j >= p + oldest + 1 && at(d, j - 1) == at(d, j - 1 - p))
+        j--;
+    d->p = p;
+    d->s0 = j - p;
+    d->locks++;
+    uint64_t last = d->n - 1, s = d->s0;
+    for (; s <= last; s += p)
+        fn(ctx, d->tag[s % H], s == d->s0 ? OM_START_LOCK : OM_START_RETRO);
+    d->next_start = s;
+}
+
+void om_period_push(struct om_period *d, uint64_t token, uint64_t tag, om_period_start_fn fn,
+                    void *ctx)
+{
+    uint64_t i = d->n++;
+    d->hist[i % H] = token;
+    d->tag[i % H] = tag;
+
+    if (d->p && i == d->next_start) {
+        fn(ctx, tag, OM_START_LIVE);
+        d->next_start += d->p;
+    }
+
+    for (unsigned k = 0; k < d->ncand;) {
+        struct om_period_candidate *c = &d->cand[k];
+        uint64_t p = c->p;
+        c->mismatch += at(d, i) != at(d, i - p);
+        if (i - p >= c->created)
+            c->mismatch -= at(d, i - p) != at(d, i - 2 * p);
+        if (c->mismatch > tolerance(p)) {
+            if (p == d->p)
+                d->p = 0; /* the program changed, or the lock was a sub-period */
+            drop(d, k);
+            continue;
+        }
+        k++;
+    }
+
+    if (i + 1 >= OM_PERIOD_KGRAM) {
+        uint64_t h = 0;
+        for (unsigned j = 0; j < OM_PERIOD_KGRAM; j++)
+            h = mix(h ^ at(d, i - j));
+        uint64_t *slot = &d->kgram_last[h & (OM_PERIOD_KGRAM_SLOTS - 1)];
+        uint64_t prev = *slot;
+        *slot = i + 1;
+        if (prev) {
+            uint64_t p = i - (prev - 1);
+            int same = p >= 1 && p <= MAX_PERIOD && i + 1 >= p + OM_PERIOD_KGRAM;
+            for (unsigned j = 0; same && j < OM_PERIOD_KGRAM; j++)
+                same = at(d, i - j) == at(d, i - j - p);
+            if (same)
+                propose(d, p, i + 1 - OM_PERIOD_KGRAM);
+        }
+    }
+
+    if (!d->p) {
+        int best = -1;
+        for (unsigned k = 0; k < d->ncand; k++) {
+            const struct om_period_candidate *c = &d->cand[k];
+            if (!confirmed(d, c))
+                continue;
+            if (best < 0 || c->created < d->cand[best].created ||
+                (c->created == d->cand[best].created && c->p < d->cand[best].p))
+                best = (int)k;
+        }
+        if (best >= 0)
+            lock(d, &d->cand[best], fn, ctx);
+    }
+}
+
+/* Detection follows the thread that makes most managed requests: the main sequence of a
+ * training loop, undisturbed by the timing of helper threads. Switching needs a clear
+ * majority, checked every 4096 requests, so that two similar threads do not flap. */
+int om_threads_note(struct om_threads *t, uint32_t tid)
+{
+    unsigned k = tid % OM_THREADS;
+    for (unsigned n = 0; n < OM_THREADS; n++, k = (k + 1) % OM_THREADS) {
+        if (t->t[k].tid == tid || t->t[k].count == 0) {
+            t->t[k].tid = tid;
+            t->t[k].count++;
+            break;
+        }
+    }
+    t->total++;
+    if (t->det_tid == 0) {
+        t->det_tid = tid;
+        return 0;
+    }
+    if ((t->total & 4095) != 0)
+        return 0;
+    unsigned best = 0;
+    uint64_t det_count = 0;
+    for (k = 0; k < OM_THREADS; k++) {
+        if (t->t[k].count > t->t[best].count)
+            best = k;
+        if (t->t[k].tid == t->det_tid)
+            det_count = t->t[k].count;
+    }
+    if (t->t[best].tid == t->det_tid || t->t[best].count <= 2 * det_count)
+        return 0;
+    t->det_tid = t->t[best].tid;
+    t->switches++;
+    return 1;
+}
+
+/* ---- the categories of one iteration, kept as the iteration runs ---- */
+
+void om_acct_birth(struct om_iter_acct *a, uint64_t size)
+{
+    a->live_bytes += size;
+    a->live_blocks++;
+    a->born_bytes += size;
+    a->born_blocks++;
+    if (a->live_bytes > a->peak_live)
+        a->peak_live = a->live_bytes;
+}
+
+int om_acct_death(struct om_iter_acct *a, uint64_t size, uint64_t birth_iter)
+{
+    a->live_bytes -= size;
+    a->live_blocks--;
+    uint64_t crossed = a->iter_no - birth_iter;
+    if (crossed == 0) {
+        a->temp_bytes += size;
+        a->temp_blocks++;
+        return OM_CAT_TEMPORARY;
+    }
+    a->old_died_bytes += size;
+    a->old_died_blocks++;
+    return crossed == 1 ? OM_CAT_PER_ITERATION : OM_CAT_PERSISTENT;
+}
+
+static void begin(struct om_iter_acct *a, uint64_t seq)
+{
+    a->iter_no++;
+    a->start_seq = seq;
+    a->start_live_bytes = a->live_bytes;
+    a->start_live_blocks = a->live_blocks;
+    a->born_bytes = a->born_blocks = a->temp_bytes = a->temp_blocks = 0;
+    a->old_died_bytes = a->old_died_blocks = 0;
+    a->peak_live = a->live_bytes;
+}
+
+/* An iteration ended at seq: born and freed inside it is temporary, born inside and
+ * still live is per_iteration (an arc over the boundary), live throughout is persistent. */
+void om_acct_boundary(struct om_iter_acct *a, uint64_t seq)
+{
+    if (!a->partial) {
+        a->have_last = 1;
+        a->last_start = a->start_seq;
+        a->last_end = seq;
+        a->last_peak = a->peak_live;
+        a->last_bytes[OM_CAT_TEMPORARY] = a->temp_bytes;
+        a->last_blocks[OM_CAT_TEMPORARY] = a->temp_blocks;
+        a->last_bytes[OM_CAT_PER_ITERATION] = a->born_bytes - a->temp_bytes;
+        a->last_blocks[OM_CAT_PER_ITERATION] = a->born_blocks - a->temp_blocks;
+        a->last_bytes[OM_CAT_PERSISTENT] = a->start_live_bytes - a->old_died_bytes;
+        a->last_blocks[OM_CAT_PERSISTENT] = a->start_live_blocks - a->old_died_blocks;
+    }
+    a->partial = 0;
+    begin(a, seq);
+}
+
+/* Starts found after the fact (a period just locked): the iteration in progress is only
+ * known from now on, so it is not reported when it ends. */
+void om_acct_restart(struct om_iter_acct *a, uint64_t seq)
+{
+    begin(a, seq);
+    a->partial = 1;
+}

@@ -1,0 +1,483 @@
+/* The lifetime report: versioned JSON (docs/report-schema.md), written atomically. */
+#include "tracer_internal.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h> /* rename */
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#define REPORT_VERSION 1
+#define PEAK_TOP 20
+#define WRITE_BUF (256u * 1024)
+
+static void kv_u64(struct om_json *w, const char *key, uint64_t v)
+{
+    om_json_key(w, key);
+    om_json_u64(w, v);
+}
+
+static void kv_str(struct om_json *w, const char *key, const char *v)
+{
+    om_json_key(w, key);
+    om_json_str(w, v);
+}
+
+/* Reads a small /proc file into buf; returns its length (0 on failure). */
+static size_t read_proc(const char *path, char *buf, size_t cap)
+{
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return 0;
+    size_t len = 0;
+    while (len < cap) {
+        ssize_t n = read(fd, buf + len, cap - len);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0)
+            break;
+        len += (size_t)n;
+    }
+    close(fd);
+    return len;
+}
+
+static void write_process(struct om_json *w, const struct om_tracer_state *st)
+{
+    enum { CMDLINE_MAX = 64 * 1024 };
+    om_json_key(w, "process");
+    om_json_begin(w, '{');
+    kv_u64(w, "pid", (uint64_t)getpid());
+    kv_u64(w, "ppid", (uint64_t)getppid());
+    om_json_key(w, "rank");
+    om_json_i64(w, om_env_rank());
+    char exe[4096];
+    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe);
+    om_json_key(w, "exe");
+    if (n > 0 && (size_t)n < sizeof exe)
+        om_json_strn(w, exe, (size_t)n);
+    else
+        om_json_null(w);
+    om_json_key(w, "argv");
+    om_json_begin(w, '[');
+    char *cmd = om_sys_map(CMDLINE_MAX);
+    if (cmd) {
+        size_t len = read_proc("/proc/self/cmdline", cmd, CMDLINE_MAX);
+        for (size_t i = 0; i < len;) {
+            size_t arg = strnlen(cmd + i, len - i);
+            om_json_strn(w, cmd + i, arg);
+            i += arg + 1;
+        }
+        om_sys_unmap(cmd, CMDLINE_MAX);
+    }
+    om_json_end(w, ']');
+    om_json_key(w, "forked_at_request");
+    if (st->fork_seq)
+        om_json_u64(w, st->fork_seq);
+    else
+        om_json_null(w);
+    om_json_end(w, '}');
+}
+
+static void write_configuration(struct om_json *w, const struct om_tracer_state *st)
+{
+    om_json_key(w, "configuration");
+    om_json_begin(w, '{');
+    kv_str(w, "mode", st->mode_name);
+    kv_u64(w, "min_bytes", st->min_bytes);
+    kv_u64(w, "stack_depth", st->stack_depth);
+    om_json_key(w, "warmup");
+    if (st->warmup)
+        om_json_u64(w, st->warmup);
+    else
+        om_json_str(w, "auto");
+    kv_u64(w, "sample_capacity", OM_SAMPLE_RECORDS);
+    om_json_end(w, '}');
+}
+
+static uint64_t site_peak_bytes(const struct om_tracer_state *st, const struct om_site *s,
+                                uint64_t *blocks)
+{
+    if (s->mod_event <= st->peak_event) {
+        *blocks = s->live_blocks;
+        return s->live_bytes;
+    }
+    if (s->snap_for == st->peak_event + 1) {
+        *blocks = s->snap_blocks;
+        return s->snap_bytes;
+    }
+    *blocks = 0;
+    return 0;
+}
+
+static void write_peak(struct om_json *w, const struct om_tracer_state *st)
+{
+    const struct om_site *top[PEAK_TOP];
+    uint64_t top_bytes[PEAK_TOP], top_blocks[PEAK_TOP];
+    unsigned ntop = 0;
+    for (uint32_t i = 0; i < st->sites.count; i++) {
+        const struct om_site *s = st->sites.by_id[i];
+        uint64_t blocks, bytes = site_peak_bytes(st, s, &blocks);
+        if (bytes == 0 || (ntop == PEAK_TOP && bytes <= top_bytes[PEAK_TOP - 1]))
+            continue;
+        unsigned k = ntop < PEAK_TOP ? ntop++ : PEAK_TOP - 1;
+        while (k > 0 && top_bytes[k - 1] < bytes) {
+            top[k] = top[k - 1];
+            top_bytes[k] = top_bytes[k - 1];
+            top_blocks[k] = top_blocks[k - 1];
+            k--;
+        }
+        top[k] = s;
+        top_bytes[k] = bytes;
+        top_blocks[k] = blocks;
+    }
+    om_json_key(w, "peak");
+    om_json_begin(w, '{');
+    kv_u64(w, "request", st->lower_bound_seq);
+    kv_u64(w, "live_bytes", st->lower_bound);
+    om_json_key(w, "sites");
+    om_json_begin(w, '[');
+    for (unsigned k = 0; k < ntop; k++) {
+        om_json_begin(w, '{');
+        kv_u64(w, "site", top[k]->id);
+        kv_u64(w, "bytes", top_bytes[k]);
+        kv_u64(w, "blocks", top_blocks[k]);
+        om_json_end(w, '}');
+    }
+    om_json_end(w, ']');
+    om_json_end(w, '}');
+}
+
+static uint64_t sample_first(const struct om_tracer_state *st)
+{
+    uint64_t first = st->fork_seq;
+    if (st->seq - first > OM_SAMPLE_RECORDS)
+        first = st->seq - OM_SAMPLE_RECORDS;
+    if (st->have_steady && st->first_steady_seq > first)
+        first = st->first_steady_seq; /* earlier starts belong to warm-up or stray locks */
+    /* Whole iterations: from the first iteration start inside the ring, if any. */
+    uint64_t kept = st->nstarts < OM_STARTS ? st->nstarts : OM_STARTS;
+    for (uint64_t k = st->nstarts - kept; k < st->nstarts; k++) {
+        uint64_t s = st->starts[k % OM_STARTS];
+        if (s >= first)
+            return s < st->seq ? s : first;
+    }
+    return first;
+}
+
+static void write_iterations(struct om_json *w, const struct om_tracer_state *st, uint64_t first)
+{
+    const struct om_iter_acct *a = st->warmup ? &st->acct : &st->best_acct;
+    om_json_key(w, "iterations");
+    om_json_begin(w, '{');
+    kv_str(w, "method", st->warmup ? "marked" : "auto");
+    om_json_key(w, "found");
+    om_json_bool(w, st->have_steady);
+    om_json_key(w, "period_requests");
+    uint64_t period = st->warmup ? st->period_fixed : st->best_period;
+    if (st->have_steady && period)
+        om_json_u64(w, period);
+    else
+        om_json_null(w);
+    om_json_key(w, "first_steady_request");
+    if (st->have_steady)
+        om_json_u64(w, st->first_steady_seq);
+    else
+        om_json_null(w);
+    kv_u64(w, "starts_total", st->nstarts);
+    om_json_key(w, "starts");
+    om_json_begin(w, '[');
+    uint64_t kept = st->nstarts < OM_STARTS ? st->nstarts : OM_STARTS;
+    for (uint64_t k = st->nstarts - kept; k < st->nstarts; k++)
+        if (st->starts[k % OM_STARTS] >= first)
+            om_json_u64(w, st->starts[k % OM_STARTS]);
+    om_json_end(w, ']');
+    om_json_key(w, "detector");
+    if (st->warmup) {
+        om_json_null(w);
+    } else {
+        om_json_begin(w, '{');
+        kv_u64(w, "thread", st->threads.det_tid);
+        kv_u64(w, "thread_requests", st->det.n);
+        om_json_key(w, "thread_period_requests");
+        if (st->det.p)
+            om_json_u64(w, st->det.p);
+        else
+            om_json_null(w);
+        kv_u64(w, "locks", st->det.locks);
+        kv_u64(w, "thread_switches", st->threads.switches);
+        kv_u64(w, "iterations_in_reported_lock", st->best_starts);
+        om_json_end(w, '}');
+    }
+    om_json_key(w, "marks");
+    om_json_begin(w, '{');
+    kv_u64(w, "count", st->nmarks);
+    om_json_key(w, "requests");
+    om_json_begin(w, '[');
+    uint64_t mk = st->nmarks < OM_MARKS ? st->nmarks : OM_MARKS;
+    for (uint64_t k = st->nmarks - mk; k < st->nmarks; k++)
+        om_json_u64(w, st->marks[k % OM_MARKS]);
+    om_json_end(w, ']');
+    om_json_end(w, '}');
+    om_json_end(w, '}');
+
+    /* The categories of the last complete iteration. */
+    om_json_key(w, "categories");
+    if (!a->have_last) {
+        om_json_null(w);
+        return;
+    }
+    om_json_begin(w, '{');
+    om_json_key(w, "iteration");
+    om_json_begin(w, '[');
+    om_json_u64(w, a->last_start);
+    om_json_u64(w, a->last_end);
+    om_json_end(w, ']');
+    kv_u64(w, "lower_bound_bytes", a->last_peak);
+    for (int c = 0; c < OM_CAT_COUNT; c++) {
+        om_json_key(w, om_category_name(c));
+        om_json_begin(w, '{');
+        kv_u64(w, "bytes", a->last_bytes[c]);
+        kv_u64(w, "blocks", a->last_blocks[c]);
+        om_json_end(w, '}');
+    }
+    om_json_end(w, '}');
+}
+
+static void write_frames(struct om_json *w, const struct om_site *s)
+{
+    const struct om_frame_info *info = __atomic_load_n(&s->info, __ATOMIC_ACQUIRE);
+    om_json_key(w, "frames");
+    om_json_begin(w, '[');
+    for (uint32_t f = 0; f < s->depth; f++) {
+        om_json_begin(w, '{');
+        om_json_key(w, "address");
+        om_json_hex(w, (uint64_t)(uintptr_t)s->frames[f]);
+        kv_str(w, "module", info ? info[f].module : NULL);
+        om_json_key(w, "offset");
+        if (info && info[f].module)
+            om_json_hex(w, info[f].offset);
+        else
+            om_json_null(w);
+        kv_str(w, "function", info ? info[f].function : NULL);
+        om_json_end(w, '}');
+    }
+    om_json_end(w, ']');
+}
+
+static void write_lifetime(struct om_json *w, const char *key, uint64_t min, uint64_t max,
+                           uint64_t sum, uint64_t n)
+{
+    om_json_key(w, key);
+    if (n == 0) {
+        om_json_null(w);
+        return;
+    }
+    om_json_begin(w, '{');
+    kv_u64(w, "min", min);
+    kv_u64(w, "max", max);
+    om_json_key(w, "mean");
+    om_json_ratio(w, sum, n);
+    om_json_end(w, '}');
+}
+
+static void write_sites(struct om_json *w, struct om_tracer_state *st)
+{
+    for (uint32_t i = 0; i < st->sites.count; i++)
+        memset(st->sites.by_id[i]->live_cat_bytes, 0, sizeof st->sites.by_id[i]->live_cat_bytes);
+    /* A live block that has crossed two boundaries is persistent already; one that crossed
+     * one is taken as an arc over the boundary; a younger one is not classified yet. */
+    if (st->acct.iter_no > 0) {
+        for (uint64_t k = 0; k < st->live_cap; k++) {
+            const struct om_live *e = &st->live[k];
+            uint64_t crossed = st->acct.iter_no - e->birth_iter;
+            if (e->ptr && crossed >= 1)
+                e->site->live_cat_bytes[crossed >= 2 ? OM_CAT_PERSISTENT : OM_CAT_PER_ITERATION] +=
+                    e->size;
+        }
+    }
+    om_json_key(w, "sites");
+    om_json_begin(w, '[');
+    for (uint32_t i = 0; i < st->sites.count; i++) {
+        const struct om_site *s = st->sites.by_id[i];
+        om_json_begin(w, '{');
+        kv_u64(w, "id", s->id);
+        write_frames(w, s);
+        kv_u64(w, "count", s->count);
+        kv_u64(w, "total_bytes", s->total_bytes);
+        om_json_key(w, "min_size");
+        s->count ? om_json_u64(w, s->min_size) : om_json_null(w);
+        om_json_key(w, "max_size");
+        s->count ? om_json_u64(w, s->max_size) : om_json_null(w);
+        kv_u64(w, "live_blocks", s->live_blocks);
+        kv_u64(w, "live_bytes", s->live_bytes);
+        kv_u64(w, "freed", s->freed);
+        write_lifetime(w, "lifetime_requests", s->life_req_min, s->life_req_max, s->life_req_sum,
+                       s->freed);
+        write_lifetime(w, "lifetime_ns", s->life_ns_min, s->life_ns_max, s->life_ns_sum, s->freed);
+        int best = -1;
+        uint64_t best_bytes = 0;
+        om_json_key(w, "category_bytes");
+        om_json_begin(w, '{');
+        for (int c = 0; c < OM_CAT_COUNT; c++) {
+            uint64_t b = s->cat_bytes[c] + s->live_cat_bytes[c];
+            kv_u64(w, om_category_name(c), b);
+            if (b > best_bytes) {
+                best = c;
+                best_bytes = b;
+            }
+        }
+        om_json_end(w, '}');
+        kv_str(w, "category", best >= 0 ? om_category_name(best) : NULL);
+        om_json_end(w, '}');
+    }
+    om_json_end(w, ']');
+}
+
+static void write_sample(struct om_json *w, const struct om_tracer_state *st, uint64_t first)
+{
+    om_json_key(w, "sample");
+    om_json_begin(w, '{');
+    kv_u64(w, "first_request", first);
+    kv_u64(w, "end_request", st->seq);
+    om_json_key(w, "fields");
+    om_json_begin(w, '[');
+    static const char *const fields[] = {"site",     "size",     "birth_request", "death_request",
+                                         "birth_ns", "death_ns", "offset"};
+    for (unsigned k = 0; k < 7; k++)
+        om_json_str(w, fields[k]);
+    om_json_end(w, ']');
+    om_json_key(w, "lifetimes");
+    om_json_begin(w, '[');
+    for (uint64_t q = first; q < st->seq; q++) {
+        const struct om_record *r = &st->records[q % OM_SAMPLE_RECORDS];
+        om_json_begin(w, '[');
+        if (r->birth_seq != q) { /* a request that could not be recorded (out of memory) */
+            om_json_end(w, ']');
+            continue;
+        }
+        om_json_u64(w, r->site);
+        om_json_u64(w, r->size);
+        om_json_u64(w, r->birth_seq);
+        r->death_seq == OM_NO_DEATH ? om_json_null(w) : om_json_u64(w, r->death_seq);
+        om_json_u64(w, r->birth_ns);
+        r->death_seq == OM_NO_DEATH ? om_json_null(w) : om_json_u64(w, r->death_ns);
+        if (r->ptr - st->arena_base < st->arena_size)
+            om_json_u64(w, r->ptr - st->arena_base);
+        else
+            om_json_null(w);
+        om_json_end(w, ']');
+    }
+    om_json_end(w, ']');
+    om_json_key(w, "live_bytes");
+    om_json_begin(w, '[');
+    for (uint64_t q = first; q < st->seq; q++)
+        om_json_u64(w, st->records[q % OM_SAMPLE_RECORDS].live_after);
+    om_json_end(w, ']');
+    om_json_end(w, '}');
+
+    om_json_key(w, "timeline");
+    om_json_begin(w, '{');
+    kv_u64(w, "first_request", st->fork_seq);
+    kv_u64(w, "requests_per_point", st->timeline.width);
+    om_json_key(w, "max_live_bytes");
+    om_json_begin(w, '[');
+    for (uint32_t k = 0; k < st->timeline.used; k++)
+        om_json_u64(w, st->timeline.max[k]);
+    om_json_end(w, ']');
+    om_json_end(w, '}');
+}
+
+/* What plan mode did: how many requests the plan served and what it cost. */
+static void write_serving(struct om_json *w, const struct om_serving_stats *v)
+{
+    om_json_key(w, "serving");
+    om_json_begin(w, '{');
+    kv_u64(w, "serving_requests", v->serving_requests);
+    kv_u64(w, "hits", v->hits);
+    kv_u64(w, "misses", v->misses);
+    kv_u64(w, "served_from_plan", v->served_from_plan);
+    kv_u64(w, "fallbacks", v->fallbacks);
+    kv_u64(w, "guard_rejections", v->guard_rejections);
+    kv_u64(w, "plans", v->plans);
+    kv_u64(w, "replans", v->replans);
+    kv_u64(w, "plan_slots", v->plan_slots);
+    kv_u64(w, "plan_peak_bytes", v->plan_peak_bytes);
+    kv_u64(w, "plan_lower_bound_bytes", v->plan_lower_bound_bytes);
+    kv_u64(w, "arena_top_bytes", v->arena_top_bytes);
+    kv_u64(w, "released_bytes", v->released_bytes);
+    kv_u64(w, "verify_violations", v->verify_violations);
+    kv_u64(w, "invalid_frees", v->invalid_frees);
+    om_json_end(w, '}');
+}
+
+static void write_report(struct om_json *w, struct om_tracer_state *st)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    uint64_t now = (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+    uint64_t first = sample_first(st);
+    om_json_begin(w, '{');
+    kv_str(w, "schema", "optmem-report");
+    kv_u64(w, "version", REPORT_VERSION);
+    write_process(w, st);
+    write_configuration(w, st);
+    om_json_key(w, "domains");
+    om_json_begin(w, '[');
+    om_json_str(w, "cpu");
+    om_json_end(w, ']');
+    kv_u64(w, "duration_ns", now - st->t0_ns);
+    om_json_key(w, "counters");
+    om_json_begin(w, '{');
+    kv_u64(w, "managed_requests", st->seq - st->fork_seq);
+    kv_u64(w, "managed_frees", st->frees);
+    kv_u64(w, "live_blocks", st->live_blocks);
+    kv_u64(w, "live_bytes", st->live_bytes);
+    kv_u64(w, "call_sites", st->sites.count);
+    om_json_end(w, '}');
+    kv_u64(w, "lower_bound_bytes", st->lower_bound);
+    kv_u64(w, "peak_live_bytes", st->peak_usable);
+    write_peak(w, st);
+    if (st->have_serving)
+        write_serving(w, &st->serving);
+    write_iterations(w, st, first);
+    write_sites(w, st);
+    write_sample(w, st, first);
+    om_json_end(w, '}');
+    om_json_raw(w, "\n", 1);
+}
+
+int om_report_write(struct om_tracer_state *st, const char *path)
+{
+    /* The temporary file lies next to the report, so that rename(2) is atomic. */
+    char tmp[4096 + 32];
+    size_t plen = strlen(path);
+    if (plen + 32 > sizeof tmp)
+        return -ENAMETOOLONG;
+    memcpy(tmp, path, plen);
+    if (om_path_expand(".tmp.%p", (long)getpid(), 0, tmp + plen, sizeof tmp - plen) != 0)
+        return -ENAMETOOLONG;
+    char *buf = om_sys_map(WRITE_BUF);
+    if (!buf)
+        return -ENOMEM;
+    int rc = 0;
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd < 0) {
+        rc = -errno;
+        goto out;
+    }
+    struct om_json w;
+    om_json_init(&w, fd, buf, WRITE_BUF);
+    write_report(&w, st);
+    rc = om_json_flush(&w);
+    if (close(fd) != 0 && rc == 0)
+        rc = -errno;
+    if (rc == 0 && rename(tmp, path) != 0)
+        rc = -errno;
+    if (rc != 0)
+        unlink(tmp);
+out:
+    om_sys_unmap(buf, WRITE_BUF);
+    return rc;
+}

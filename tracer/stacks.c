@@ -1,0 +1,273 @@
+/* Call sites: stacks captured with libunwind, interned with uthash, symbolized for the report. */
+#include "tracer_internal.h"
+
+#include <dlfcn.h>
+#include <link.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#define UNW_LOCAL_ONLY
+#include <libunwind.h>
+
+/* Frames of the library that contains the tracer: they are never part of a call site. */
+static uintptr_t self_lo[8], self_hi[8];
+static unsigned self_nranges;
+
+struct find_self {
+    uintptr_t addr;
+};
+
+static int find_self_cb(struct dl_phdr_info *info, size_t size, void *data)
+{
+    struct find_self *fs = data;
+    uintptr_t lo[8], hi[8];
+    unsigned n = 0, hit = 0;
+    for (unsigned i = 0; i < info->dlpi_phnum && n < 8; i++) {
+        const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
+        if (ph->p_type != PT_LOAD)
+            continue;
+        lo[n] = info->dlpi_addr + ph->p_vaddr;
+        hi[n] = lo[n] + ph->p_memsz;
+        if (fs->addr >= lo[n] && fs->addr < hi[n])
+            hit = 1;
+        n++;
+    }
+    if (!hit)
+        return 0;
+    memcpy(self_lo, lo, sizeof lo);
+    memcpy(self_hi, hi, sizeof hi);
+    self_nranges = n;
+    return 1;
+}
+
+void om_stack_set_self(const void *addr)
+{
+    struct find_self fs = {(uintptr_t)addr};
+    dl_iterate_phdr(find_self_cb, &fs);
+}
+
+static int in_self(const void *frame)
+{
+    uintptr_t a = (uintptr_t)frame;
+    for (unsigned i = 0; i < self_nranges; i++)
+        if (a >= self_lo[i] && a < self_hi[i])
+            return 1;
+    return 0;
+}
+
+void om_stack_trim_self(struct om_stack *stack)
+{
+    unsigned k = 0;
+    while (k < stack->depth && in_self(stack->frames[k]))
+        k++;
+    if (k) {
+        memmove(stack->frames, stack->frames + k, (stack->depth - k) * sizeof(void *));
+        stack->depth -= k;
+    }
+}
+
+/* Frames of this library are dropped by address, so a tail call in the shim or an inlined
+ * helper cannot shift the call site; `skip` counts only when the library's range is
+ * unknown (the tracer linked into a test program). */
+void om_stack_capture(struct om_stack *stack, unsigned depth, unsigned skip)
+{
+    enum { SLACK = 16 };
+    void *buf[OM_TRACER_MAX_DEPTH + SLACK];
+    if (depth > OM_TRACER_MAX_DEPTH)
+        depth = OM_TRACER_MAX_DEPTH;
+    int n = unw_backtrace(buf, (int)(depth + SLACK));
+    unsigned k = 0;
+    if (n < 0)
+        n = 0;
+    if (self_nranges) {
+        /* The first frame is unw_backtrace's caller, i.e. this function. */
+        while (k < (unsigned)n && in_self(buf[k]))
+            k++;
+    } else {
+        k = skip + 1 < (unsigned)n ? skip + 1 : (unsigned)n;
+    }
+    unsigned d = (unsigned)n - k;
+    if (d > depth)
+        d = depth;
+    memcpy(stack->frames, buf + k, d * sizeof(void *));
+    stack->depth = d;
+}
+
+static int grow_ids(struct om_sites *sites)
+{
+    uint32_t cap = sites->capacity ? sites->capacity * 2 : 256;
+    struct om_site **fresh = om_sys_alloc(cap * sizeof *fresh);
+    if (!fresh)
+        return -1;
+    if (sites->count)
+        memcpy(fresh, sites->by_id, sites->count * sizeof *fresh);
+    /* The old array is kept: the symbolizer may be reading it without the lock. */
+    __atomic_store_n(&sites->by_id, fresh, __ATOMIC_RELEASE);
+    sites->capacity = cap;
+    return 0;
+}
+
+struct om_site *om_sites_intern(struct om_sites *sites, const struct om_stack *stack)
+{
+    struct om_site *s = NULL;
+    size_t keylen = stack->depth * sizeof(void *);
+    HASH_FIND(hh, sites->hash, stack->frames, keylen, s);
+    if (s)
+        return s;
+    if (sites->count == sites->capacity && grow_ids(sites) != 0)
+        return NULL;
+    s = om_sys_alloc(sizeof *s);
+    void **frames = om_sys_alloc(keylen ? keylen : 1);
+    if (!s || !frames) {
+        om_sys_free(s, sizeof *s);
+        om_sys_free(frames, keylen ? keylen : 1);
+        return NULL;
+    }
+    memcpy(frames, stack->frames, keylen);
+    s->frames = frames;
+    s->depth = stack->depth;
+    s->id = sites->count;
+    s->life_req_min = UINT64_MAX;
+    s->life_ns_min = UINT64_MAX;
+    s->min_size = UINT64_MAX;
+    HASH_ADD_KEYPTR(hh, sites->hash, s->frames, keylen, s);
+    sites->by_id[s->id] = s;
+    __atomic_store_n(&sites->count, s->id + 1, __ATOMIC_RELEASE);
+    return s;
+}
+
+/* ---- symbolization ---- */
+
+struct module {
+    uintptr_t bias;
+    uintptr_t lo[8], hi[8];
+    unsigned n;
+    const char *path;
+};
+
+#define MAX_MODULES 2048
+static struct module *modules;
+static unsigned nmodules;
+
+static const char *copy_str(const char *s)
+{
+    size_t n = strlen(s);
+    char *c = om_sys_alloc(n + 1);
+    if (c)
+        memcpy(c, s, n + 1);
+    return c;
+}
+
+static int module_cb(struct dl_phdr_info *info, size_t size, void *data)
+{
+    if (nmodules == MAX_MODULES)
+        return 1;
+    struct module *m = &modules[nmodules];
+    memset(m, 0, sizeof *m);
+    m->bias = info->dlpi_addr;
+    for (unsigned i = 0; i < info->dlpi_phnum && m->n < 8; i++) {
+        const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
+        if (ph->p_type != PT_LOAD)
+            continue;
+        m->lo[m->n] = info->dlpi_addr + ph->p_vaddr;
+        m->hi[m->n] = m->lo[m->n] + ph->p_memsz;
+        m->n++;
+    }
+    const char *name = info->dlpi_name;
+    if (!name || !*name) {
+        /* The main program has no name here. */
+        static char exe[4096];
+        ssize_t len = readlink("/proc/self/exe", exe, sizeof exe - 1);
+        exe[len > 0 ? len : 0] = '\0';
+        name = exe;
+    }
+    m->path = copy_str(name);
+    nmodules++;
+    return 0;
+}
+
+static const struct module *module_of(uintptr_t a)
+{
+    for (unsigned i = 0; i < nmodules; i++)
+        for (unsigned j = 0; j < modules[i].n; j++)
+            if (a >= modules[i].lo[j] && a < modules[i].hi[j])
+                return &modules[i];
+    return NULL;
+}
+
+/* dladdr scans a module's whole symbol table, which is slow for libtorch: each address
+ * is resolved once, and names are given up after a time budget (the CLI symbolizes
+ * module+offset with libdw anyway). */
+struct name_entry {
+    uintptr_t addr;
+    const char *name;
+    UT_hash_handle hh;
+};
+static struct name_entry *names;
+#define NAME_BUDGET_NS 3000000000ull
+
+static uint64_t now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+static const char *function_of(uintptr_t a, uint64_t deadline)
+{
+    struct name_entry *e = NULL;
+    HASH_FIND(hh, names, &a, sizeof a, e);
+    if (e)
+        return e->name;
+    if (now_ns() > deadline)
+        return NULL;
+    Dl_info info;
+    const char *name = NULL;
+    /* A return address may be one past the end of a noreturn call: look it up at a - 1. */
+    if (dladdr((void *)(a - 1), &info) && info.dli_sname && info.dli_saddr)
+        name = copy_str(info.dli_sname);
+    e = om_sys_alloc(sizeof *e);
+    if (e) {
+        e->addr = a;
+        e->name = name;
+        HASH_ADD(hh, names, addr, sizeof e->addr, e);
+    }
+    return name;
+}
+
+void om_sites_symbolize(struct om_sites *sites, uint32_t from, uint32_t to)
+{
+    if (!modules)
+        modules = om_sys_map(MAX_MODULES * sizeof *modules);
+    if (!modules)
+        return;
+    nmodules = 0;
+    dl_iterate_phdr(module_cb, NULL);
+    uint64_t deadline = now_ns() + NAME_BUDGET_NS;
+    struct om_site **by_id = __atomic_load_n(&sites->by_id, __ATOMIC_ACQUIRE);
+    for (uint32_t i = from; i < to; i++) {
+        struct om_site *s = by_id[i];
+        if (s->info)
+            continue;
+        struct om_frame_info *info = om_sys_alloc((s->depth ? s->depth : 1) * sizeof *info);
+        if (!info)
+            return;
+        for (uint32_t f = 0; f < s->depth; f++) {
+            uintptr_t a = (uintptr_t)s->frames[f];
+            const struct module *m = module_of(a);
+            if (m) {
+                info[f].module = m->path;
+                info[f].offset = a - m->bias;
+            }
+            info[f].function = function_of(a, deadline);
+        }
+        __atomic_store_n(&s->info, info, __ATOMIC_RELEASE);
+    }
+}
+
+const char *om_category_name(int category)
+{
+    static const char *const n[OM_CAT_COUNT] = {"temporary", "per_iteration", "persistent"};
+    return category >= 0 && category < OM_CAT_COUNT ? n[category] : "unknown";
+}

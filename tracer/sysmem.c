@@ -1,0 +1,108 @@
+/* The tracer's own memory, straight from mmap: malloc is the interposed path it records. */
+#include "tracer_internal.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <string.h>
+#include <sys/mman.h>
+
+#define SMALL_MIN_SHIFT 4 /* 16 bytes */
+#define SMALL_MAX_SHIFT 12
+#define SMALL_CLASSES (SMALL_MAX_SHIFT - SMALL_MIN_SHIFT + 1)
+#define CHUNK_BYTES (256u * 1024)
+
+struct free_obj {
+    struct free_obj *next;
+};
+
+static pthread_mutex_t sys_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct free_obj *free_lists[SMALL_CLASSES];
+static char *chunk_cur, *chunk_end;
+
+void *om_sys_map(size_t size)
+{
+    size = (size + 4095) & ~(size_t)4095;
+    void *p = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
+                   -1, 0);
+    return p == MAP_FAILED ? NULL : p;
+}
+
+void om_sys_unmap(void *ptr, size_t size)
+{
+    if (ptr)
+        munmap(ptr, (size + 4095) & ~(size_t)4095);
+}
+
+static unsigned size_class(size_t size)
+{
+    unsigned shift = SMALL_MIN_SHIFT;
+    while (((size_t)1 << shift) < size)
+        shift++;
+    return shift - SMALL_MIN_SHIFT;
+}
+
+void om_sys_lock(void)
+{
+    pthread_mutex_lock(&sys_lock);
+}
+
+void om_sys_unlock(void)
+{
+    pthread_mutex_unlock(&sys_lock);
+}
+
+/* The child of fork is single-threaded: whoever held the lock in the parent is gone. */
+void om_sys_reset_lock(void)
+{
+    pthread_mutex_init(&sys_lock, NULL);
+}
+
+void *om_sys_alloc(size_t size)
+{
+    if (size == 0)
+        size = 1;
+    if (size > ((size_t)1 << SMALL_MAX_SHIFT))
+        return om_sys_map(size);
+    unsigned c = size_class(size);
+    size_t obj = (size_t)1 << (c + SMALL_MIN_SHIFT);
+    void *p = NULL;
+    pthread_mutex_lock(&sys_lock);
+    if (free_lists[c]) {
+        p = free_lists[c];
+        free_lists[c] = free_lists[c]->next;
+        memset(p, 0, obj);
+    } else {
+        if (chunk_cur == NULL || (size_t)(chunk_end - chunk_cur) < obj) {
+            /* The tail of the old chunk is abandoned: at most 4 KiB per 256 KiB. */
+            char *chunk = om_sys_map(CHUNK_BYTES);
+            if (chunk) {
+                chunk_cur = chunk;
+                chunk_end = chunk + CHUNK_BYTES;
+            }
+        }
+        if (chunk_cur && (size_t)(chunk_end - chunk_cur) >= obj) {
+            p = chunk_cur; /* every size is a multiple of 16: 16-byte aligned */
+            chunk_cur += obj;
+        }
+    }
+    pthread_mutex_unlock(&sys_lock);
+    return p;
+}
+
+void om_sys_free(void *ptr, size_t size)
+{
+    if (!ptr)
+        return;
+    if (size == 0)
+        size = 1;
+    if (size > ((size_t)1 << SMALL_MAX_SHIFT)) {
+        om_sys_unmap(ptr, size);
+        return;
+    }
+    unsigned c = size_class(size);
+    pthread_mutex_lock(&sys_lock);
+    struct free_obj *o = ptr;
+    o->next = free_lists[c];
+    free_lists[c] = o;
+    pthread_mutex_unlock(&sys_lock);
+}

@@ -1,0 +1,92 @@
+/* The tracer: lifetimes of managed blocks keyed by call-site stacks, iteration detection,
+ * and the lifetime report. Called by the preload library; never calls back into it. */
+#ifndef OPTMEM_TRACER_H
+#define OPTMEM_TRACER_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define OM_TRACER_MAX_DEPTH 64
+
+struct om_tracer_options {
+    size_t min_bytes;            /* requests of at least this size are managed */
+    unsigned stack_depth;        /* frames in a call-site key, 1..OM_TRACER_MAX_DEPTH */
+    unsigned warmup;             /* 0: detect iterations; N: N optmem_step() iterations */
+    const char *report_template; /* %p, %r, %%; NULL or "": no report at exit */
+    const char *mode_name;       /* written into the report's configuration */
+    int verify;
+};
+
+/* A captured call-site stack: return addresses, innermost first. */
+struct om_stack {
+    unsigned depth;
+    void *frames[OM_TRACER_MAX_DEPTH];
+};
+
+/* Called once, with the real allocator already resolved. Returns 0 or -errno; on an error
+ * the caller runs in passthrough. */
+int om_tracer_init(const struct om_tracer_options *options);
+
+/* Captures the caller's stack, skipping `skip` innermost frames. Takes no lock and does
+ * not allocate through malloc, so it is called before any lock is taken. */
+void om_stack_capture(struct om_stack *stack, unsigned depth, unsigned skip);
+
+/* What the tracer knows of a request once it is recorded. */
+struct om_alloc_info {
+    uint64_t seq;        /* its number among managed requests */
+    int iteration_start; /* it begins an iteration of the cycle thread */
+    uint64_t period;     /* requests per iteration of the cycle thread; 0 while unknown */
+};
+
+/* Records the birth of a managed block; usable is what its allocator really holds for it
+ * (the report's peak_live_bytes). info, when not NULL, receives what the tracer knows. */
+void om_tracer_on_alloc(void *ptr, size_t size, size_t usable, size_t alignment,
+                        const struct om_stack *stack, struct om_alloc_info *info);
+
+/* Whether the calling thread makes the requests that define iterations (the busiest
+ * thread when iterations are detected; every thread when they are marked). */
+int om_tracer_on_cycle_thread(void);
+
+/* What the pool did, for the report's "serving" section. */
+struct om_serving_stats {
+    uint64_t serving_requests; /* managed requests made while a plan was being served */
+    uint64_t hits;             /* the request was the slot the cursor expected */
+    uint64_t misses;           /* it was not: the cursor looked the token up */
+    uint64_t served_from_plan; /* placed at a planned offset, after a hit or a lookup */
+    uint64_t fallbacks;        /* placed by best fit above the plan while serving */
+    uint64_t guard_rejections; /* a planned offset that overlapped a live block */
+    uint64_t plans, replans;   /* plans made; times the program drifted and was relearnt */
+    uint64_t plan_slots, plan_peak_bytes, plan_lower_bound_bytes;
+    uint64_t arena_top_bytes, released_bytes;
+    uint64_t verify_violations, invalid_frees;
+};
+
+/* The pool's arena: sample records of blocks inside it carry their offset. */
+void om_tracer_set_arena(const void *base, size_t size);
+
+/* Keeps a copy of stats for the next report. */
+void om_tracer_set_serving(const struct om_serving_stats *stats);
+
+/* Records the death of ptr if it is a live managed block, before its memory is handed
+ * back. Returns 1 when it was one, 0 otherwise. */
+int om_tracer_on_free(void *ptr);
+
+/* Size requested for a live managed block; 0 when ptr is not one. */
+size_t om_tracer_block_size(const void *ptr);
+
+/* One iteration ended (optmem_step()). */
+void om_tracer_step(void);
+
+/* Writes the report atomically to path (NULL: the configured template). 0 or -errno. */
+int om_tracer_dump(const char *path);
+
+/* pthread_atfork discipline: prepare takes every tracer lock, parent and child release
+ * them; the child also starts its own lifetimes and report (new pid). */
+void om_tracer_atfork_prepare(void);
+void om_tracer_atfork_parent(void);
+void om_tracer_atfork_child(void);
+
+/* Process exit: writes the report. Later frees keep working. */
+void om_tracer_at_exit(void);
+
+#endif

@@ -1,0 +1,258 @@
+/* The tracer's internal interfaces: memory, interning, period detection, JSON, report. */
+#ifndef OPTMEM_TRACER_INTERNAL_H
+#define OPTMEM_TRACER_INTERNAL_H
+
+#include "tracer.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* uthash allocates its tables through the tracer's own memory, and survives running out. */
+#define uthash_malloc(sz) om_sys_alloc(sz)
+#define uthash_free(ptr, sz) om_sys_free(ptr, sz)
+#define HASH_NONFATAL_OOM 1
+#include <uthash.h>
+
+/* ---- sysmem.c: memory that never comes from malloc (the interposed path) ---- */
+
+/* Small objects come from size-class free lists carved out of mmap'd chunks; larger ones
+ * are mmap'd directly. Thread safe; contents are zeroed. */
+void *om_sys_alloc(size_t size);
+void om_sys_free(void *ptr, size_t size);
+/* Zeroed, page-granular, never freed: the big tables. */
+void *om_sys_map(size_t size);
+void om_sys_unmap(void *ptr, size_t size);
+void om_sys_lock(void);
+void om_sys_unlock(void);
+void om_sys_reset_lock(void);
+
+/* ---- stacks.c: call sites ---- */
+
+/* Per-lifetime-category tallies; the category of a lifetime is decided by how many
+ * iteration boundaries it crosses. */
+enum om_category { OM_CAT_TEMPORARY = 0, OM_CAT_PER_ITERATION = 1, OM_CAT_PERSISTENT = 2 };
+#define OM_CAT_COUNT 3
+const char *om_category_name(int category);
+
+struct om_frame_info {
+    const char *module;   /* interned path, NULL when unknown */
+    uintptr_t offset;     /* from the module's load base */
+    const char *function; /* NULL when dladdr does not know it */
+};
+
+struct om_site {
+    uint32_t id;
+    uint32_t depth;
+    void **frames;
+    struct om_frame_info *info; /* filled by om_sites_symbolize, outside the lock */
+    uint64_t count, total_bytes;
+    uint64_t min_size, max_size;
+    uint64_t live_blocks, live_bytes;
+    uint64_t freed; /* completed lifetimes behind the sums below */
+    uint64_t life_req_min, life_req_max, life_req_sum;
+    uint64_t life_ns_min, life_ns_max, life_ns_sum;
+    uint64_t cat_bytes[OM_CAT_COUNT];      /* completed lifetimes by category */
+    uint64_t live_cat_bytes[OM_CAT_COUNT]; /* live blocks by category, while reporting */
+    /* The live bytes at the peak, kept lazily: see om_site_touch. */
+    uint64_t mod_event, snap_for, snap_bytes, snap_blocks;
+    UT_hash_handle hh;
+};
+
+struct om_sites {
+    struct om_site *hash;   /* uthash head, keyed by the frames */
+    struct om_site **by_id; /* append-only */
+    uint32_t count, capacity;
+};
+
+/* Finds or adds the call site of stack. NULL when out of memory. */
+struct om_site *om_sites_intern(struct om_sites *sites, const struct om_stack *stack);
+/* Drops the frames that lie in this library (the tracer and whatever links it). */
+void om_stack_trim_self(struct om_stack *stack);
+/* Records which address range is "this library": the module containing addr. */
+void om_stack_set_self(const void *addr);
+/* Resolves module, offset and function of the frames of sites [from, to); takes the
+ * loader's lock (dladdr), so never call it under the tracer's lock. */
+void om_sites_symbolize(struct om_sites *sites, uint32_t from, uint32_t to);
+
+/* ---- period.c: iteration detection over a token stream ---- */
+
+#define OM_PERIOD_HISTORY (1u << 16) /* tokens kept; periods up to half of it are found */
+#define OM_PERIOD_KGRAM 4
+#define OM_PERIOD_KGRAM_SLOTS (1u << 14)
+#define OM_PERIOD_CANDIDATES 8
+#define OM_PERIOD_MIN_EVIDENCE 32 /* tokens a repeat must cover before it is believed */
+
+struct om_period_candidate {
+    uint64_t p;
+    uint64_t created;  /* stream index of the first comparison */
+    uint64_t mismatch; /* mismatches among the last p comparisons */
+};
+
+struct om_period {
+    uint64_t *hist;       /* tokens, by stream index modulo OM_PERIOD_HISTORY */
+    uint64_t *tag;        /* a caller value per token (the global sequence number) */
+    uint64_t *kgram_last; /* stream index + 1 of the last k-gram with this hash */
+    uint64_t n;           /* tokens seen */
+    struct om_period_candidate cand[OM_PERIOD_CANDIDATES];
+    unsigned ncand;
+    /* The locked period: iterations start at s0 + k p in stream indices. */
+    uint64_t p, s0, next_start;
+    uint64_t locks; /* how many times a period was locked */
+};
+
+/* How an iteration start was found: the first steady iteration of a newly locked period
+ * (earlier starts at or after it are void), a later one found after the fact, or one
+ * seen as it happens. */
+enum om_start_kind { OM_START_LOCK, OM_START_RETRO, OM_START_LIVE };
+
+/* Called for each iteration start, in order, with the tag of the token that begins it. */
+typedef void (*om_period_start_fn)(void *ctx, uint64_t tag, int kind);
+
+/* Storage from om_sys_map; returns 0 or -ENOMEM. */
+int om_period_init(struct om_period *d);
+void om_period_reset(struct om_period *d);
+/* Adds one token; calls on_start for each iteration start it establishes. */
+void om_period_push(struct om_period *d, uint64_t token, uint64_t tag, om_period_start_fn on_start,
+                    void *ctx);
+
+/* Which thread's requests feed the detector: the one that makes most of them. */
+#define OM_THREADS 64 /* threads whose requests are counted */
+struct om_threads {
+    uint32_t det_tid;
+    uint64_t total, switches;
+    struct {
+        uint32_t tid;
+        uint64_t count;
+    } t[OM_THREADS];
+};
+
+/* Counts a request of thread tid; returns 1 when the detector thread changed (the caller
+ * restarts detection on the new thread's stream). */
+int om_threads_note(struct om_threads *t, uint32_t tid);
+
+/* ---- iteration accounting: categories of one iteration, incrementally ---- */
+
+struct om_iter_acct {
+    uint64_t iter_no; /* boundaries seen */
+    uint64_t live_bytes, live_blocks;
+    /* The iteration in progress. */
+    uint64_t start_seq, start_live_bytes, start_live_blocks;
+    uint64_t born_bytes, born_blocks, temp_bytes, temp_blocks;
+    uint64_t old_died_bytes, old_died_blocks, peak_live;
+    int partial; /* the iteration in progress began mid-way (after a period locked) */
+    /* The last complete iteration. */
+    int have_last;
+    uint64_t last_start, last_end, last_peak;
+    uint64_t last_bytes[OM_CAT_COUNT], last_blocks[OM_CAT_COUNT];
+};
+
+void om_acct_birth(struct om_iter_acct *a, uint64_t size);
+/* birth_iter: a->iter_no when the block was born. Returns the block's category. */
+int om_acct_death(struct om_iter_acct *a, uint64_t size, uint64_t birth_iter);
+void om_acct_boundary(struct om_iter_acct *a, uint64_t seq);
+void om_acct_restart(struct om_iter_acct *a, uint64_t seq);
+
+/* ---- json.c: a buffered JSON writer to a file descriptor, without malloc ---- */
+
+struct om_json {
+    int fd;
+    int err; /* first -errno */
+    size_t len, cap;
+    char *buf;
+    int need_comma;
+};
+
+void om_json_init(struct om_json *w, int fd, char *buf, size_t cap);
+int om_json_flush(struct om_json *w);
+void om_json_raw(struct om_json *w, const char *s, size_t n);
+void om_json_begin(struct om_json *w, char bracket); /* '{' or '[' */
+void om_json_end(struct om_json *w, char bracket);
+void om_json_key(struct om_json *w, const char *key);
+void om_json_str(struct om_json *w, const char *s); /* NULL writes null */
+void om_json_strn(struct om_json *w, const char *s, size_t n);
+void om_json_u64(struct om_json *w, uint64_t v);
+void om_json_i64(struct om_json *w, int64_t v);
+void om_json_null(struct om_json *w);
+void om_json_bool(struct om_json *w, int v);
+void om_json_hex(struct om_json *w, uint64_t v);                   /* "0x..." as a string */
+void om_json_ratio(struct om_json *w, uint64_t num, uint64_t den); /* 3 decimals */
+
+/* Expands %p, %r, %% of tmpl into out. Returns 0, -EINVAL or -ENAMETOOLONG. */
+int om_path_expand(const char *tmpl, long pid, long rank, char *out, size_t outlen);
+/* RANK, else LOCAL_RANK, else 0. */
+long om_env_rank(void);
+
+/* ---- tracer.c: the state behind the API ---- */
+
+#define OM_SAMPLE_RECORDS (1u << 16) /* lifetimes of the most recent requests */
+#define OM_STARTS 4096               /* most recent iteration starts */
+#define OM_MARKS 4096                /* most recent optmem_step() marks */
+#define OM_TIMELINE 512              /* points of the whole-run live-bytes curve */
+#define OM_NO_DEATH UINT64_MAX
+
+/* A live managed block. */
+struct om_live {
+    uintptr_t ptr; /* 0: empty slot */
+    uint64_t size, usable, alignment;
+    uint64_t birth_seq, birth_ns, birth_iter;
+    struct om_site *site;
+    uint32_t tid;
+};
+
+/* One request of the sample ring, by birth sequence number modulo OM_SAMPLE_RECORDS. */
+struct om_record {
+    uint64_t birth_seq, size, death_seq, birth_ns, death_ns, live_after;
+    uintptr_t ptr;
+    uint32_t site, tid;
+};
+
+struct om_timeline {
+    uint64_t width; /* requests per point, a power of two */
+    uint32_t used;
+    uint64_t max[OM_TIMELINE];
+};
+
+struct om_tracer_state {
+    size_t min_bytes;
+    unsigned stack_depth, warmup;
+    char report_template[4096];
+    const char *mode_name;
+    uint64_t t0_ns;
+    long pid;
+    uint64_t fork_seq; /* requests made before this process forked from its parent */
+
+    uint64_t seq, frees, events;
+    uint64_t live_bytes, live_blocks, live_usable;
+    uint64_t lower_bound, lower_bound_seq, peak_usable, peak_event;
+
+    struct om_sites sites;
+    struct om_live *live;
+    uint64_t live_cap, live_used;
+    struct om_record *records;
+    struct om_timeline timeline;
+    struct om_iter_acct acct;
+
+    /* Iterations: detected on one thread's stream, or marked. */
+    struct om_period det;
+    struct om_threads threads;
+    uint64_t starts[OM_STARTS], nstarts;
+    uint64_t first_steady_seq, period_fixed;
+    int have_steady;
+    int start_now; /* the request being recorded begins an iteration */
+    struct om_serving_stats serving;
+    int have_serving;
+    uintptr_t arena_base, arena_size; /* the pool's arena, for offsets in the sample */
+    /* Auto: the lock that has covered the most requests is the one reported, so that a
+     * stray lock late in the run (teardown) does not replace the steady one. */
+    uint64_t lock_first, lock_starts, lock_period;
+    uint64_t best_first, best_starts, best_period, best_covered;
+    struct om_iter_acct best_acct; /* accounting as of the best lock's last boundary */
+    uint64_t marks[OM_MARKS], nmarks;
+};
+
+/* ---- report.c ---- */
+
+/* Writes the report of st to path (already expanded) atomically. Called under the lock. */
+int om_report_write(struct om_tracer_state *st, const char *path);
+
+#endif
