@@ -186,6 +186,17 @@ int om_arena_give(struct om_arena *a, size_t off, size_t len)
     return 0;
 }
 
+static size_t release_pages(struct om_arena *a, size_t from, size_t to)
+{
+    size_t page = (size_t)sysconf(_SC_PAGESIZE);
+    from = align_up(from, page);
+    to &= ~(page - 1);
+    if (to <= from || madvise(a->base + from, to - from, MADV_DONTNEED) != 0)
+        return 0;
+    a->released += to - from;
+    return to - from;
+}
+
 size_t om_arena_release_tail(struct om_arena *a, size_t keep)
 {
     if (!a->nfree)
@@ -198,7 +209,8 @@ size_t om_arena_release_tail(struct om_arena *a, size_t keep)
     size_t from = align_up(new_top, page), to = align_up(a->top, page);
     if (new_top >= a->top || to <= from || to - from < OM_ARENA_RELEASE_MIN)
         return 0;
-    if (madvise(a->base + from, to - from, MADV_DONTNEED) != 0)
+    size_t released = release_pages(a, from, to);
+    if (!released)
         return 0;
     if (new_top == last->off)
         a->nfree--;
@@ -207,8 +219,30 @@ size_t om_arena_release_tail(struct om_arena *a, size_t keep)
     a->top = new_top;
     if (a->touched > from)
         a->touched = from;
-    a->released += to - from;
-    return to - from;
+    return released;
+}
+
+size_t om_arena_release_range(struct om_arena *a, size_t off, size_t len)
+{
+    ptrdiff_t i = extent_at_or_below(a, off);
+    if (i < 0 || a->free[i].off + a->free[i].len < off + len)
+        return 0;
+    size_t page = (size_t)sysconf(_SC_PAGESIZE);
+    /* The pages the range lies on, as far as they are free: neighbours may be free too. */
+    size_t from = off & ~(page - 1), to = align_up(off + len, page);
+    if (from < a->free[i].off)
+        from = a->free[i].off;
+    if (to > a->free[i].off + a->free[i].len)
+        to = a->free[i].off + a->free[i].len;
+    return release_pages(a, from, to);
+}
+
+size_t om_arena_release_free(struct om_arena *a)
+{
+    size_t released = 0;
+    for (size_t i = 0; i < a->nfree; i++)
+        released += release_pages(a, a->free[i].off, a->free[i].off + a->free[i].len);
+    return released;
 }
 
 int om_arena_check(const struct om_arena *a)

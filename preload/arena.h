@@ -56,6 +56,13 @@ int om_arena_give(struct om_arena *a, size_t off, size_t len);
  * they add up to OM_ARENA_RELEASE_MIN or more. Returns the bytes released. */
 size_t om_arena_release_tail(struct om_arena *a, size_t keep);
 
+/* Returns to the kernel the whole pages of free space that [off, off + len), just given
+ * back, lies on. Returns the bytes released. */
+size_t om_arena_release_range(struct om_arena *a, size_t off, size_t len);
+
+/* Returns the whole pages of every free extent. Returns the bytes released. */
+size_t om_arena_release_free(struct om_arena *a);
+
 /* Checks the extent table (sorted, coalesced, inside [0, top)); for OPTMEM_VERIFY=1. */
 int om_arena_check(const struct om_arena *a);
 

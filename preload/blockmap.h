@@ -10,12 +10,12 @@ struct om_block {
     size_t off; /* key; SIZE_MAX marks an empty entry */
     size_t len; /* bytes taken in the arena, red zone included */
     size_t size;
-    uint32_t record; /* index + 1 in the iteration being recorded, 0 for none */
-    uint32_t generation;
+    uint32_t record;     /* index + 1 in the iteration being recorded, 0 for none */
+    uint32_t generation; /* of the recording that record refers to */
     uint32_t flags;
 };
 
-enum { OM_BLOCK_CYCLE_THREAD = 1 }; /* made by the thread whose requests define iterations */
+enum { OM_BLOCK_PLANNED = 1 }; /* placed at a planned offset */
 
 struct om_blockmap {
     struct om_block *slots;

@@ -14,7 +14,14 @@
 #define REDZONE 64 /* OPTMEM_VERIFY=1: bytes after each block, checked at free */
 #define REDZONE_BYTE 0xa5
 #define MAX_PERIOD (1u << 20) /* longer iterations are served by best fit only */
+/* Freed blocks this large give their pages back at once, as glibc unmaps its mmap'd
+ * chunks; blocks at planned offsets keep theirs, which the next iteration reuses. */
+#define RELEASE_BLOCK_MIN ((size_t)64 << 10)
 #define NO_DEATH UINT64_MAX
+#define MIN_PERIOD 3 /* shorter "iterations" are runs of equal requests, not a training step */
+#define FAILED_PERIODS 8
+/* A plan that serves this many iterations proves the program steady again. */
+#define STEADY_ITERATIONS 3
 
 /* Learn: waiting for the tracer to find an iteration start. Record: one iteration's
  * requests. Observe: the next iteration, to see when the last blocks die. Serve. */
@@ -45,9 +52,13 @@ static struct {
     struct slot *slots;
     uint32_t *first_of_token; /* open-addressed by token: first slot index + 1 */
     size_t token_cap;
-    size_t plan_peak, plan_bytes;
+    size_t plan_end; /* the plan's region ends here; fallbacks go above */
     struct om_serving_stats stats;
-    uint64_t iteration_misses;
+    uint64_t iteration_misses, served_iterations;
+    /* Periods whose plans missed: sub-periods (a layer repeated inside a step) that the
+     * detector locks onto before the whole step. Not planned again until a plan holds. */
+    uint64_t failed[FAILED_PERIODS];
+    unsigned nfailed;
 } pool = {.lock = PTHREAD_MUTEX_INITIALIZER};
 
 static void *map_zeroed(size_t bytes)
@@ -78,8 +89,7 @@ int om_pool_init(const struct om_config *cfg)
     if (rc == 0) {
         pool.records = map_zeroed(MAX_PERIOD * sizeof *pool.records);
         pool.slots = map_zeroed(MAX_PERIOD * sizeof *pool.slots);
-        pool.token_cap = (size_t)MAX_PERIOD * 2;
-        pool.first_of_token = map_zeroed(pool.token_cap * sizeof *pool.first_of_token);
+        pool.first_of_token = map_zeroed((size_t)MAX_PERIOD * 2 * sizeof *pool.first_of_token);
         if (!pool.records || !pool.slots || !pool.first_of_token)
             rc = -ENOMEM;
     }
@@ -134,6 +144,9 @@ static size_t round16(size_t n)
 
 static void index_tokens(void)
 {
+    pool.token_cap = 16;
+    while (pool.token_cap < 2 * pool.period)
+        pool.token_cap *= 2;
     memset(pool.first_of_token, 0, pool.token_cap * sizeof *pool.first_of_token);
     for (uint64_t s = pool.period; s-- > 0;) { /* backwards, so chains run forwards */
         struct slot *sl = &pool.slots[s];
@@ -147,12 +160,13 @@ static void index_tokens(void)
     }
 }
 
-/* The recorded iteration's arcs plus every other live block as a fixed obstacle. The
- * blocks born while observing are the next instances of the arcs, gone within an
- * iteration: they are left out, and the guard steps around them meanwhile. */
+/* The recorded iteration's arcs, placed in a fresh region above everything the arena
+ * has handed out: no live block can be in the way, so the plan packs the arcs alone,
+ * and the pages of the old region's holes can all go back to the kernel. Address space
+ * is what this costs, and the reservation has plenty. */
 static int build_plan(void)
 {
-    size_t n = 0, cap = pool.nrecords + pool.blocks.used;
+    size_t n = 0, cap = pool.nrecords ? pool.nrecords : 1;
     om_rp_allocator alloc = {rp_alloc, rp_release, NULL};
     om_rp_block *in = rp_alloc(NULL, cap * sizeof *in);
     uint64_t *offsets = rp_alloc(NULL, cap * sizeof *offsets);
@@ -169,19 +183,6 @@ static int build_plan(void)
                                 .size = rec->len,
                                 .align = rec->alignment};
     }
-    size_t arcs = n;
-    OM_BLOCKMAP_FOREACH(&pool.blocks, b)
-    {
-        if (b->generation == pool.generation && b->record == 0 &&
-            (b->flags & OM_BLOCK_CYCLE_THREAD))
-            continue;
-        in[n++] = (om_rp_block){.id = UINT64_MAX,
-                                .lower = 0,
-                                .upper = pool.period,
-                                .size = b->len,
-                                .offset = b->off,
-                                .fixed = 1};
-    }
     char err[256] = "";
     om_rp_options opt = {.period = pool.period, .alloc = alloc, .err = err, .errlen = sizeof err};
     om_rp_result res;
@@ -190,21 +191,27 @@ static int build_plan(void)
         om_warn("plan of %zu blocks failed: %s", n, err);
         goto out;
     }
+    size_t base = (pool.arena.top + OM_ARENA_ALIGNMENT - 1) & ~(OM_ARENA_ALIGNMENT - 1);
+    if (base > pool.arena.reserved || pool.arena.reserved - base < res.peak) {
+        om_warn("the arena has no room left for a plan of %.1f MiB", res.peak / 1048576.0);
+        rc = -ENOMEM;
+        goto out;
+    }
     memset(pool.slots, 0, pool.period * sizeof *pool.slots);
-    for (size_t i = 0; i < arcs; i++) {
+    for (size_t i = 0; i < n; i++) {
         struct record *rec = &pool.records[in[i].id];
         pool.slots[in[i].id] =
-            (struct slot){rec->token, offsets[i], rec->len, rec->alignment, UINT32_MAX};
+            (struct slot){rec->token, base + offsets[i], rec->len, rec->alignment, UINT32_MAX};
     }
     index_tokens();
-    pool.plan_peak = res.peak;
+    pool.plan_end = base + res.peak;
     pool.stats.plan_peak_bytes = res.peak;
     pool.stats.plan_lower_bound_bytes = res.lower_bound;
-    pool.stats.plan_slots = arcs;
+    pool.stats.plan_slots = n;
     pool.stats.plans++;
-    om_info("plan: %zu slots of a %llu-request iteration around %zu live blocks, peak %.1f MiB "
-            "(%.3f of its lower bound) in %.1f ms",
-            arcs, (unsigned long long)pool.period, n - arcs, res.peak / 1048576.0,
+    om_info("plan: %zu slots of a %llu-request iteration, peak %.1f MiB (%.3f of its lower "
+            "bound) in %.1f ms",
+            n, (unsigned long long)pool.period, res.peak / 1048576.0,
             res.lower_bound ? (double)res.peak / (double)res.lower_bound : 1.0,
             res.elapsed_ns / 1e6);
 out:
@@ -225,15 +232,29 @@ static void start_recording(void)
     pool.cursor = 0;
 }
 
+static int period_failed(uint64_t period)
+{
+    for (unsigned i = 0; i < pool.nfailed && i < FAILED_PERIODS; i++)
+        if (pool.failed[i] == period)
+            return 1;
+    return 0;
+}
+
 static void end_of_served_iteration(void)
 {
     if (pool.iteration_misses * 8 > pool.period) {
         om_debug("%llu misses in an iteration of %llu requests: learning again",
                  (unsigned long long)pool.iteration_misses, (unsigned long long)pool.period);
         pool.stats.replans++;
+        /* A plan that missed at once was for a wrong period; one that held a while was
+         * right until the program changed, and its period may well come back. */
+        if (pool.served_iterations < STEADY_ITERATIONS)
+            pool.failed[pool.nfailed++ % FAILED_PERIODS] = pool.period;
         pool.phase = LEARN;
     } else {
-        pool.stats.released_bytes += om_arena_release_tail(&pool.arena, pool.plan_peak);
+        pool.stats.released_bytes += om_arena_release_tail(&pool.arena, pool.plan_end);
+        if (++pool.served_iterations == STEADY_ITERATIONS)
+            pool.nfailed = 0;
     }
     pool.iteration_misses = 0;
     pool.cursor = 0;
@@ -243,8 +264,8 @@ static void end_of_served_iteration(void)
 static void after_cycle_request(struct om_block *b, uint64_t token, size_t alignment,
                                 const struct om_alloc_info *info)
 {
-    if (pool.phase == LEARN && info->iteration_start && info->period &&
-        info->period <= MAX_PERIOD) {
+    if (pool.phase == LEARN && info->iteration_start && info->period >= MIN_PERIOD &&
+        info->period <= MAX_PERIOD && !period_failed(info->period)) {
         pool.period = info->period;
         start_recording();
     }
@@ -258,18 +279,22 @@ static void after_cycle_request(struct om_block *b, uint64_t token, size_t align
             pool.observed = 0;
         }
     } else if (pool.phase == OBSERVE) {
-        b->generation = pool.generation;
         if (++pool.observed == pool.period) {
             pool.phase = build_plan() == 0 ? SERVE : LEARN;
+            /* Free pages come back as the plan touches them; the rest stay released. */
+            if (pool.phase == SERVE)
+                pool.stats.released_bytes += om_arena_release_free(&pool.arena);
             pool.cursor = 0;
-            pool.iteration_misses = 0;
+            pool.iteration_misses = pool.served_iterations = 0;
         }
     }
 }
 
 /* Picks the offset of a request: the expected slot, a slot found by token, or best fit. */
-static int place(size_t len, size_t alignment, uint64_t token, int cycle_thread, size_t *off)
+static int place(size_t len, size_t alignment, uint64_t token, int cycle_thread, size_t *off,
+                 int *planned)
 {
+    *planned = 0;
     pool.stats.serving_requests += pool.phase == SERVE;
     if (pool.phase == SERVE && cycle_thread) {
         uint64_t s = pool.cursor;
@@ -296,10 +321,12 @@ static int place(size_t len, size_t alignment, uint64_t token, int cycle_thread,
         pool.cursor = next;
         if (pool.cursor >= pool.period)
             end_of_served_iteration();
-        if (fits)
+        if (fits) {
+            *planned = 1;
             return 0;
+        }
     }
-    size_t floor = pool.phase == SERVE ? pool.plan_peak : 0;
+    size_t floor = pool.phase == SERVE ? pool.plan_end : 0;
     int rc = om_arena_best_fit(&pool.arena, len, alignment, floor, off);
     if (rc == 0)
         rc = om_arena_take(&pool.arena, *off, len);
@@ -321,9 +348,10 @@ void *om_pool_alloc(size_t size, size_t alignment, int zero, const struct om_sta
     int cycle_thread = om_tracer_on_cycle_thread();
     pthread_mutex_lock(&pool.lock);
     size_t touched = pool.arena.touched, off;
-    if (place(len, alignment, token, cycle_thread, &off) != 0)
+    int planned;
+    if (place(len, alignment, token, cycle_thread, &off, &planned) != 0)
         goto fail;
-    struct om_block b = {off, len, size, 0, 0, cycle_thread ? OM_BLOCK_CYCLE_THREAD : 0};
+    struct om_block b = {off, len, size, 0, 0, planned ? OM_BLOCK_PLANNED : 0};
     if (om_blockmap_put(&pool.blocks, &b) != 0) {
         om_arena_give(&pool.arena, off, len);
         goto fail;
@@ -375,8 +403,11 @@ void om_pool_free(void *p)
         (pool.phase == RECORD || pool.phase == OBSERVE))
         pool.records[b->record - 1].upper =
             pool.phase == RECORD ? pool.nrecords : pool.period + pool.observed;
-    om_arena_give(&pool.arena, b->off, b->len);
+    struct om_block gone = *b;
     om_blockmap_remove(&pool.blocks, b);
+    om_arena_give(&pool.arena, gone.off, gone.len);
+    if (pool.phase == SERVE && gone.len >= RELEASE_BLOCK_MIN && !(gone.flags & OM_BLOCK_PLANNED))
+        pool.stats.released_bytes += om_arena_release_range(&pool.arena, gone.off, gone.len);
     if (pool.redzone && om_arena_check(&pool.arena) != 0) {
         pool.stats.verify_violations++;
         om_warn("verify: the arena's free extents are inconsistent");

@@ -3,8 +3,6 @@
 
 #include <errno.h>
 #include <string.h>
-#include <stdio.h>
-#include <stdlib.h>
 
 /*
  * Decision version: can every block fit below capacity C? Blocks are placed in order of
@@ -48,7 +46,7 @@ typedef struct bnb {
     uint32_t *ucnt;          /* per section: how many of its blocks are unplaced */
     uint32_t *kbase, *loc;   /* per block and section it spans: its index in sc */
     uint32_t *rank;          /* static ranking of the current round */
-    uint32_t *rankings[3];
+    uint32_t *rankings[RP_NRANKINGS];
     uint32_t *rrank; /* a randomized ranking for restarts */
     rp_kv *kv;
     uint64_t *off, *minoff, *total;
@@ -61,6 +59,8 @@ typedef struct bnb {
     uint32_t *cstack; /* candidates of the open nodes, addressed by index: it may move */
     size_t ctop, ccap;
     uint64_t nodes_left;
+    uint64_t attempts;
+    uint32_t *wit; /* per section: an unplaced member low enough at the last check, or none */
     trail tmin;
 } bnb;
 
@@ -124,35 +124,10 @@ static size_t build_lists(bnb *s, uint32_t *ov_start, uint32_t *ov, uint32_t *sc
     return n;
 }
 
-/*
- * Rankings WAT, TAW, TWA: W length, A area, T load of the busiest section it spans. With
- * rng, the first key is scaled by a random factor in [1 - noise/2, 1 + noise/2): restarts
- * then explore other orders near the good static ones.
- */
+/* Ranking h of the portfolio (rp_util.c), with noise when rng is given. */
 static void make_ranking(bnb *s, int h, uint64_t *rng, double noise, uint32_t *out)
 {
-    const rp_inst *in = s->in;
-    rp_kv *kv = s->kv;
-
-    for (uint32_t k = 0; k < s->nm; k++) {
-        const om_rp_block *b = &in->b[in->mov[k]];
-        uint64_t w = b->upper - b->lower, t = in->secmax[k];
-        uint64_t a = b->size > UINT64_MAX / w ? UINT64_MAX : b->size * w;
-        uint64_t key[3][2] = {{w, a}, {t, a}, {t, w}};
-        uint64_t k1 = key[h][0];
-
-        if (rng) {
-            double f = 1.0 + noise * ((double)(rp_rand(rng) >> 11) / 9007199254740992.0 - 0.5);
-            double v = (double)k1 * f;
-            k1 = v >= 1.8e19 ? UINT64_MAX - 1 : (uint64_t)v;
-        }
-        kv[k].k1 = UINT64_MAX - k1;
-        kv[k].k2 = UINT64_MAX - key[h][1];
-        kv[k].v = k;
-    }
-    rp_sort_kv(kv, s->nm);
-    for (uint32_t r = 0; r < s->nm; r++)
-        out[kv[r].v] = r;
+    rp_rank(s->in, s->ov_start, h, rng, noise, s->kv, out);
 }
 
 static int setup(bnb *s)
@@ -195,13 +170,16 @@ static int setup(bnb *s)
     }
     build_lists(s, s->ov_start, s->ov, s->sc_start, s->sc);
     s->kv = kv;
-    for (int h = 0; h < 3; h++) {
+    for (int h = 0; h < RP_NRANKINGS; h++) {
         if (!(s->rankings[h] = rp_alloc(s->m, s->nm, sizeof(uint32_t))))
             return -ENOMEM;
         make_ranking(s, h, NULL, 0, s->rankings[h]);
     }
     if (!(s->rrank = rp_alloc(s->m, s->nm, sizeof(uint32_t))))
         return -ENOMEM;
+    if (!(s->wit = rp_alloc(s->m, s->nsec + 1, sizeof(uint32_t))))
+        return -ENOMEM;
+    memset(s->wit, 0xff, ((size_t)s->nsec + 1) * sizeof(uint32_t));
     return 0;
 }
 
@@ -240,7 +218,7 @@ static uint32_t loc_index(const bnb *s, uint32_t k, uint32_t x)
  * totals only shrink, so checking the sections of each bumped block keeps this true at
  * every node; a section needs its members scanned only when the bumped block alone breaks it.
  */
-static int sections_fit(const bnb *s, uint32_t y)
+static int sections_fit(bnb *s, uint32_t y)
 {
     const rp_inst *in = s->in;
     uint64_t lo = s->minoff[y];
@@ -249,14 +227,20 @@ static int sections_fit(const bnb *s, uint32_t y)
         return 0;
     FOR_SECTIONS(in, in->mov[y], x)
     {
-        uint64_t room = s->cap - s->total[x], m = lo;
+        uint64_t room = s->cap - s->total[x];
+        uint32_t w = s->wit[x], z, e;
+
         if (lo <= room)
             continue;
-        for (uint32_t z = s->sc_start[x], e = z + s->ucnt[x]; z < e && m > room; z++)
-            if (s->minoff[s->sc[z]] < m)
-                m = s->minoff[s->sc[z]];
-        if (m > room)
+        /* The member that passed this test last time usually passes it again. */
+        if (w != UINT32_MAX && s->off[w] == RP_NONE && s->minoff[w] <= room)
+            continue;
+        for (z = s->sc_start[x], e = z + s->ucnt[x]; z < e; z++)
+            if (s->minoff[s->sc[z]] <= room)
+                break;
+        if (z == e)
             return 0;
+        s->wit[x] = s->sc[z];
     }
     return 1;
 }
@@ -536,11 +520,55 @@ static uint64_t luby(uint64_t i)
     }
 }
 
+/*
+ * One run with ranking rank at C = LB (unless that is proven infeasible), then at C below the
+ * best plan, repeated while it succeeds (a plan found below the best one is often improved
+ * again by the same ranking). 1 when the search is over (optimal or proven), 0 to go on,
+ * or -ENOMEM.
+ */
+static int attempt(bnb *s, uint32_t *rank, uint64_t limit, int *lb_infeasible)
+{
+    const rp_inst *in = s->in;
+    int rc;
+
+    s->rank = rank;
+    if (!*lb_infeasible) {
+        rc = run(s, in->floor_lb, limit);
+        if (rc < 0)
+            return rc;
+        if (rc == NOTFOUND)
+            *lb_infeasible = 1;
+        if (rc == FOUND || s->clk->stopped)
+            return 1;
+    }
+    /*
+     * Three times in four aim a sixteenth, an eighth or a quarter of the gap to LB lower:
+     * stepping down one byte at a time can take many runs when the plan is far above the
+     * optimum (D: 6 % above LB), and a ranking often finds a plan at once at one C but not
+     * at a C slightly higher.
+     */
+    do {
+        uint64_t c = s->best->peak - 1;
+        unsigned step = (unsigned)(s->attempts++ & 3);
+        int jump = step && c - in->floor_lb >= 16;
+
+        if (jump)
+            c -= (c - in->floor_lb) >> (5 - step);
+        rc = run(s, c, *lb_infeasible ? 2 * limit : limit);
+        if (jump && rc == NOTFOUND)
+            rc = ABORTED; /* proves nothing about the plans between c and the best */
+    } while (rc == FOUND && s->best->peak > in->floor_lb && !s->clk->stopped);
+    if (rc < 0)
+        return rc;
+    /* A complete search below the best plan failed: it is optimal. */
+    return rc == NOTFOUND || s->best->peak <= in->floor_lb || s->clk->stopped;
+}
+
 int rp_bnb(const rp_inst *in, rp_mem *m, rp_best *best, rp_clock *clk, uint64_t seed)
 {
     bnb s;
-    uint64_t rng = seed;
-    int lb_infeasible = 0, rc;
+    uint64_t rng = seed, t = 0;
+    int lb_infeasible = 0, rc = 0;
 
     memset(&s, 0, sizeof(s));
     s.in = in;
@@ -550,53 +578,25 @@ int rp_bnb(const rp_inst *in, rp_mem *m, rp_best *best, rp_clock *clk, uint64_t 
     s.decompose = in->period == 0;
     if ((rc = setup(&s)) < 0)
         return rc;
-    if (getenv("RPX")) { /* EXPERIMENT */
-        int nr = atoi(getenv("RPX"));
-        uint64_t lim = strtoull(getenv("RPXN"), 0, 10), tot = 0;
-        int ok = 0;
-        for (int j = 0; j < nr; j++) {
-            uint64_t t0 = clk->nodes;
-            if (j < 3) s.rank = s.rankings[j];
-            else { make_ranking(&s, j % 3, &rng, RESTART_NOISE, s.rrank); s.rank = s.rrank; }
-            clk->stopped = 0; clk->deadline_ns = UINT64_MAX; clk->max_nodes = 0;
-            rc = run(&s, in->floor_lb, lim);
-            tot += clk->nodes - t0;
-            if (rc == FOUND) { ok++; fprintf(stderr, "rank %d found in %llu\n", j, (unsigned long long)(clk->nodes - t0)); }
-            else if (rc == NOTFOUND) fprintf(stderr, "rank %d NOTFOUND %llu\n", j, (unsigned long long)(clk->nodes - t0));
-        }
-        fprintf(stderr, "RPX ok %d/%d nodes %llu\n", ok, nr, (unsigned long long)tot);
-        clk->stopped = 1;
-        return 0;
-    }
     /*
-     * The time to a solution varies by orders of magnitude with the ranking (MiniMalloc's
-     * round robin over rankings is for that), so: short runs on a Luby schedule, the three
-     * static rankings first, then randomized ones near them. Every fourth run, and every run
-     * once C = LB is proven infeasible, looks for any plan below the best one instead.
+     * MiniMalloc's round robin: every static ranking with a node limit that doubles each
+     * sweep (a static run repeats its predecessor's tree, so at most half is spent again).
+     * Between sweeps, as many randomized rankings on a Luby schedule, for instances that
+     * none of the static ones solves soon.
      */
-    for (uint64_t j = 0; best->peak > in->floor_lb && !clk->stopped; j++) {
-        uint64_t limit = RESTART_NODES * luby(j + 1);
-        int improve = lb_infeasible || (j % 4) == 3;
+    for (uint32_t r = 0; best->peak > in->floor_lb && rc == 0; r++) {
+        uint64_t limit = (uint64_t)RESTART_NODES << (r < 24 ? r : 24);
 
-        if (rp_now_ns() >= clk->deadline_ns)
-            break;
-        if (j < 3) {
-            s.rank = s.rankings[j];
-        } else {
-            make_ranking(&s, (int)(j % 3), &rng, RESTART_NOISE, s.rrank);
-            s.rank = s.rrank;
+        for (int h = 0; h < RP_NRANKINGS && rc == 0; h++)
+            rc = rp_now_ns() >= clk->deadline_ns
+                     ? 1
+                     : attempt(&s, s.rankings[h], limit, &lb_infeasible);
+        for (int h = 0; h < RP_NRANKINGS && rc == 0; h++) {
+            make_ranking(&s, h, &rng, RESTART_NOISE, s.rrank);
+            rc = rp_now_ns() >= clk->deadline_ns
+                     ? 1
+                     : attempt(&s, s.rrank, RESTART_NODES * luby(++t), &lb_infeasible);
         }
-        /* A plan found below the best one is often improved again by the same ranking. */
-        do {
-            rc = run(&s, improve ? best->peak - 1 : in->floor_lb, improve ? 4 * limit : limit);
-        } while (rc == FOUND && improve && best->peak > in->floor_lb && !clk->stopped);
-        if (rc < 0)
-            return rc;
-        /* A complete search failed: more nodes would not change that. */
-        if (rc == NOTFOUND && improve)
-            return 0;
-        if (rc == NOTFOUND)
-            lb_infeasible = 1;
     }
-    return 0;
+    return rc < 0 ? rc : 0;
 }

@@ -100,6 +100,11 @@ typedef struct rp_best {
 
 int rp_greedy(const rp_inst *in, rp_mem *m, rp_best *best, const rp_clock *clk);
 int rp_local(const rp_inst *in, rp_mem *m, rp_best *best, rp_clock *clk, uint64_t seed);
+/* The branch and bound's static rankings (rp_util.c). */
+#define RP_NRANKINGS 8
+void rp_rank(const rp_inst *in, const uint32_t *ov_start, int h, uint64_t *rng, double noise,
+             rp_kv *kv, uint32_t *out);
+
 int rp_bnb(const rp_inst *in, rp_mem *m, rp_best *best, rp_clock *clk, uint64_t seed);
 
 void rp_errf(char *err, size_t errlen, const char *fmt, ...) __attribute__((format(printf, 3, 4)));

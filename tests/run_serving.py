@@ -8,6 +8,9 @@ import subprocess
 import sys
 import tempfile
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "tracer"))
+from report_schema import SchemaError, validate  # noqa: E402
+
 
 def run(cmd, env):
     proc = subprocess.run(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
@@ -55,7 +58,10 @@ def main():
         # (forked children) must still have written a readable report.
         main_report = min(reports, key=lambda p: json.load(open(p))["process"]["pid"])
         for path in reports:
-            json.load(open(path))
+            try:
+                validate(json.load(open(path)))
+            except SchemaError as e:
+                failures.append(f"{path}: {e}")
         report = json.load(open(main_report))
         serving = report.get("serving")
         if serving is None:

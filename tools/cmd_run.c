@@ -1,6 +1,7 @@
 /* optmem run: starts a command with liboptmem.so preloaded and the options as OPTMEM_*
  * variables, forwards signals to it, and returns its exit status. */
 #include "commands.h"
+#include "report.h"
 
 #include <errno.h>
 #include <getopt.h>
@@ -96,13 +97,50 @@ static int wait_child(pid_t pid)
     return 128 + sig;
 }
 
+/* Reads the report the command wrote (the template expanded for the child's pid and rank,
+ * as the library does) and says what it found and how to look at it. */
 static void print_summary(const char *report)
 {
     struct rusage usage;
     if (getrusage(RUSAGE_CHILDREN, &usage) == 0)
         fprintf(stderr, "optmem: peak RSS of the command: %.1f MiB\n", usage.ru_maxrss / 1024.0);
-    if (report)
-        fprintf(stderr, "optmem: report template: %s\n", report);
+    if (!report)
+        return;
+    long rank = 0;
+    static const char *const rank_vars[] = {"RANK", "LOCAL_RANK"};
+    for (size_t i = 0; i < sizeof rank_vars / sizeof rank_vars[0]; i++) {
+        const char *v = getenv(rank_vars[i]);
+        char *end;
+        errno = 0;
+        long r = v && *v ? strtol(v, &end, 10) : -1;
+        if (v && *v && !errno && !*end && r >= 0) {
+            rank = r;
+            break;
+        }
+    }
+    char path[PATH_MAX], err[PATH_MAX + 256], hb[2][32];
+    if (om_report_path_expand(report, (long)child_pid, rank, path, sizeof path) != 0) {
+        fprintf(stderr, "optmem: no report: the template '%s' is not a valid path\n", report);
+        return;
+    }
+    struct om_report r;
+    if (om_report_load(path, &r, err, sizeof err) != 0) {
+        fprintf(stderr, "optmem: no report from the command: %s\n", err);
+        return;
+    }
+    fprintf(stderr, "optmem: lower bound %s, peak live %s",
+            om_human_bytes(r.lower_bound, hb[0], sizeof hb[0]),
+            om_human_bytes(r.peak_live, hb[1], sizeof hb[1]));
+    double eff = om_plan_efficiency(&r), served = om_served_fraction(&r);
+    if (eff >= 0)
+        fprintf(stderr, ", plan efficiency %.3f", eff);
+    if (served >= 0)
+        fprintf(stderr, ", %.1f %% served from the plan", 100 * served);
+    fprintf(stderr,
+            "\noptmem: report: %s\noptmem: look at it: optmem report %s\n"
+            "optmem:             optmem report %s --format html -o report.html\n",
+            path, path, path);
+    om_report_free(&r);
 }
 
 int om_cmd_run(int argc, char **argv)

@@ -11,5 +11,6 @@ enum {
 
 int om_cmd_run(int argc, char **argv);
 int om_cmd_plan(int argc, char **argv);
+int om_cmd_report(int argc, char **argv);
 
 #endif

@@ -12,6 +12,7 @@ struct om_command {
 
 static const struct om_command commands[] = {
     {"run", om_cmd_run, "run a command with optmem preloaded and summarise its memory"},
+    {"report", om_cmd_report, "summarise lifetime reports: text, json, chrome, folded, svg, html"},
     {"plan", om_cmd_plan, "place a lifetime set (CSV: id,lower,upper,size) in one pool"},
 };
 

@@ -12,7 +12,7 @@ packages=(
     libunwind-dev uthash-dev libcmocka-dev libdw-dev libjansson-dev
     python3 python3-torch python3-numpy libopenblas0-openmp
     libjemalloc2 libtcmalloc-minimal4 libmimalloc2.0
-    clang-format
+    clang-format chromium
 )
 
 install_packages() {

@@ -199,7 +199,7 @@ int om_tracer_init(const struct om_tracer_options *options)
     st.t0_ns = mono_ns();
     st.pid = getpid();
     st.timeline.width = 1;
-    st.live_cap = 1u << 16;
+    st.live_cap = 1u << 12; /* grows by doubling: most programs keep few blocks live */
     st.live = om_sys_map(st.live_cap * sizeof *st.live);
     st.records = om_sys_map(OM_SAMPLE_RECORDS * sizeof *st.records);
     if (!st.live || !st.records || om_period_init(&st.det) != 0)

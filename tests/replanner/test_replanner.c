@@ -122,6 +122,30 @@ static void test_optimal_tiny(void **state)
     }
 }
 
+/*
+ * Seven crowded blocks (short horizon, many overlaps, LB often infeasible): the branch and
+ * bound runs until it proves its plan optimal, so a wrong prune (the section check with its
+ * cached witness, a deeper C taken as a proof) shows as a peak above the brute force one.
+ */
+static void test_optimal_crowded(void **state)
+{
+    uint64_t seed = 11;
+    om_rp_block b[7];
+    (void)state;
+
+    for (int iter = 0; iter < 150; iter++) {
+        int cyclic = iter % 4 == 3, aligned = iter % 5 == 4;
+        uint64_t period = cyclic ? 6 : 0, opt, peak;
+
+        t_random_blocks(b, 7, 6, cyclic, aligned, &seed);
+        opt = t_brute_force(b, 7, period);
+        peak = t_plan_checked(b, 7, period, OM_RP_ALGO_BNB, 5000, NULL);
+        if (peak != opt)
+            fail_msg("iteration %d (period %llu): peak %llu, optimum %llu", iter,
+                     (unsigned long long)period, (unsigned long long)peak, (unsigned long long)opt);
+    }
+}
+
 static void test_cyclic_wrap(void **state)
 {
     /* A (8..12 mod 10) wraps into B's [0,3): they must not share bytes; C fits beside. */
@@ -334,12 +358,19 @@ static void test_empty(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_bundled_sets),  cmocka_unit_test(test_lower_bound),
-        cmocka_unit_test(test_random_valid),  cmocka_unit_test(test_optimal_tiny),
-        cmocka_unit_test(test_cyclic_wrap),   cmocka_unit_test(test_fixed_and_alignment),
-        cmocka_unit_test(test_bad_input),     cmocka_unit_test(test_checker_rejects),
-        cmocka_unit_test(test_deterministic), cmocka_unit_test(test_empty),
-        cmocka_unit_test(test_bnb_restarts),  cmocka_unit_test(test_tiny_budget_large),
+        cmocka_unit_test(test_bundled_sets),
+        cmocka_unit_test(test_lower_bound),
+        cmocka_unit_test(test_random_valid),
+        cmocka_unit_test(test_optimal_tiny),
+        cmocka_unit_test(test_optimal_crowded),
+        cmocka_unit_test(test_cyclic_wrap),
+        cmocka_unit_test(test_fixed_and_alignment),
+        cmocka_unit_test(test_bad_input),
+        cmocka_unit_test(test_checker_rejects),
+        cmocka_unit_test(test_deterministic),
+        cmocka_unit_test(test_empty),
+        cmocka_unit_test(test_bnb_restarts),
+        cmocka_unit_test(test_tiny_budget_large),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -62,11 +62,22 @@ def _lifetime(v, path):
         _fail(path + ".mean", "not between min and max")
 
 
+SERVING_KEYS = ("serving_requests", "hits", "misses", "served_from_plan", "fallbacks",
+                "guard_rejections", "plans", "replans", "plan_slots", "plan_peak_bytes",
+                "plan_lower_bound_bytes", "arena_top_bytes", "released_bytes",
+                "verify_violations", "invalid_frees")
+
+
 def validate(r):
     """Raise SchemaError unless r (parsed JSON) is a valid version-1 report."""
-    _obj(r, "$", ("schema", "version", "process", "configuration", "domains", "duration_ns",
-                  "counters", "lower_bound_bytes", "peak_live_bytes", "peak", "iterations",
-                  "categories", "sites", "sample", "timeline"))
+    top = ("schema", "version", "process", "configuration", "domains", "duration_ns",
+           "counters", "lower_bound_bytes", "peak_live_bytes", "peak", "iterations",
+           "categories", "sites", "sample", "timeline")
+    _obj(r, "$", top + (("serving",) if "serving" in r else ()))
+    if "serving" in r:  # plan mode only
+        _obj(r["serving"], "serving", SERVING_KEYS)
+        for k in SERVING_KEYS:
+            _uint(r["serving"][k], "serving." + k)
     if r["schema"] != "optmem-report" or r["version"] != 1:
         _fail("$", "not an optmem-report version 1")
     p = r["process"]

@@ -1,0 +1,324 @@
+"""Checks of `optmem report` (tests/report/CMakeLists.txt runs one subcommand per test).
+
+Usage: check_report.py --optmem CLI [--preload LIB] SUBCOMMAND [ARGS...]
+Subcommands: golden NAME FIXTURE... (with --update to rewrite the golden file), chrome, svg, html, errors, merge, symbolize PROGRAM, run PROGRAM, help."""
+import argparse
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import xml.etree.ElementTree as ET
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+FIXTURES = os.path.join(HERE, "fixtures")
+GOLDEN = os.path.join(HERE, "golden")
+LOOP = os.path.join(FIXTURES, "train_loop.json")
+DRIFT = os.path.join(FIXTURES, "train_drift.json")
+SVG_NS = "{http://www.w3.org/2000/svg}"
+
+
+class CheckError(Exception):
+    pass
+
+
+def expect(cond, msg):
+    if not cond:
+        raise CheckError(msg)
+
+
+def cli(args, argv, cwd=None, env=None, status=0):
+    proc = subprocess.run([args.optmem] + argv, cwd=cwd, env=env, stdout=subprocess.PIPE,
+                          stderr=subprocess.PIPE, timeout=300)
+    out, err = proc.stdout.decode(), proc.stderr.decode()
+    expect(proc.returncode == status, "optmem %s: exit %d, expected %d\nstderr: %s" %
+           (" ".join(argv), proc.returncode, status, err[-2000:]))
+    return out, err
+
+
+def rep(args, argv, **kw):
+    return cli(args, ["report"] + argv, **kw)
+
+
+def golden(args, rest, tmp):
+    """Output of --no-symbolize runs from the fixtures directory (relative names)."""
+    name, files = rest[0], rest[1:]
+    fmt = name.rsplit(".", 1)[1]
+    argv = [] if fmt == "txt" else ["--format", fmt]
+    out, _ = rep(args, files + argv + ["--no-symbolize", "--top", "5"], cwd=FIXTURES)
+    path = os.path.join(GOLDEN, name)
+    if args.update:
+        with open(path, "w") as f:
+            f.write(out)
+        return
+    with open(path) as f:
+        want = f.read()
+    if out != want:
+        import difflib
+        diff = "".join(difflib.unified_diff(want.splitlines(True), out.splitlines(True),
+                                            "golden/" + name, "output"))
+        raise CheckError("output differs from golden/%s:\n%s" % (name, diff))
+
+
+def chrome(args, rest, tmp):
+    out = os.path.join(tmp, "trace.json")
+    rep(args, [LOOP, "--format", "chrome", "-o", out, "--no-symbolize"])
+    with open(out) as f:
+        trace = json.load(f)
+    events = trace["traceEvents"]
+    with open(LOOP) as f:
+        report = json.load(f)
+    records = [r for r in report["sample"]["lifetimes"] if r]
+    counters = [e for e in events if e["ph"] == "C"]
+    begins = [e for e in events if e["ph"] == "b"]
+    ends = [e for e in events if e["ph"] == "e"]
+    expect(len(counters) == len(records), "%d counter events for %d records" %
+           (len(counters), len(records)))
+    expect(all(e["name"] == "live bytes" and "cpu" in e["args"] for e in counters),
+           "counter events lack the cpu series")
+    expect(max(e["args"]["cpu"] for e in counters) <= report["lower_bound_bytes"],
+           "a counter exceeds the lower bound")
+    expect(len(begins) == len(records) == len(ends), "%d b and %d e events for %d records" %
+           (len(begins), len(ends), len(records)))
+    expect({e["id"] for e in begins} == {e["id"] for e in ends}, "b and e ids differ")
+    expect(all(e["ts"] >= b["ts"] for b, e in zip(begins, ends)), "a slice ends before it begins")
+    names = {e["name"] for e in begins}
+    expect({"site_temp", "site_cross"} <= names, "slice names %s lack the call sites" % names)
+    expect(any(e["ph"] == "M" and e["name"] == "process_name" and "4242" in e["args"]["name"]
+               for e in events), "no process_name for pid 4242")
+    expect(trace["metadata"]["optmem-slices-capped"] is False, "uncapped trace says capped")
+    # A cap keeps the file bounded and says so.
+    rep(args, [LOOP, "--format", "chrome", "-o", out, "--max-slices", "10"])
+    with open(out) as f:
+        trace = json.load(f)
+    expect(sum(e["ph"] == "b" for e in trace["traceEvents"]) == 10, "the cap of 10 is not kept")
+    expect(trace["metadata"]["optmem-slices-capped"] is True and
+           trace["metadata"]["optmem-slice-cap"] == 10, "the cap is not in the metadata")
+    expect("capped" in trace["otherData"]["note"], "otherData does not mention the cap")
+
+
+def svg_tree(args, argv, tmp):
+    out = os.path.join(tmp, "out.svg")
+    rep(args, argv + ["--format", "svg", "-o", out, "--no-symbolize"])
+    return ET.parse(out).getroot()
+
+
+def svg(args, rest, tmp):
+    root = svg_tree(args, [LOOP], tmp)
+    expect(root.tag == SVG_NS + "svg", "root is %s" % root.tag)
+    with open(LOOP) as f:
+        report = json.load(f)
+    placed = [r for r in report["sample"]["lifetimes"] if r and r[6] is not None]
+    blocks = root.find(".//%sg[@class='blocks']" % SVG_NS)
+    rects = blocks.findall(SVG_NS + "rect")
+    expect(len(placed) > 0 and len(rects) == len(placed), "%d rects for %d placed blocks" %
+           (len(rects), len(placed)))
+    expect(all(float(r.get("width")) >= 0 and float(r.get("height")) > 0 for r in rects),
+           "a rect has a negative size")
+    expect(all("site_" in r.find(SVG_NS + "title").text for r in rects), "rect without a site")
+    live = root.find(".//%spath[@class='live']" % SVG_NS)
+    expect(live is not None and live.get("d").startswith("M"), "no live-bytes path")
+    expect(root.find(".//%sline[@class='lower-bound']" % SVG_NS) is not None, "no lower bound")
+    expect("arena offsets" in root.find(SVG_NS + "title").text, "title does not say offsets")
+    # A report without offsets (trace mode) is drawn as live bytes only, and says so.
+    for r in report["sample"]["lifetimes"]:
+        if r:
+            r[6] = None
+    trace = os.path.join(tmp, "trace_mode.json")
+    with open(trace, "w") as f:
+        json.dump(report, f)
+    root = svg_tree(args, [trace], tmp)
+    expect(not root.find(".//%sg[@class='blocks']" % SVG_NS).findall(SVG_NS + "rect"),
+           "blocks drawn without offsets")
+    expect("live bytes only" in root.find(SVG_NS + "title").text, "title does not say why")
+    # Two processes: two panels.
+    root = svg_tree(args, [LOOP, DRIFT], tmp)
+    panels = root.findall("./%sg/%ssvg" % (SVG_NS, SVG_NS))
+    expect(len(panels) == 2, "%d panels for two reports" % len(panels))
+
+
+def html(args, rest, tmp):
+    out = os.path.join(tmp, "report.html")
+    rep(args, [LOOP, DRIFT, "--format", "html", "-o", out])
+    with open(out) as f:
+        page = f.read()
+    expect(not re.search(r"""(src|href)\s*=|url\(|https?://""", page),
+           "the page refers to something outside itself")
+    chromium = shutil.which("chromium") or shutil.which("chromium-browser")
+    expect(chromium, "chromium is not installed (apt-get install chromium)")
+    profile = tempfile.mkdtemp(dir=tmp)
+    proc = subprocess.run([chromium, "--headless", "--no-sandbox", "--disable-gpu",
+                           "--disable-quic", "--no-first-run", "--disable-background-networking",
+                           "--disable-component-update", "--disable-sync",
+                           "--user-data-dir=" + profile, "--dump-dom", "file://" + out],
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=240)
+    dom = proc.stdout.decode()
+    expect(proc.returncode == 0, "chromium exit %d: %s" % (proc.returncode,
+                                                          proc.stderr.decode()[-2000:]))
+    for needle in ("<h1>optmem report</h1>", "4242", "4343", "<svg", "<rect", "site_temp",
+                   "Call sites live at the peak", "persistent"):
+        expect(needle in dom, "the rendered page lacks %r" % needle)
+    expect(dom.count("<tr>") >= 6, "the rendered page has few table rows")
+
+
+def errors(args, rest, tmp):
+    with open(LOOP) as f:
+        text = f.read()
+    cases = {
+        "truncated.json": (text[: len(text) // 2], r"not valid JSON: line \d+ column \d+"),
+        "not_json.json": ("hello\n", r"not valid JSON: line 1 column \d+"),
+        "empty.json": ("", r"not valid JSON"),
+        "other.json": ('{"schema": "something-else", "version": 1}\n', r"not an optmem report"),
+        "version.json": (text.replace('"version":1', '"version":99', 1), r"version"),
+        "no_peak.json": (text.replace('"peak_live_bytes"', '"peak_bytes"', 1),
+                         r"peak_live_bytes is missing"),
+    }
+    for name, (content, pattern) in cases.items():
+        path = os.path.join(tmp, name)
+        with open(path, "w") as f:
+            f.write(content)
+        for fmt in ("text", "html"):
+            out, err = rep(args, [path, "--format", fmt], status=1)
+            lines = err.strip().splitlines()
+            expect(len(lines) == 1, "%s: %d error lines: %s" % (name, len(lines), err))
+            expect(lines[0].startswith("optmem report: " + path + ": "), "%s: %s" % (name, err))
+            expect(re.search(pattern, lines[0]), "%s: %r lacks %r" % (name, lines[0], pattern))
+            expect(out == "", "%s: output despite the error" % name)
+    missing = os.path.join(tmp, "missing.json")
+    _, err = rep(args, [LOOP, missing], status=1)
+    expect(err.strip() == "optmem report: %s: cannot open: No such file or directory" % missing,
+           "missing file: %s" % err)
+    # An output that cannot be written is an error too; bad usage is 2.
+    rep(args, [LOOP, "-o", os.path.join(tmp, "no", "dir", "x.txt")], status=1)
+    for argv in ([], [LOOP, "--format", "pdf"], [LOOP, "--top", "x"], [LOOP, "--bogus"]):
+        _, err = rep(args, argv, status=2)
+        expect(err.startswith("optmem report: ") or "usage" in err, "usage error: %s" % err)
+
+
+def merge(args, rest, tmp):
+    out, _ = rep(args, [LOOP, DRIFT, "--format", "json", "--no-symbolize"])
+    summary = json.loads(out)
+    pids = [p["pid"] for p in summary["processes"]]
+    expect(pids == [4242, 4343], "pids %s" % pids)
+    loop, drift = (json.load(open(p)) for p in (LOOP, DRIFT))
+    totals = summary["totals"]
+    expect(totals["processes"] == 2, "totals %s" % totals)
+    expect(totals["peak_live_bytes"] == loop["peak_live_bytes"] + drift["peak_live_bytes"],
+           "peak total %s" % totals)
+    expect(totals["lower_bound_bytes"] == loop["lower_bound_bytes"] + drift["lower_bound_bytes"],
+           "lower bound total %s" % totals)
+    at_peak = sum(s["bytes"] for s in loop["peak"]["sites"] + drift["peak"]["sites"])
+    out, _ = rep(args, [LOOP, DRIFT, "--format", "json", "--no-symbolize", "--top", "1000"])
+    expect(sum(s["bytes"] for s in json.loads(out)["peak_sites"]) == at_peak,
+           "merged sites do not add up to the peaks")
+    text, _ = rep(args, [LOOP, DRIFT, "--no-symbolize"])
+    expect(re.search(r"^\s+4242\s", text, re.M) and re.search(r"^\s+4343\s", text, re.M),
+           "text lacks a row per pid:\n" + text)
+    # The same report twice (two ranks of one program): sites merge across processes.
+    out, _ = rep(args, [LOOP, LOOP, "--format", "json", "--no-symbolize"])
+    expect(all(s["processes"] == 2 for s in json.loads(out)["peak_sites"]),
+           "identical stacks were not merged")
+
+
+def symbolize(args, rest, tmp):
+    src = os.path.join(HERE, "sym_target.c")
+    lines = {}
+    with open(src) as f:
+        for no, text in enumerate(f, 1):
+            m = re.search(r"LINE:(\w+)", text)
+            if m:
+                lines[m.group(1)] = no
+    prog = os.path.join(tmp, "sym_target")
+    shutil.copy(rest[0], prog)
+    env = dict(os.environ, LD_PRELOAD=args.preload, OPTMEM_MODE="trace",
+               OPTMEM_REPORT=os.path.join(tmp, "sym.json"))
+    subprocess.run([prog], env=env, check=True, timeout=120)
+    rpath = os.path.join(tmp, "sym.json")
+
+    def frames():
+        out, _ = rep(args, [rpath, "--format", "json"])
+        return json.loads(out)["peak_sites"][0]["frames"]
+
+    f = frames()
+    want = [("inner_alloc", "inner", True), ("outer_site", "outer", False),
+            ("main", "main", False)]
+    for k, (func, mark, inlined) in enumerate(want):
+        got = f[k]
+        expect(got["function"] == func and got["inlined"] == inlined and
+               got["file"] and got["file"].endswith("sym_target.c") and
+               got["line"] == lines[mark],
+               "frame %d is %s, expected %s at sym_target.c:%d%s" %
+               (k, got, func, lines[mark], " (inlined)" if inlined else ""))
+    text, _ = rep(args, [rpath])
+    expect("inner_alloc  %s:%d  [inlined]" % (f[0]["file"], lines["inner"]) in text,
+           "text lacks the inlined frame:\n" + text)
+    # Without debug info: symbol names only; without the file: the report's module+offset.
+    subprocess.run(["objcopy", "--strip-debug", prog], check=True)
+    f = frames()
+    expect(f[0]["function"] == "outer_site" and f[0]["file"] is None,
+           "stripped: first frame %s" % f[0])
+    os.unlink(prog)
+    f = frames()
+    expect(f[0]["function"] is None and f[0]["module"] == prog and f[0]["offset"],
+           "missing file: first frame %s" % f[0])
+    text, _ = rep(args, [rpath])
+    expect("sym_target+0x" in text, "missing file: no module+offset in\n" + text)
+
+
+def run(args, rest, tmp):
+    """optmem run prints where the report is and how to look at it."""
+    template = os.path.join(tmp, "run.%p.json")
+    proc = subprocess.run([args.optmem, "run", "-o", template, "--", rest[0], "30"],
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=120)
+    err = proc.stderr.decode()
+    expect(proc.returncode == 0, "optmem run: exit %d: %s" % (proc.returncode, err))
+    m = re.search(r"^optmem: report: (\S+)$", err, re.M)
+    expect(m and os.path.exists(m.group(1)), "no report path in:\n" + err)
+    path = m.group(1)
+    for needle in ("peak RSS", "lower bound", "peak live", "plan efficiency",
+                   "served from the plan", "optmem report " + path,
+                   "optmem report %s --format html -o report.html" % path):
+        expect(needle in err, "summary lacks %r:\n%s" % (needle, err))
+    rep(args, [path])
+    proc = subprocess.run([args.optmem, "run", "-o", os.path.join(tmp, "none", "r.json"), "--",
+                           "true"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=60)
+    err = proc.stderr.decode()
+    missing = [l for l in err.splitlines() if "no report" in l]
+    expect(proc.returncode == 0 and len(missing) == 1, "missing report:\n" + err)
+
+
+def help_(args, rest, tmp):
+    out, _ = cli(args, ["--help"])
+    expect(re.search(r"^\s+report\s", out, re.M), "optmem --help lacks report:\n" + out)
+    out, _ = cli(args, ["report", "--help"])
+    for needle in ("--format", "chrome", "folded", "svg", "html", "--top", "Exit status"):
+        expect(needle in out, "optmem report --help lacks %r" % needle)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--optmem", required=True)
+    ap.add_argument("--preload")
+    ap.add_argument("--update", action="store_true")
+    ap.add_argument("command")
+    ap.add_argument("rest", nargs="*")
+    args = ap.parse_args()
+    commands = {"golden": golden, "chrome": chrome, "svg": svg,
+                "html": html, "errors": errors, "merge": merge, "symbolize": symbolize,
+                "run": run, "help": help_}
+    tmp = tempfile.mkdtemp(prefix="optmem-report-test.")
+    try:
+        commands[args.command](args, args.rest, tmp)
+    except (CheckError, subprocess.SubprocessError, OSError, KeyError, ValueError) as e:
+        print("FAIL %s: %s" % (args.command, e), file=sys.stderr)
+        return 1
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    print("ok %s" % args.command)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

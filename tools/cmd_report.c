@@ -1,0 +1,195 @@
+/* `optmem report`: reads lifetime reports and renders them as text, JSON, Chrome trace
+ * events, folded stacks, SVG or HTML. */
+#include "commands.h"
+#include "report.h"
+
+#include <errno.h>
+#include <getopt.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define DEFAULT_TOP 10
+#define DEFAULT_MAX_SLICES 20000
+
+static const struct {
+    const char *name;
+    int (*render)(const struct om_merged *m, const struct om_render *o);
+} formats[] = {
+    {"text", om_render_text},     {"json", om_render_json}, {"chrome", om_render_chrome},
+    {"folded", om_render_folded}, {"svg", om_render_svg},   {"html", om_render_html},
+};
+
+static void usage(FILE *f)
+{
+    fprintf(f,
+            "usage: optmem report FILE... [--format FORMAT] [-o OUT] [--top N]\n"
+            "Summarises optmem lifetime reports (OPTMEM_REPORT files). Several files (ranks,\n"
+            "forked workers) are merged: one row per process, totals, and call sites merged\n"
+            "by their stacks.\n\n"
+            "  --format FORMAT     text (default): peak, lower bound, plan efficiency,\n"
+            "                      iterations, call sites at the peak, categories, serving\n"
+            "                      json:   the same summary for scripts\n"
+            "                      chrome: trace events for Perfetto / chrome://tracing\n"
+            "                      folded: stacks for flamegraph.pl / speedscope, weighted by\n"
+            "                              bytes live at the peak\n"
+            "                      svg:    block offsets against time, live bytes, lower bound\n"
+            "                      html:   one offline page with the pictures and tables\n"
+            "  -o, --output OUT    write to OUT instead of standard output\n"
+            "  --top N             call sites shown (default %d)\n"
+            "  --max-slices N      lifetimes drawn in chrome and svg output (default %d)\n"
+            "  --no-symbolize      show the report's own names and module+offset only\n"
+            "  -h, --help          this text\n\n"
+            "Frames are symbolized from the modules named in the report (function, file:line,\n"
+            "inlined frames) when those files are still there.\n"
+            "Exit status: 0 success, 1 a report is missing or invalid or OUT cannot be\n"
+            "written, 2 bad usage.\n",
+            DEFAULT_TOP, DEFAULT_MAX_SLICES);
+}
+
+static int parse_count(const char *s, size_t *out)
+{
+    char *end;
+    if (!s || *s < '0' || *s > '9')
+        return -EINVAL;
+    errno = 0;
+    unsigned long long v = strtoull(s, &end, 10);
+    if (errno || *end || v == 0 || v > 100000000ull)
+        return -EINVAL;
+    *out = (size_t)v;
+    return 0;
+}
+
+static int render(int fmt, struct om_report *reports, size_t n, const char *outpath,
+                  struct om_render *o, bool symbolize)
+{
+    struct om_merged m;
+    int rc = om_merge(reports, n, &m);
+    if (rc != 0) {
+        fprintf(stderr, "optmem report: %s\n", strerror(-rc));
+        return OM_EXIT_FAILURE;
+    }
+    int status = OM_EXIT_FAILURE;
+    o->out = outpath ? fopen(outpath, "w") : stdout;
+    if (!o->out) {
+        fprintf(stderr, "optmem report: %s: %s\n", outpath, strerror(errno));
+        goto out_merged;
+    }
+    rc = om_sym_open(symbolize, &o->sym);
+    if (rc == 0)
+        rc = formats[fmt].render(&m, o);
+    om_sym_close(o->sym);
+    if (fflush(o->out) != 0 && rc == 0)
+        rc = -errno;
+    if (outpath && fclose(o->out) != 0 && rc == 0)
+        rc = -errno;
+    if (rc != 0) {
+        fprintf(stderr, "optmem report: %s: %s\n", outpath ? outpath : "standard output",
+                strerror(-rc));
+        if (outpath)
+            unlink(outpath); /* no partial file that looks like a result */
+        goto out_merged;
+    }
+    status = OM_EXIT_OK;
+out_merged:
+    om_merged_free(&m);
+    return status;
+}
+
+int om_cmd_report(int argc, char **argv)
+{
+    enum { OPT_FORMAT = 256, OPT_TOP, OPT_SLICES, OPT_NOSYM };
+    static const struct option options[] = {
+        {"format", required_argument, NULL, OPT_FORMAT},
+        {"output", required_argument, NULL, 'o'},
+        {"top", required_argument, NULL, OPT_TOP},
+        {"max-slices", required_argument, NULL, OPT_SLICES},
+        {"no-symbolize", no_argument, NULL, OPT_NOSYM},
+        {"help", no_argument, NULL, 'h'},
+        {NULL, 0, NULL, 0},
+    };
+    struct om_render o = {.top = DEFAULT_TOP, .max_slices = DEFAULT_MAX_SLICES};
+    const char *outpath = NULL;
+    bool symbolize = true;
+    int fmt = 0, opt;
+    size_t v;
+    optind = 1;
+    while ((opt = getopt_long(argc, argv, "o:h", options, NULL)) != -1) {
+        switch (opt) {
+        case OPT_FORMAT:
+            fmt = -1;
+            for (size_t i = 0; i < sizeof formats / sizeof formats[0]; i++)
+                if (strcmp(optarg, formats[i].name) == 0)
+                    fmt = (int)i;
+            if (fmt < 0) {
+                fprintf(stderr,
+                        "optmem report: unknown format '%s' (text, json, chrome, "
+                        "folded, svg or html)\n",
+                        optarg);
+                return OM_EXIT_USAGE;
+            }
+            break;
+        case 'o':
+            outpath = optarg;
+            break;
+        case OPT_TOP:
+        case OPT_SLICES:
+            if (parse_count(optarg, &v) != 0) {
+                fprintf(stderr, "optmem report: --%s wants a positive integer, not '%s'\n",
+                        opt == OPT_TOP ? "top" : "max-slices", optarg);
+                return OM_EXIT_USAGE;
+            }
+            if (opt == OPT_TOP)
+                o.top = v > 1000000 ? 1000000 : (unsigned)v;
+            else
+                o.max_slices = v;
+            break;
+        case OPT_NOSYM:
+            symbolize = false;
+            break;
+        case 'h':
+            usage(stdout);
+            return OM_EXIT_OK;
+        default:
+            usage(stderr);
+            return OM_EXIT_USAGE;
+        }
+    }
+    if (optind >= argc) {
+        fprintf(stderr, "optmem report: no report file given\n");
+        usage(stderr);
+        return OM_EXIT_USAGE;
+    }
+    size_t n = (size_t)(argc - optind);
+    struct stat out_st, in_st;
+    for (int i = optind; outpath && i < argc && stat(outpath, &out_st) == 0; i++) {
+        if (stat(argv[i], &in_st) == 0 && in_st.st_dev == out_st.st_dev &&
+            in_st.st_ino == out_st.st_ino) {
+            fprintf(stderr, "optmem report: -o %s would overwrite the report %s\n", outpath,
+                    argv[i]);
+            return OM_EXIT_USAGE;
+        }
+    }
+    struct om_report *reports = calloc(n, sizeof *reports);
+    if (!reports) {
+        fprintf(stderr, "optmem report: out of memory\n");
+        return OM_EXIT_FAILURE;
+    }
+    int status = OM_EXIT_OK;
+    size_t loaded = 0;
+    for (; loaded < n; loaded++) {
+        char err[1024];
+        if (om_report_load(argv[optind + (int)loaded], &reports[loaded], err, sizeof err) != 0) {
+            fprintf(stderr, "optmem report: %s\n", err);
+            status = OM_EXIT_FAILURE;
+            break;
+        }
+    }
+    if (status == OM_EXIT_OK)
+        status = render(fmt, reports, n, outpath, &o, symbolize);
+    for (size_t i = 0; i < loaded; i++)
+        om_report_free(&reports[i]);
+    free(reports);
+    return status;
+}

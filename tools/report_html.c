@@ -1,0 +1,219 @@
+/* optmem report --format html: one self-contained page (inline CSS and SVG, nothing fetched)
+ * with the pictures and the tables of the text summary. */
+#include "report.h"
+
+#include <errno.h>
+#include <string.h>
+
+static const char style[] =
+    "body{font-family:sans-serif;margin:24px;color:#222;max-width:1260px}"
+    "h1{font-size:22px}h2{font-size:17px;margin-top:28px;border-bottom:1px solid #ccc}"
+    "table{border-collapse:collapse;margin:8px 0}"
+    "td,th{border:1px solid #ccc;padding:3px 8px;text-align:left;vertical-align:top}"
+    "td.n{text-align:right;white-space:nowrap;font-variant-numeric:tabular-nums}"
+    "th{background:#f0f0f0}"
+    "ol.stack{margin:0;padding-left:20px;font-family:monospace;font-size:12px}"
+    ".inl{color:#777}.loc{color:#555}.note{color:#555;font-size:13px}";
+
+static void cell_bytes(FILE *out, uint64_t v)
+{
+    char hb[32];
+    fprintf(out, "<td class=\"n\" title=\"%llu bytes\">%s</td>", (unsigned long long)v,
+            om_human_bytes(v, hb, sizeof hb));
+}
+
+static void cell_ratio(FILE *out, double v, bool percent)
+{
+    if (v < 0)
+        fputs("<td class=\"n\">&ndash;</td>", out);
+    else if (percent)
+        fprintf(out, "<td class=\"n\">%.1f %%</td>", 100 * v);
+    else
+        fprintf(out, "<td class=\"n\">%.3f</td>", v);
+}
+
+static void cell_u64(FILE *out, uint64_t v)
+{
+    if (v == OM_NO_VALUE)
+        fputs("<td class=\"n\">&ndash;</td>", out);
+    else
+        fprintf(out, "<td class=\"n\">%llu</td>", (unsigned long long)v);
+}
+
+static void processes(FILE *out, const struct om_merged *m)
+{
+    fputs("<h2>Processes</h2>\n<table><tr><th>pid</th><th>rank</th><th>command</th><th>mode</th>"
+          "<th>peak live</th><th>lower bound</th><th>plan efficiency</th><th>served from "
+          "plan</th><th>iterations</th><th>period</th><th>first steady request</th></tr>\n",
+          out);
+    for (size_t i = 0; i < m->nreports; i++) {
+        const struct om_report *r = &m->reports[i];
+        fprintf(out, "<tr><td class=\"n\">%lld</td><td class=\"n\">%lld</td><td>",
+                (long long)r->pid, (long long)r->rank);
+        for (size_t k = 0; k < r->argc; k++) {
+            fputs(k ? " " : "", out);
+            om_xml_escape(out, r->argv[k]);
+        }
+        fputs("</td><td>", out);
+        om_xml_escape(out, r->mode);
+        fputs("</td>", out);
+        cell_bytes(out, r->peak_live);
+        cell_bytes(out, r->lower_bound);
+        cell_ratio(out, om_plan_efficiency(r), false);
+        cell_ratio(out, om_served_fraction(r), true);
+        fputs("<td>", out);
+        om_xml_escape(out, r->method);
+        fputs(r->found ? "" : " (none found)", out);
+        fputs("</td>", out);
+        cell_u64(out, r->period);
+        cell_u64(out, r->first_steady);
+        fputs("</tr>\n", out);
+    }
+    if (m->nreports > 1) {
+        fputs("<tr><th colspan=\"4\">total (sums: processes need not peak together)</th>", out);
+        cell_bytes(out, m->peak_live);
+        cell_bytes(out, m->lower_bound);
+        fputs("<td colspan=\"5\"></td></tr>\n", out);
+    }
+    fputs("</table>\n", out);
+}
+
+static void serving(FILE *out, const struct om_merged *m)
+{
+    static const char *const head[] = {"pid",
+                                       "requests while serving",
+                                       "served from plan",
+                                       "hits",
+                                       "misses",
+                                       "fallbacks",
+                                       "guard rejections",
+                                       "plans",
+                                       "replans",
+                                       "plan peak",
+                                       "plan lower bound",
+                                       "arena top",
+                                       "released"};
+    bool any = false;
+    for (size_t i = 0; i < m->nreports; i++)
+        any |= m->reports[i].serving.present;
+    if (!any)
+        return;
+    fputs("<h2>Serving</h2>\n<table><tr>", out);
+    for (size_t k = 0; k < sizeof head / sizeof head[0]; k++)
+        fprintf(out, "<th>%s</th>", head[k]);
+    fputs("</tr>\n", out);
+    for (size_t i = 0; i < m->nreports; i++) {
+        const struct om_report *r = &m->reports[i];
+        const struct om_rserving *v = &r->serving;
+        if (!v->present)
+            continue;
+        fprintf(out, "<tr><td class=\"n\">%lld</td>", (long long)r->pid);
+        cell_u64(out, v->serving_requests);
+        cell_u64(out, v->served_from_plan);
+        const uint64_t counts[] = {v->hits,  v->misses, v->fallbacks, v->guard_rejections,
+                                   v->plans, v->replans};
+        for (size_t k = 0; k < sizeof counts / sizeof counts[0]; k++)
+            cell_u64(out, counts[k]);
+        cell_bytes(out, v->plan_peak_bytes);
+        cell_bytes(out, v->plan_lower_bound_bytes);
+        cell_bytes(out, v->arena_top_bytes);
+        cell_bytes(out, v->released_bytes);
+        fputs("</tr>\n", out);
+    }
+    fputs("</table>\n", out);
+}
+
+static void categories(FILE *out, const struct om_merged *m)
+{
+    fputs("<h2>Bytes by category</h2>\n<p class=\"note\">In the last complete iteration: "
+          "persistent blocks live across it, per-iteration blocks live over its end, "
+          "temporaries born and freed within it.</p>\n<table><tr><th>pid</th><th>iteration "
+          "(requests)</th>",
+          out);
+    for (int c = OM_NCAT; c-- > 0;)
+        fprintf(out, "<th>%s</th>", om_cat_names[c]);
+    fputs("</tr>\n", out);
+    for (size_t i = 0; i < m->nreports; i++) {
+        const struct om_report *r = &m->reports[i];
+        fprintf(out, "<tr><td class=\"n\">%lld</td>", (long long)r->pid);
+        if (!r->have_categories) {
+            fputs("<td colspan=\"4\">no complete iteration recorded</td></tr>\n", out);
+            continue;
+        }
+        fprintf(out, "<td>%llu..%llu</td>", (unsigned long long)r->cat_iter[0],
+                (unsigned long long)r->cat_iter[1]);
+        for (int c = OM_NCAT; c-- > 0;)
+            cell_bytes(out, r->cat_bytes[c]);
+        fputs("</tr>\n", out);
+    }
+    fputs("</table>\n", out);
+}
+
+static int sites(FILE *out, const struct om_merged *m, const struct om_render *o)
+{
+    char buf[512];
+    fputs("<h2>Call sites live at the peak</h2>\n<table><tr><th>#</th><th>bytes</th><th>share"
+          "</th><th>blocks</th><th>category</th><th>processes</th><th>stack (innermost first)"
+          "</th></tr>\n",
+          out);
+    for (size_t i = 0; i < m->nsites && i < o->top; i++) {
+        const struct om_msite *s = &m->sites[i];
+        const struct om_dframe *f;
+        size_t n;
+        int rc = om_sym_site(o->sym, s->site, &f, &n);
+        if (rc != 0)
+            return rc;
+        fprintf(out, "<tr><td class=\"n\">%zu</td>", i + 1);
+        cell_bytes(out, s->bytes);
+        cell_ratio(out, m->lower_bound ? (double)s->bytes / (double)m->lower_bound : -1, true);
+        cell_u64(out, s->blocks);
+        fprintf(out, "<td>%s</td>", s->site->category ? s->site->category : "&ndash;");
+        cell_u64(out, s->processes);
+        fputs("<td><ol class=\"stack\">", out);
+        for (size_t k = 0; k < n; k++) {
+            fputs(f[k].inlined ? "<li class=\"inl\">" : "<li>", out);
+            om_xml_escape(out, om_dframe_label(&f[k], buf, sizeof buf));
+            if (f[k].file) {
+                fputs(" <span class=\"loc\">", out);
+                om_xml_escape(out, f[k].file);
+                fprintf(out, ":%u</span>", f[k].line);
+            }
+            fputs(f[k].inlined ? " (inlined)</li>" : "</li>", out);
+        }
+        fputs("</ol></td></tr>\n", out);
+    }
+    fputs("</table>\n", out);
+    if (m->nsites > o->top)
+        fprintf(out, "<p class=\"note\">%zu more call sites (--top N shows more).</p>\n",
+                m->nsites - o->top);
+    return 0;
+}
+
+int om_render_html(const struct om_merged *m, const struct om_render *o)
+{
+    FILE *out = o->out;
+    fprintf(out,
+            "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
+            "<title>optmem report</title>\n<style>%s</style></head>\n<body>\n"
+            "<h1>optmem report</h1>\n<p class=\"note\">",
+            style);
+    for (size_t i = 0; i < m->nreports; i++) {
+        fputs(i ? ", " : "", out);
+        om_xml_escape(out, m->reports[i].path);
+    }
+    fputs("</p>\n", out);
+    processes(out, m);
+    serving(out, m);
+    int rc = sites(out, m, o);
+    if (rc != 0)
+        return rc;
+    categories(out, m);
+    fputs("<h2>Lifetimes</h2>\n<p class=\"note\">Offset against time (request numbers) in the "
+          "sampled iterations: one rectangle per block at its arena offset, coloured by call "
+          "site; the black line is the live bytes, the red dashed line the lower bound.</p>\n",
+          out);
+    for (size_t i = 0; i < m->nreports && rc == 0; i++)
+        rc = om_svg_panel(out, &m->reports[i], o, false);
+    fputs("</body></html>\n", out);
+    return rc ? rc : ferror(out) ? -EIO : 0;
+}

@@ -1,0 +1,462 @@
+/* optmem report: reads a lifetime report (docs/report-schema.md) with jansson and checks it. */
+#include "report.h"
+
+#include <errno.h>
+#include <jansson.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+
+const char *const om_cat_names[OM_NCAT] = {"temporary", "per_iteration", "persistent"};
+
+/* The first problem found; later ones are not reported, so that the user sees one line. */
+struct loader {
+    const char *path;
+    char *err;
+    size_t errlen;
+    int failed;
+};
+
+static void fail(struct loader *l, const char *fmt, ...)
+{
+    if (l->failed)
+        return;
+    l->failed = 1;
+    int n = snprintf(l->err, l->errlen, "%s: ", l->path);
+    if (n < 0 || (size_t)n >= l->errlen)
+        return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(l->err + n, l->errlen - (size_t)n, fmt, ap);
+    va_end(ap);
+}
+
+static json_t *get(struct loader *l, json_t *obj, const char *where, const char *key,
+                   json_type type)
+{
+    json_t *v = json_object_get(obj, key);
+    if (!v) {
+        fail(l, "not a valid optmem report: %s%s is missing", where, key);
+        return NULL;
+    }
+    if (json_typeof(v) != type && !(type == JSON_TRUE && json_is_boolean(v))) {
+        fail(l, "not a valid optmem report: %s%s has the wrong type", where, key);
+        return NULL;
+    }
+    return v;
+}
+
+static uint64_t as_u64(struct loader *l, json_t *v, const char *where, const char *key)
+{
+    if (json_is_null(v))
+        return OM_NO_VALUE;
+    if (!json_is_integer(v) || json_integer_value(v) < 0) {
+        fail(l, "not a valid optmem report: %s%s is not a non-negative integer", where, key);
+        return 0;
+    }
+    return (uint64_t)json_integer_value(v);
+}
+
+/* A required integer; with nullable, null gives OM_NO_VALUE. */
+static uint64_t get_u64(struct loader *l, json_t *obj, const char *where, const char *key,
+                        bool nullable)
+{
+    json_t *v = json_object_get(obj, key);
+    if (!v || (json_is_null(v) && !nullable)) {
+        fail(l, "not a valid optmem report: %s%s is missing", where, key);
+        return 0;
+    }
+    return as_u64(l, v, where, key);
+}
+
+static char *dup_str(struct loader *l, json_t *v)
+{
+    if (!json_is_string(v))
+        return NULL;
+    char *s = strdup(json_string_value(v));
+    if (!s)
+        fail(l, "out of memory");
+    return s;
+}
+
+static uint64_t *u64_array(struct loader *l, json_t *arr, const char *what, size_t *n)
+{
+    *n = json_array_size(arr);
+    uint64_t *out = calloc(*n ? *n : 1, sizeof *out);
+    if (!out) {
+        fail(l, "out of memory");
+        return NULL;
+    }
+    for (size_t i = 0; i < *n; i++)
+        out[i] = as_u64(l, json_array_get(arr, i), what, "[]");
+    return out;
+}
+
+static void load_process(struct loader *l, json_t *root, struct om_report *r)
+{
+    json_t *p = get(l, root, "", "process", JSON_OBJECT);
+    if (!p)
+        return;
+    r->pid = (int64_t)get_u64(l, p, "process.", "pid", false);
+    r->ppid = (int64_t)get_u64(l, p, "process.", "ppid", false);
+    json_t *rank = get(l, p, "process.", "rank", JSON_INTEGER);
+    r->rank = rank ? json_integer_value(rank) : 0;
+    r->exe = dup_str(l, json_object_get(p, "exe"));
+    json_t *argv = get(l, p, "process.", "argv", JSON_ARRAY);
+    if (!argv)
+        return;
+    r->argv = calloc(json_array_size(argv) + 1, sizeof *r->argv);
+    if (!r->argv) {
+        fail(l, "out of memory");
+        return;
+    }
+    for (size_t i = 0; i < json_array_size(argv); i++) {
+        char *a = dup_str(l, json_array_get(argv, i));
+        if (a)
+            r->argv[r->argc++] = a;
+    }
+}
+
+static void load_peak(struct loader *l, json_t *root, struct om_report *r)
+{
+    json_t *peak = get(l, root, "", "peak", JSON_OBJECT);
+    json_t *sites = peak ? get(l, peak, "peak.", "sites", JSON_ARRAY) : NULL;
+    if (!sites)
+        return;
+    r->peak_request = get_u64(l, peak, "peak.", "request", false);
+    r->npeak = json_array_size(sites);
+    r->peak = calloc(r->npeak ? r->npeak : 1, sizeof *r->peak);
+    if (!r->peak) {
+        fail(l, "out of memory");
+        return;
+    }
+    for (size_t i = 0; i < r->npeak; i++) {
+        json_t *e = json_array_get(sites, i);
+        r->peak[i].site = get_u64(l, e, "peak.sites[].", "site", false);
+        r->peak[i].bytes = get_u64(l, e, "peak.sites[].", "bytes", false);
+        r->peak[i].blocks = get_u64(l, e, "peak.sites[].", "blocks", false);
+    }
+}
+
+static void load_iterations(struct loader *l, json_t *root, struct om_report *r)
+{
+    json_t *it = get(l, root, "", "iterations", JSON_OBJECT);
+    if (!it)
+        return;
+    r->method = dup_str(l, get(l, it, "iterations.", "method", JSON_STRING));
+    json_t *found = get(l, it, "iterations.", "found", JSON_TRUE);
+    r->found = found && json_is_true(found);
+    r->period = get_u64(l, it, "iterations.", "period_requests", true);
+    r->first_steady = get_u64(l, it, "iterations.", "first_steady_request", true);
+    json_t *starts = get(l, it, "iterations.", "starts", JSON_ARRAY);
+    if (starts)
+        r->starts = u64_array(l, starts, "iterations.starts", &r->nstarts);
+
+    json_t *cat = json_object_get(root, "categories");
+    if (!cat || json_is_null(cat))
+        return;
+    if (!json_is_object(cat)) {
+        fail(l, "not a valid optmem report: categories has the wrong type");
+        return;
+    }
+    r->have_categories = true;
+    json_t *iter = get(l, cat, "categories.", "iteration", JSON_ARRAY);
+    for (size_t k = 0; iter && k < 2; k++)
+        r->cat_iter[k] = as_u64(l, json_array_get(iter, k), "categories.", "iteration");
+    r->cat_lower_bound = get_u64(l, cat, "categories.", "lower_bound_bytes", false);
+    for (int c = 0; c < OM_NCAT; c++) {
+        json_t *o = get(l, cat, "categories.", om_cat_names[c], JSON_OBJECT);
+        if (!o)
+            return;
+        r->cat_bytes[c] = get_u64(l, o, "categories.", "bytes", false);
+        r->cat_blocks[c] = get_u64(l, o, "categories.", "blocks", false);
+    }
+}
+
+static void load_serving(struct loader *l, json_t *root, struct om_report *r)
+{
+    json_t *s = json_object_get(root, "serving");
+    struct om_rserving *v = &r->serving;
+    if (!s)
+        return;
+    if (!json_is_object(s)) {
+        fail(l, "not a valid optmem report: serving has the wrong type");
+        return;
+    }
+    v->present = true;
+    static const struct {
+        const char *key;
+        size_t at;
+    } keys[] = {
+        {"hits", offsetof(struct om_rserving, hits)},
+        {"misses", offsetof(struct om_rserving, misses)},
+        {"served_from_plan", offsetof(struct om_rserving, served_from_plan)},
+        {"fallbacks", offsetof(struct om_rserving, fallbacks)},
+        {"guard_rejections", offsetof(struct om_rserving, guard_rejections)},
+        {"plans", offsetof(struct om_rserving, plans)},
+        {"replans", offsetof(struct om_rserving, replans)},
+        {"plan_slots", offsetof(struct om_rserving, plan_slots)},
+        {"plan_peak_bytes", offsetof(struct om_rserving, plan_peak_bytes)},
+        {"plan_lower_bound_bytes", offsetof(struct om_rserving, plan_lower_bound_bytes)},
+        {"arena_top_bytes", offsetof(struct om_rserving, arena_top_bytes)},
+        {"released_bytes", offsetof(struct om_rserving, released_bytes)},
+        {"verify_violations", offsetof(struct om_rserving, verify_violations)},
+        {"invalid_frees", offsetof(struct om_rserving, invalid_frees)},
+    };
+    for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++)
+        *(uint64_t *)((char *)v + keys[i].at) = get_u64(l, s, "serving.", keys[i].key, false);
+    /* Reports written before serving_requests existed still load; the share is then unknown. */
+    json_t *req = json_object_get(s, "serving_requests");
+    v->serving_requests = req ? as_u64(l, req, "serving.", "serving_requests") : OM_NO_VALUE;
+}
+
+static void load_frames(struct loader *l, json_t *arr, struct om_rsite *site)
+{
+    site->nframes = json_array_size(arr);
+    site->frames = calloc(site->nframes ? site->nframes : 1, sizeof *site->frames);
+    if (!site->frames) {
+        fail(l, "out of memory");
+        return;
+    }
+    for (size_t f = 0; f < site->nframes; f++) {
+        json_t *fr = json_array_get(arr, f);
+        struct om_rframe *o = &site->frames[f];
+        json_t *addr = json_object_get(fr, "address"), *off = json_object_get(fr, "offset");
+        if (!json_is_object(fr) || !json_is_string(addr)) {
+            fail(l, "not a valid optmem report: sites[].frames[].address is missing");
+            return;
+        }
+        o->address = strtoull(json_string_value(addr), NULL, 16);
+        o->module = dup_str(l, json_object_get(fr, "module"));
+        o->offset = json_is_string(off) ? strtoull(json_string_value(off), NULL, 16) : OM_NO_VALUE;
+        o->function = dup_str(l, json_object_get(fr, "function"));
+    }
+}
+
+static void load_sites(struct loader *l, json_t *root, struct om_report *r)
+{
+    json_t *sites = get(l, root, "", "sites", JSON_ARRAY);
+    if (!sites)
+        return;
+    r->nsites = json_array_size(sites);
+    r->sites = calloc(r->nsites ? r->nsites : 1, sizeof *r->sites);
+    if (!r->sites) {
+        fail(l, "out of memory");
+        return;
+    }
+    for (size_t i = 0; i < r->nsites && !l->failed; i++) {
+        json_t *s = json_array_get(sites, i);
+        struct om_rsite *o = &r->sites[i];
+        if (get_u64(l, s, "sites[].", "id", false) != i) {
+            fail(l, "not a valid optmem report: sites[%zu].id is not %zu", i, i);
+            return;
+        }
+        json_t *frames = get(l, s, "sites[].", "frames", JSON_ARRAY);
+        if (frames)
+            load_frames(l, frames, o);
+        o->count = get_u64(l, s, "sites[].", "count", false);
+        o->total_bytes = get_u64(l, s, "sites[].", "total_bytes", false);
+        json_t *cb = get(l, s, "sites[].", "category_bytes", JSON_OBJECT);
+        for (int c = 0; cb && c < OM_NCAT; c++)
+            o->cat_bytes[c] = get_u64(l, cb, "sites[].category_bytes.", om_cat_names[c], false);
+        json_t *cat = json_object_get(s, "category");
+        for (int c = 0; json_is_string(cat) && c < OM_NCAT; c++)
+            if (strcmp(json_string_value(cat), om_cat_names[c]) == 0)
+                o->category = om_cat_names[c];
+    }
+    for (size_t i = 0; i < r->npeak; i++)
+        if (r->peak[i].site >= r->nsites)
+            fail(l, "not a valid optmem report: peak.sites[%zu].site is not a site id", i);
+}
+
+/* Records are read through the names in "fields", so that added fields cost nothing. */
+static void load_sample(struct loader *l, json_t *root, struct om_report *r)
+{
+    static const char *const names[] = {"site",     "size",     "birth_request", "death_request",
+                                        "birth_ns", "death_ns", "offset"};
+    enum { NFIELDS = sizeof names / sizeof names[0] };
+    int at[NFIELDS];
+    json_t *s = get(l, root, "", "sample", JSON_OBJECT);
+    json_t *fields = s ? get(l, s, "sample.", "fields", JSON_ARRAY) : NULL;
+    json_t *life = s ? get(l, s, "sample.", "lifetimes", JSON_ARRAY) : NULL;
+    json_t *live = s ? get(l, s, "sample.", "live_bytes", JSON_ARRAY) : NULL;
+    if (!live)
+        return;
+    for (int k = 0; k < NFIELDS; k++) {
+        at[k] = -1;
+        for (size_t j = 0; j < json_array_size(fields); j++) {
+            const char *name = json_string_value(json_array_get(fields, j));
+            if (name && strcmp(name, names[k]) == 0)
+                at[k] = (int)j;
+        }
+        if (at[k] < 0 && k < NFIELDS - 1) {
+            fail(l, "not a valid optmem report: sample.fields lacks \"%s\"", names[k]);
+            return;
+        }
+    }
+    r->sample_has_offsets = at[NFIELDS - 1] >= 0;
+    r->sample_first = get_u64(l, s, "sample.", "first_request", false);
+    r->sample_end = get_u64(l, s, "sample.", "end_request", false);
+    r->nlife = json_array_size(life);
+    if (l->failed || r->sample_end < r->sample_first ||
+        r->sample_end - r->sample_first != r->nlife || json_array_size(live) != r->nlife) {
+        fail(l, "not a valid optmem report: sample covers %zu requests, not end - first", r->nlife);
+        return;
+    }
+    size_t nlive;
+    r->live_after = u64_array(l, live, "sample.live_bytes", &nlive);
+    r->life = calloc(r->nlife ? r->nlife : 1, sizeof *r->life);
+    if (!r->life) {
+        fail(l, "out of memory");
+        return;
+    }
+    for (size_t i = 0; i < r->nlife && !l->failed; i++) {
+        json_t *rec = json_array_get(life, i);
+        uint64_t v[NFIELDS];
+        if (!json_is_array(rec)) {
+            fail(l, "not a valid optmem report: sample.lifetimes[%zu] is not an array", i);
+            return;
+        }
+        if (json_array_size(rec) == 0) { /* a request the tracer could not record */
+            r->life[i].site = OM_NO_VALUE;
+            continue;
+        }
+        for (int k = 0; k < NFIELDS; k++)
+            v[k] = at[k] < 0 ? OM_NO_VALUE
+                             : as_u64(l, json_array_get(rec, (size_t)at[k]), "sample.", names[k]);
+        if (v[0] >= r->nsites || v[1] == OM_NO_VALUE || v[2] != r->sample_first + i) {
+            fail(l, "not a valid optmem report: sample.lifetimes[%zu] is inconsistent", i);
+            return;
+        }
+        r->life[i] = (struct om_rlife){v[0], v[1], v[2], v[3], v[4], v[5], v[6]};
+    }
+    json_t *t = get(l, root, "", "timeline", JSON_OBJECT);
+    json_t *pts = t ? get(l, t, "timeline.", "max_live_bytes", JSON_ARRAY) : NULL;
+    if (!pts)
+        return;
+    r->timeline_first = get_u64(l, t, "timeline.", "first_request", false);
+    r->timeline_width = get_u64(l, t, "timeline.", "requests_per_point", false);
+    r->timeline = u64_array(l, pts, "timeline.max_live_bytes", &r->ntimeline);
+}
+
+static void load_root(struct loader *l, json_t *root, struct om_report *r)
+{
+    json_t *schema = json_object_get(root, "schema");
+    if (!json_is_object(root) || !json_is_string(schema) ||
+        strcmp(json_string_value(schema), "optmem-report") != 0) {
+        fail(l, "not an optmem report (no \"schema\": \"optmem-report\")");
+        return;
+    }
+    json_t *version = json_object_get(root, "version");
+    if (!json_is_integer(version) || json_integer_value(version) != OM_REPORT_VERSION) {
+        if (json_is_integer(version))
+            fail(l, "report version %lld is not supported (this optmem reads version %d)",
+                 (long long)json_integer_value(version), OM_REPORT_VERSION);
+        else
+            fail(l, "not a valid optmem report: version is missing");
+        return;
+    }
+    load_process(l, root, r);
+    json_t *cfg = get(l, root, "", "configuration", JSON_OBJECT);
+    if (cfg)
+        r->mode = dup_str(l, get(l, cfg, "configuration.", "mode", JSON_STRING));
+    r->duration_ns = get_u64(l, root, "", "duration_ns", false);
+    json_t *counters = get(l, root, "", "counters", JSON_OBJECT);
+    if (counters)
+        r->managed_requests = get_u64(l, counters, "counters.", "managed_requests", false);
+    r->lower_bound = get_u64(l, root, "", "lower_bound_bytes", false);
+    r->peak_live = get_u64(l, root, "", "peak_live_bytes", false);
+    load_peak(l, root, r);
+    load_serving(l, root, r);
+    load_iterations(l, root, r);
+    load_sites(l, root, r);
+    load_sample(l, root, r);
+}
+
+int om_report_load(const char *path, struct om_report *r, char *err, size_t errlen)
+{
+    struct loader l = {.path = path, .err = err, .errlen = errlen};
+    memset(r, 0, sizeof *r);
+    FILE *f = fopen(path, "r");
+    if (!f) {
+        int e = errno;
+        snprintf(err, errlen, "%s: cannot open: %s", path, strerror(e));
+        return -e;
+    }
+    json_error_t jerr;
+    json_t *root = json_loadf(f, JSON_REJECT_DUPLICATES, &jerr);
+    int rc = 0;
+    if (ferror(f)) {
+        rc = -EIO;
+        snprintf(err, errlen, "%s: read error", path);
+        goto out;
+    }
+    if (!root) {
+        rc = -EINVAL;
+        snprintf(err, errlen, "%s: not valid JSON: line %d column %d: %s", path, jerr.line,
+                 jerr.column, jerr.text);
+        goto out;
+    }
+    r->path = strdup(path);
+    if (!r->path)
+        fail(&l, "out of memory");
+    load_root(&l, root, r);
+    if (l.failed) {
+        rc = -EINVAL;
+        om_report_free(r);
+    }
+out:
+    json_decref(root);
+    fclose(f);
+    return rc;
+}
+
+void om_report_free(struct om_report *r)
+{
+    for (size_t i = 0; i < r->nsites; i++) {
+        for (size_t f = 0; f < r->sites[i].nframes; f++) {
+            free(r->sites[i].frames[f].module);
+            free(r->sites[i].frames[f].function);
+        }
+        free(r->sites[i].frames);
+    }
+    for (size_t i = 0; i < r->argc; i++)
+        free(r->argv[i]);
+    free(r->argv);
+    free(r->sites);
+    free(r->path);
+    free(r->exe);
+    free(r->mode);
+    free(r->method);
+    free(r->peak);
+    free(r->life);
+    free(r->live_after);
+    free(r->starts);
+    free(r->timeline);
+    memset(r, 0, sizeof *r);
+}
+
+/* The same expansion as the tracer's om_path_expand (the CLI does not link the tracer). */
+int om_report_path_expand(const char *tmpl, long pid, long rank, char *out, size_t outlen)
+{
+    size_t n = 0;
+    if (outlen == 0)
+        return -ENAMETOOLONG;
+    for (const char *p = tmpl; *p; p++) {
+        char piece[32] = {*p, '\0'};
+        if (*p == '%') {
+            p++;
+            if (*p == 'p' || *p == 'r')
+                snprintf(piece, sizeof piece, "%ld", *p == 'p' ? pid : rank);
+            else if (*p != '%')
+                return out[0] = '\0', -EINVAL;
+        }
+        size_t len = strlen(piece);
+        if (n + len >= outlen)
+            return out[0] = '\0', -ENAMETOOLONG;
+        memcpy(out + n, piece, len);
+        n += len;
+    }
+    out[n] = '\0';
+    return 0;
+}

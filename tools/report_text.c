@@ -1,0 +1,172 @@
+/* optmem report: the terminal summary (the default format). */
+#include "report.h"
+
+#include <errno.h>
+#include <string.h>
+
+/* Up to four sizes in one printf: each needs its own buffer. */
+#define HB(v, k) om_human_bytes((v), hb[k], sizeof hb[0])
+
+static void print_argv(FILE *out, const struct om_report *r)
+{
+    for (size_t i = 0; i < r->argc; i++)
+        fprintf(out, "%s%s", i ? " " : "", r->argv[i]);
+    if (r->argc == 0)
+        fputs(r->exe ? r->exe : "?", out);
+}
+
+static void print_frames(FILE *out, const struct om_dframe *f, size_t n)
+{
+    char buf[512];
+    for (size_t i = 0; i < n; i++) {
+        fprintf(out, "        %s", om_dframe_label(&f[i], buf, sizeof buf));
+        if (f[i].file)
+            fprintf(out, "  %s:%u", f[i].file, f[i].line);
+        else if (f[i].function && f[i].module)
+            fprintf(out, "  (%s+0x%llx)",
+                    strrchr(f[i].module, '/') ? strrchr(f[i].module, '/') + 1 : f[i].module,
+                    (unsigned long long)f[i].offset);
+        fputs(f[i].inlined ? "  [inlined]\n" : "\n", out);
+    }
+}
+
+static void print_serving(FILE *out, const struct om_report *r)
+{
+    const struct om_rserving *v = &r->serving;
+    double served = om_served_fraction(r);
+    fprintf(out, "  served from plan   %llu", (unsigned long long)v->served_from_plan);
+    if (served >= 0)
+        fprintf(out, " of %llu requests made while serving (%.1f %%)",
+                (unsigned long long)v->serving_requests, 100 * served);
+    fprintf(out,
+            "\n  serving            hits %llu, misses %llu, fallbacks %llu, guard "
+            "rejections %llu, plans %llu, replans %llu\n",
+            (unsigned long long)v->hits, (unsigned long long)v->misses,
+            (unsigned long long)v->fallbacks, (unsigned long long)v->guard_rejections,
+            (unsigned long long)v->plans, (unsigned long long)v->replans);
+    if (v->verify_violations || v->invalid_frees)
+        fprintf(out, "  WARNING            verify violations %llu, invalid frees %llu\n",
+                (unsigned long long)v->verify_violations, (unsigned long long)v->invalid_frees);
+}
+
+static void print_process(FILE *out, const struct om_report *r)
+{
+    char hb[2][32];
+    fprintf(out, "process %lld (rank %lld, %s mode): ", (long long)r->pid, (long long)r->rank,
+            r->mode);
+    print_argv(out, r);
+    fprintf(out, "\n  managed requests   %llu in %.3f s\n", (unsigned long long)r->managed_requests,
+            r->duration_ns / 1e9);
+    fprintf(out, "  peak live          %s (%llu bytes held by the allocator)\n",
+            HB(r->peak_live, 0), (unsigned long long)r->peak_live);
+    fprintf(out, "  lower bound        %s (%llu bytes live at once at most)\n",
+            HB(r->lower_bound, 0), (unsigned long long)r->lower_bound);
+    double eff = om_plan_efficiency(r);
+    if (eff >= 0)
+        fprintf(out, "  plan efficiency    %.3f (plan peak %s over its lower bound %s)\n", eff,
+                HB(r->serving.plan_peak_bytes, 0), HB(r->serving.plan_lower_bound_bytes, 1));
+    else if (r->serving.present)
+        fputs("  plan efficiency    no plan was made\n", out);
+    fprintf(out, "  iterations         %s: ", r->method);
+    if (r->found && r->period != OM_NO_VALUE)
+        fprintf(out, "period %llu requests, first steady request %llu\n",
+                (unsigned long long)r->period, (unsigned long long)r->first_steady);
+    else
+        fputs("no steady iterations found\n", out);
+    if (r->serving.present)
+        print_serving(out, r);
+}
+
+static void print_categories(FILE *out, const uint64_t *bytes, const uint64_t *blocks,
+                             const char *where)
+{
+    char hb[2][32];
+    fprintf(out, "\nbytes by category (%s):\n", where);
+    static const int order[] = {OM_CAT_PERSISTENT, OM_CAT_PER_ITERATION, OM_CAT_TEMPORARY};
+    for (int k = 0; k < OM_NCAT; k++) {
+        fprintf(out, "  %-14s %10s", om_cat_names[order[k]], HB(bytes[order[k]], 0));
+        if (blocks)
+            fprintf(out, "  %llu block%s", (unsigned long long)blocks[order[k]],
+                    blocks[order[k]] == 1 ? "" : "s");
+        fputc('\n', out);
+    }
+}
+
+static void print_table(FILE *out, const struct om_merged *m)
+{
+    char hb[2][32];
+    fprintf(out, "%zu processes\n  %8s %5s %10s %11s %7s %7s  %s\n", m->nreports, "pid", "rank",
+            "peak", "lower bound", "plan", "served", "command");
+    for (size_t i = 0; i < m->nreports; i++) {
+        const struct om_report *r = &m->reports[i];
+        double eff = om_plan_efficiency(r), served = om_served_fraction(r);
+        char e[16] = "-", s[16] = "-";
+        if (eff >= 0)
+            snprintf(e, sizeof e, "%.3f", eff);
+        if (served >= 0)
+            snprintf(s, sizeof s, "%.1f%%", 100 * served);
+        fprintf(out, "  %8lld %5lld %10s %11s %7s %7s  ", (long long)r->pid, (long long)r->rank,
+                HB(r->peak_live, 0), HB(r->lower_bound, 1), e, s);
+        print_argv(out, r);
+        fputc('\n', out);
+    }
+    fprintf(out, "  %8s %5s %10s %11s  (sums: the processes need not peak at the same time)\n",
+            "total", "", HB(m->peak_live, 0), HB(m->lower_bound, 1));
+}
+
+int om_render_text(const struct om_merged *m, const struct om_render *o)
+{
+    FILE *out = o->out;
+    char hb[2][32];
+    for (size_t i = 0; i < m->nreports; i++)
+        fprintf(out, "%s%s", i ? ", " : "optmem report: ", m->reports[i].path);
+    fputs("\n\n", out);
+    if (m->nreports == 1)
+        print_process(out, &m->reports[0]);
+    else
+        print_table(out, m);
+
+    uint64_t at_peak = 0;
+    for (size_t i = 0; i < m->nreports; i++)
+        at_peak += m->reports[i].lower_bound;
+    if (m->nreports == 1)
+        fprintf(out, "\ncall sites live at the peak (request %llu, %s live):\n",
+                (unsigned long long)m->reports[0].peak_request, HB(at_peak, 0));
+    else
+        fprintf(out, "\ncall sites live at each process's peak (%s live in all):\n",
+                HB(at_peak, 0));
+    if (m->nsites == 0)
+        fputs("  none\n", out);
+    for (size_t i = 0; i < m->nsites && i < o->top; i++) {
+        const struct om_msite *s = &m->sites[i];
+        fprintf(out, "  #%-2zu %10s %5.1f %%  %llu block%s", i + 1, HB(s->bytes, 0),
+                at_peak ? 100.0 * (double)s->bytes / (double)at_peak : 0.0,
+                (unsigned long long)s->blocks, s->blocks == 1 ? "" : "s");
+        if (s->site->category)
+            fprintf(out, "  %s", s->site->category);
+        if (m->nreports > 1)
+            fprintf(out, "  in %u process%s", s->processes, s->processes == 1 ? "" : "es");
+        fputc('\n', out);
+        const struct om_dframe *f;
+        size_t n;
+        int rc = om_sym_site(o->sym, s->site, &f, &n);
+        if (rc != 0)
+            return rc;
+        print_frames(out, f, n);
+    }
+    if (m->nsites > o->top)
+        fprintf(out, "  (%zu more; --top N shows more)\n", m->nsites - o->top);
+
+    if (m->nreports == 1 && m->reports[0].have_categories) {
+        const struct om_report *r = &m->reports[0];
+        char where[96];
+        snprintf(where, sizeof where, "the last complete iteration, requests %llu..%llu",
+                 (unsigned long long)r->cat_iter[0], (unsigned long long)r->cat_iter[1]);
+        print_categories(out, r->cat_bytes, r->cat_blocks, where);
+    } else if (m->nreports > 1) {
+        print_categories(out, m->cat_bytes, NULL, "last complete iterations, all processes");
+    } else {
+        fputs("\nbytes by category: no complete iteration was recorded\n", out);
+    }
+    return ferror(out) ? -EIO : 0;
+}
