@@ -157,7 +157,7 @@ void om_engine_atfork_child(void)
     if (engine_on)
         om_tracer_atfork_child();
     if (pool_on)
-        om_pool_unlock();
+        om_pool_atfork_child();
 }
 
 void om_engine_at_exit(void)
@@ -165,6 +165,8 @@ void om_engine_at_exit(void)
     if (!engine_on)
         return;
     tls_in_engine++;
+    if (pool_on)
+        om_pool_save_plan();
     om_pool_publish();
     om_tracer_at_exit();
     tls_in_engine--;

@@ -3,9 +3,12 @@
 #include "arena.h"
 #include "blockmap.h"
 #include "log.h"
+#include "modmap.h"
 #include "replanner.h"
+#include "saved_plan.h"
 
 #include <errno.h>
+#include <limits.h>
 #include <pthread.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -18,14 +21,19 @@
  * chunks; blocks at planned offsets keep theirs, which the next iteration reuses. */
 #define RELEASE_BLOCK_MIN ((size_t)64 << 10)
 #define NO_DEATH UINT64_MAX
+#define LOG_CAPACITY ((size_t)1 << 20) /* main-thread requests logged for a saved plan */
+/* A saved plan whose prologue misses more than half of its first requests is another
+ * run's: it is dropped and the program is learnt as usual. */
+#define PROLOGUE_PROBE 64
 #define MIN_PERIOD 3 /* shorter "iterations" are runs of equal requests, not a training step */
 #define FAILED_PERIODS 8
 /* A plan that serves this many iterations proves the program steady again. */
 #define STEADY_ITERATIONS 3
 
 /* Learn: waiting for the tracer to find an iteration start. Record: one iteration's
- * requests. Observe: the next iteration, to see when the last blocks die. Serve. */
-enum phase { LEARN, RECORD, OBSERVE, SERVE };
+ * requests. Observe: the next iteration, to see when the last blocks die. Serve.
+ * Prologue: a saved plan serves the main thread's requests before the iteration. */
+enum phase { LEARN, RECORD, OBSERVE, SERVE, PROLOGUE };
 
 struct record {
     uint64_t token, lower, upper;
@@ -59,6 +67,13 @@ static struct {
      * detector locks onto before the whole step. Not planned again until a plan holds. */
     uint64_t failed[FAILED_PERIODS];
     unsigned nfailed;
+    /* OPTMEM_PLAN_FILE */
+    char plan_file[PATH_MAX];
+    struct om_saved_plan saved; /* loaded: its prologue is being served */
+    uint64_t prologue_cursor, prologue_misses;
+    int grace;                 /* the iteration after the prologue: its misses do not count */
+    struct om_request_log log; /* not loaded: this run's main-thread requests */
+    uint64_t main_requests, log_cycle_start;
 } pool = {.lock = PTHREAD_MUTEX_INITIALIZER};
 
 static void *map_zeroed(size_t bytes)
@@ -75,6 +90,70 @@ static void *rp_alloc(void *ctx, size_t n)
 static void rp_release(void *ctx, void *p, size_t n)
 {
     munmap(p, n);
+}
+
+static void index_tokens(void);
+
+/* The process's first thread: a saved plan's prologue is its requests. */
+static unsigned fork_generation = 1;
+static __thread unsigned tls_generation;
+static __thread int tls_main;
+
+static int on_main_thread(void)
+{
+    if (tls_generation != fork_generation) {
+        tls_main = gettid() == getpid();
+        tls_generation = fork_generation;
+    }
+    return tls_main;
+}
+
+/* Serves the saved plan from the first request: its iteration's slots are the plan, its
+ * prologue is walked by a cursor of its own. */
+static void install_saved_plan(void)
+{
+    const struct om_saved_plan *sp = &pool.saved;
+    pool.period = sp->period;
+    for (uint64_t s = 0; s < sp->period; s++) {
+        const struct om_saved_slot *in = &sp->slots[sp->nprologue + s];
+        pool.slots[s] = (struct slot){in->token, in->offset, in->len, in->alignment, UINT32_MAX};
+    }
+    index_tokens();
+    pool.plan_end = sp->peak;
+    pool.stats.plan_peak_bytes = sp->peak;
+    pool.stats.plan_lower_bound_bytes = sp->lower_bound;
+    pool.stats.plan_slots = sp->period;
+    pool.stats.saved_plan = 1;
+    pool.phase = sp->nprologue ? PROLOGUE : SERVE;
+}
+
+static void open_plan_file(const struct om_config *cfg)
+{
+    if (om_path_expand(cfg->plan_file, (long)getpid(), om_env_rank(), pool.plan_file,
+                       sizeof pool.plan_file) != 0) {
+        om_warn("OPTMEM_PLAN_FILE=%s: the path is too long; no plan is saved", cfg->plan_file);
+        pool.plan_file[0] = '\0';
+        return;
+    }
+    char err[128] = "";
+    int rc = om_saved_plan_read(pool.plan_file, om_saved_plan_program(), pool.arena.reserved,
+                                &pool.saved, err, sizeof err);
+    if (rc == 0 && pool.saved.period <= MAX_PERIOD) {
+        om_info("serving the saved plan %s (%llu prologue requests, an iteration of %llu)",
+                pool.plan_file, (unsigned long long)pool.saved.nprologue,
+                (unsigned long long)pool.saved.period);
+        install_saved_plan();
+        return;
+    }
+    om_saved_plan_free(&pool.saved);
+    if (rc == -EINVAL)
+        om_warn("OPTMEM_PLAN_FILE %s is ignored: %s; a new plan is written at exit", pool.plan_file,
+                err);
+    else if (rc != 0 && rc != -ENOENT)
+        om_warn("OPTMEM_PLAN_FILE %s cannot be read (%s); a new plan is written at exit",
+                pool.plan_file, strerror(-rc));
+    if (om_request_log_init(&pool.log, LOG_CAPACITY) != 0)
+        pool.plan_file[0] = '\0';
 }
 
 int om_pool_init(const struct om_config *cfg)
@@ -96,6 +175,9 @@ int om_pool_init(const struct om_config *cfg)
     if (rc != 0)
         return rc;
     pool.redzone = cfg->verify ? REDZONE : 0;
+    pool.log_cycle_start = UINT64_MAX;
+    if (cfg->plan_file[0])
+        open_plan_file(cfg);
     om_tracer_set_arena(pool.arena.base, pool.arena.reserved);
     pool.on = 1;
     return 0;
@@ -110,7 +192,7 @@ static uint64_t token_of(const struct om_stack *stack, size_t size)
 {
     uint64_t h = 0xcbf29ce484222325ull ^ size;
     for (unsigned i = 0; i < stack->depth; i++)
-        h = (h ^ (uintptr_t)stack->frames[i]) * 0x100000001b3ull;
+        h = (h ^ om_modmap_key(stack->frames[i])) * 0x100000001b3ull;
     return h | 1; /* 0 marks a slot that has no token */
 }
 
@@ -224,8 +306,9 @@ out:
 
 /* ---- the phases ---- */
 
-static void start_recording(void)
+static void start_recording(const struct om_block *b)
 {
+    pool.log_cycle_start = b->log ? b->log - 1 : UINT64_MAX;
     pool.phase = RECORD;
     pool.generation++;
     pool.nrecords = 0;
@@ -242,7 +325,9 @@ static int period_failed(uint64_t period)
 
 static void end_of_served_iteration(void)
 {
-    if (pool.iteration_misses * 8 > pool.period) {
+    if (pool.grace) {
+        pool.grace = 0;
+    } else if (pool.iteration_misses * 8 > pool.period) {
         om_debug("%llu misses in an iteration of %llu requests: learning again",
                  (unsigned long long)pool.iteration_misses, (unsigned long long)pool.period);
         pool.stats.replans++;
@@ -267,7 +352,7 @@ static void after_cycle_request(struct om_block *b, uint64_t token, size_t align
     if (pool.phase == LEARN && info->iteration_start && info->period >= MIN_PERIOD &&
         info->period <= MAX_PERIOD && !period_failed(info->period)) {
         pool.period = info->period;
-        start_recording();
+        start_recording(b);
     }
     if (pool.phase == RECORD) {
         pool.records[pool.nrecords] =
@@ -290,13 +375,61 @@ static void after_cycle_request(struct om_block *b, uint64_t token, size_t align
     }
 }
 
+/* The guard: a planned offset is handed out only when the slot holds the request and no
+ * live block overlaps it. */
+static int take_planned(size_t offset, size_t slot_len, size_t len, size_t alignment)
+{
+    if (slot_len < len || (offset & (alignment - 1)))
+        return 0;
+    if (om_arena_take(&pool.arena, offset, len) != 0) {
+        pool.stats.guard_rejections++;
+        return 0;
+    }
+    pool.stats.served_from_plan++;
+    return 1;
+}
+
+/* A main-thread request while a saved plan's prologue is served: the next slot of its
+ * token, whatever the order the tokens come in. */
+static int place_in_prologue(size_t len, size_t alignment, uint64_t token, size_t *off)
+{
+    uint64_t s = om_saved_plan_take(&pool.saved, token);
+    if (s == UINT64_MAX) {
+        pool.stats.misses++;
+        pool.prologue_misses++;
+    } else {
+        pool.stats.hits++;
+    }
+    const struct om_saved_slot *slot = &pool.saved.slots[s == UINT64_MAX ? 0 : s];
+    int served = s != UINT64_MAX && take_planned(slot->offset, slot->len, len, alignment);
+    if (served)
+        *off = slot->offset;
+    if (++pool.prologue_cursor >= pool.saved.nprologue) {
+        /* The iteration's cursor finds its place by token: one iteration's grace. */
+        pool.phase = SERVE;
+        pool.cursor = pool.iteration_misses = pool.served_iterations = 0;
+        pool.grace = 1;
+    } else if (pool.prologue_cursor == PROLOGUE_PROBE &&
+               pool.prologue_misses * 2 > PROLOGUE_PROBE) {
+        om_warn("the saved plan %s does not fit this run (%llu of its first %d requests "
+                "differ); learning as usual, no plan is saved",
+                pool.plan_file, (unsigned long long)pool.prologue_misses, PROLOGUE_PROBE);
+        pool.stats.saved_plan = 0;
+        pool.phase = LEARN;
+    }
+    return served;
+}
+
 /* Picks the offset of a request: the expected slot, a slot found by token, or best fit. */
-static int place(size_t len, size_t alignment, uint64_t token, int cycle_thread, size_t *off,
-                 int *planned)
+static int place(size_t len, size_t alignment, uint64_t token, int cycle_thread, int main_thread,
+                 size_t *off, int *planned)
 {
     *planned = 0;
-    pool.stats.serving_requests += pool.phase == SERVE;
-    if (pool.phase == SERVE && cycle_thread) {
+    pool.stats.serving_requests += pool.phase == SERVE || pool.phase == PROLOGUE;
+    if (pool.phase == PROLOGUE && main_thread) {
+        if ((*planned = place_in_prologue(len, alignment, token, off)))
+            return 0;
+    } else if (pool.phase == SERVE && cycle_thread) {
         uint64_t s = pool.cursor;
         if (pool.slots[s].token != token) {
             s = find_slot(token, pool.cursor);
@@ -306,32 +439,24 @@ static int place(size_t len, size_t alignment, uint64_t token, int cycle_thread,
             pool.stats.hits++;
         }
         uint64_t next = s == UINT64_MAX ? pool.cursor + 1 : s + 1;
-        int fits = s != UINT64_MAX && pool.slots[s].len >= len &&
-                   (pool.slots[s].offset & (alignment - 1)) == 0;
-        if (fits && om_arena_take(&pool.arena, pool.slots[s].offset, len) == 0) {
+        *planned = s != UINT64_MAX &&
+                   take_planned(pool.slots[s].offset, pool.slots[s].len, len, alignment);
+        if (*planned)
             *off = pool.slots[s].offset;
-            pool.stats.served_from_plan++;
-        } else {
-            fits = 0;
-            if (s != UINT64_MAX)
-                pool.stats.guard_rejections++;
-        }
         if (s != UINT64_MAX && s < pool.cursor) /* the iteration began anew */
             end_of_served_iteration();
         pool.cursor = next;
         if (pool.cursor >= pool.period)
             end_of_served_iteration();
-        if (fits) {
-            *planned = 1;
+        if (*planned)
             return 0;
-        }
     }
-    size_t floor = pool.phase == SERVE ? pool.plan_end : 0;
+    size_t floor = pool.phase == SERVE || pool.phase == PROLOGUE ? pool.plan_end : 0;
     int rc = om_arena_best_fit(&pool.arena, len, alignment, floor, off);
     if (rc == 0)
         rc = om_arena_take(&pool.arena, *off, len);
     if (rc == 0)
-        pool.stats.fallbacks += pool.phase == SERVE;
+        pool.stats.fallbacks += pool.phase == SERVE || pool.phase == PROLOGUE;
     return rc;
 }
 
@@ -345,13 +470,20 @@ void *om_pool_alloc(size_t size, size_t alignment, int zero, const struct om_sta
     size_t len = round16(size) + pool.redzone;
     if (alignment < 16)
         alignment = 16;
-    int cycle_thread = om_tracer_on_cycle_thread();
+    int cycle_thread = om_tracer_on_cycle_thread(), main_thread = on_main_thread();
     pthread_mutex_lock(&pool.lock);
     size_t touched = pool.arena.touched, off;
     int planned;
-    if (place(len, alignment, token, cycle_thread, &off, &planned) != 0)
+    if (place(len, alignment, token, cycle_thread, main_thread, &off, &planned) != 0)
         goto fail;
-    struct om_block b = {off, len, size, 0, 0, planned ? OM_BLOCK_PLANNED : 0};
+    struct om_block b = {off, len, size, 0, 0, 0, planned ? OM_BLOCK_PLANNED : 0};
+    /* A saved plan needs the run's main-thread requests from the start, until a plan
+     * serves: logged by index, so logging stops for good at the first gap. */
+    if (main_thread) {
+        if (pool.log.n == pool.main_requests && (pool.phase != SERVE || !pool.served_iterations))
+            b.log = om_request_log_add(&pool.log, token, len, alignment);
+        pool.main_requests++;
+    }
     if (om_blockmap_put(&pool.blocks, &b) != 0) {
         om_arena_give(&pool.arena, off, len);
         goto fail;
@@ -404,6 +536,8 @@ void om_pool_free(void *p)
         pool.records[b->record - 1].upper =
             pool.phase == RECORD ? pool.nrecords : pool.period + pool.observed;
     struct om_block gone = *b;
+    if (gone.log)
+        pool.log.entries[gone.log - 1].death = pool.main_requests;
     om_blockmap_remove(&pool.blocks, b);
     om_arena_give(&pool.arena, gone.off, gone.len);
     if (pool.phase == SERVE && gone.len >= RELEASE_BLOCK_MIN && !(gone.flags & OM_BLOCK_PLANNED))
@@ -435,6 +569,48 @@ void om_pool_publish(void)
     pthread_mutex_unlock(&pool.lock);
 }
 
+void om_pool_save_plan(void)
+{
+    if (!pool.on || !pool.plan_file[0] || !pool.log.entries)
+        return;
+    pthread_mutex_lock(&pool.lock);
+    uint64_t n0 = pool.log_cycle_start;
+    struct om_cycle_arc *arcs = NULL;
+    size_t narcs = 0, bytes = (pool.nrecords ? pool.nrecords : 1) * sizeof *arcs;
+    struct om_saved_plan plan = {0};
+    char err[256] = "";
+    int rc = -ENOENT;
+    if (pool.phase != SERVE || n0 == UINT64_MAX || n0 >= pool.log.n) {
+        snprintf(err, sizeof err, "no steady iteration of the main thread was learnt");
+        goto out;
+    }
+    rc = -ENOMEM;
+    if (!(arcs = map_zeroed(bytes)))
+        goto out;
+    for (size_t r = 0; r < pool.nrecords; r++) {
+        const struct record *rec = &pool.records[r];
+        if (rec->upper != NO_DEATH && rec->upper <= rec->lower + pool.period)
+            arcs[narcs++] = (struct om_cycle_arc){r,          rec->token, rec->lower,
+                                                  rec->upper, rec->len,   rec->alignment};
+    }
+    rc = om_saved_plan_build(&pool.log, n0, arcs, narcs, pool.period, &plan, err, sizeof err);
+    if (rc == 0 && (rc = om_saved_plan_write(pool.plan_file, om_saved_plan_program(), &plan)))
+        snprintf(err, sizeof err, "%s", strerror(-rc));
+out:
+    if (rc == 0)
+        om_info("plan saved to %s: %llu prologue requests and an iteration of %llu, peak %.1f "
+                "MiB (%.3f of its lower bound)",
+                pool.plan_file, (unsigned long long)n0, (unsigned long long)pool.period,
+                plan.peak / 1048576.0,
+                plan.lower_bound ? (double)plan.peak / (double)plan.lower_bound : 1.0);
+    else
+        om_warn("no plan saved to %s: %s", pool.plan_file, err);
+    om_saved_plan_free(&plan);
+    if (arcs)
+        munmap(arcs, bytes);
+    pthread_mutex_unlock(&pool.lock);
+}
+
 void om_pool_lock(void)
 {
     pthread_mutex_lock(&pool.lock);
@@ -442,5 +618,12 @@ void om_pool_lock(void)
 
 void om_pool_unlock(void)
 {
+    pthread_mutex_unlock(&pool.lock);
+}
+
+void om_pool_atfork_child(void)
+{
+    fork_generation++;
+    pool.plan_file[0] = '\0'; /* the parent saves the plan; a child's run is another */
     pthread_mutex_unlock(&pool.lock);
 }

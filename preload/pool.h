@@ -28,7 +28,12 @@ size_t om_pool_usable_size(const void *p);
 /* Hands the serving counters to the tracer for the report. */
 void om_pool_publish(void);
 
+/* OPTMEM_PLAN_FILE: at exit, writes the whole-run plan of this run (when none was loaded). */
+void om_pool_save_plan(void);
+
+/* Fork discipline: the parent holds the lock across fork; the child releases it. */
 void om_pool_lock(void);
 void om_pool_unlock(void);
+void om_pool_atfork_child(void);
 
 #endif

@@ -59,6 +59,7 @@ struct om_serving_stats {
     uint64_t plan_slots, plan_peak_bytes, plan_lower_bound_bytes;
     uint64_t arena_top_bytes, released_bytes;
     uint64_t verify_violations, invalid_frees;
+    uint64_t saved_plan; /* 1 while a plan loaded from OPTMEM_PLAN_FILE is served */
 };
 
 /* The pool's arena: sample records of blocks inside it carry their offset. */
@@ -88,5 +89,11 @@ void om_tracer_atfork_child(void);
 
 /* Process exit: writes the report. Later frees keep working. */
 void om_tracer_at_exit(void);
+
+/* Expands %p, %r, %% of tmpl (a report's or a plan's path) into out. Returns 0, -EINVAL or
+ * -ENAMETOOLONG. */
+int om_path_expand(const char *tmpl, long pid, long rank, char *out, size_t outlen);
+/* RANK, else LOCAL_RANK, else 0. */
+long om_env_rank(void);
 
 #endif

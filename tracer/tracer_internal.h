@@ -177,10 +177,6 @@ void om_json_bool(struct om_json *w, int v);
 void om_json_hex(struct om_json *w, uint64_t v);                   /* "0x..." as a string */
 void om_json_ratio(struct om_json *w, uint64_t num, uint64_t den); /* 3 decimals */
 
-/* Expands %p, %r, %% of tmpl into out. Returns 0, -EINVAL or -ENAMETOOLONG. */
-int om_path_expand(const char *tmpl, long pid, long rank, char *out, size_t outlen);
-/* RANK, else LOCAL_RANK, else 0. */
-long om_env_rank(void);
 
 /* ---- tracer.c: the state behind the API ---- */
 

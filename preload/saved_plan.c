@@ -1,0 +1,367 @@
+/* The whole-run plan: building it from the request log, and its file, written atomically
+ * and checked field by field when read, since a plan file may be stale or corrupt. */
+#include "saved_plan.h"
+#include "replanner.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define MAGIC "OPTMPLN1"
+#define MAX_SLOTS ((uint64_t)1 << 24)
+#define BUILD_BUDGET_MS 200 /* at exit, once: a better plan is worth a little time */
+
+struct file_header {
+    char magic[8];
+    uint64_t program, nprologue, period, peak, lower_bound, checksum;
+};
+
+static void *map_zeroed(size_t bytes)
+{
+    void *p =
+        mmap(NULL, bytes ? bytes : 1, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    return p == MAP_FAILED ? NULL : p;
+}
+
+static void *rp_alloc(void *ctx, size_t n)
+{
+    return map_zeroed(n);
+}
+
+static void rp_release(void *ctx, void *p, size_t n)
+{
+    munmap(p, n ? n : 1);
+}
+
+static uint64_t fnv(uint64_t h, const void *data, size_t n)
+{
+    const unsigned char *b = data;
+    for (size_t i = 0; i < n; i++)
+        h = (h ^ b[i]) * 0x100000001b3ull;
+    return h;
+}
+
+int om_request_log_init(struct om_request_log *log, size_t cap)
+{
+    log->entries = map_zeroed(cap * sizeof *log->entries);
+    log->n = 0;
+    log->cap = log->entries ? cap : 0;
+    return log->entries ? 0 : -ENOMEM;
+}
+
+uint32_t om_request_log_add(struct om_request_log *log, uint64_t token, uint64_t len,
+                            uint64_t alignment)
+{
+    if (log->n == log->cap)
+        return 0;
+    log->entries[log->n] = (struct om_logged_request){token, len, alignment, OM_NO_DEATH};
+    return (uint32_t)++log->n;
+}
+
+/* Outlives the first iteration of the cycle: lives on the circle like a parameter. */
+static int persists(const struct om_logged_request *e, uint64_t nprologue, uint64_t period)
+{
+    return e->death == OM_NO_DEATH || e->death > nprologue + period;
+}
+
+int om_saved_plan_build(const struct om_request_log *log, uint64_t nprologue,
+                        const struct om_cycle_arc *arcs, size_t narcs, uint64_t period,
+                        struct om_saved_plan *out, char *err, size_t errlen)
+{
+    om_rp_allocator alloc = {rp_alloc, rp_release, NULL};
+    /* The circle holds the arcs and up to the whole prologue; the line two copies of
+     * every arc, and the whole prologue. */
+    size_t cap = 2 * nprologue + 3 * narcs;
+    size_t nslots = nprologue + period;
+    om_rp_block *in = rp_alloc(NULL, cap * sizeof *in);
+    uint64_t *off = rp_alloc(NULL, cap * sizeof *off);
+    uint64_t *cyc_off = rp_alloc(NULL, cap * sizeof *cyc_off);
+    memset(out, 0, sizeof *out);
+    out->slots = rp_alloc(NULL, nslots * sizeof *out->slots);
+    int rc = -ENOMEM;
+    if (!in || !off || !cyc_off || !out->slots || nprologue > log->n)
+        goto out;
+
+    /* The circle: the arcs, then the persistent prologue blocks all the way round. */
+    size_t n = 0;
+    for (size_t a = 0; a < narcs; a++)
+        in[n++] = (om_rp_block){.id = a,
+                                .lower = arcs[a].lower,
+                                .upper = arcs[a].upper,
+                                .size = arcs[a].len,
+                                .align = arcs[a].alignment};
+    for (uint64_t i = 0; i < nprologue; i++)
+        if (persists(&log->entries[i], nprologue, period))
+            in[n++] = (om_rp_block){.id = narcs + i,
+                                    .lower = 0,
+                                    .upper = period,
+                                    .size = log->entries[i].len,
+                                    .align = log->entries[i].alignment};
+    om_rp_options opt = {.period = period,
+                         .budget_ms = BUILD_BUDGET_MS,
+                         .alloc = alloc,
+                         .err = err,
+                         .errlen = errlen};
+    om_rp_result circle, line;
+    rc = om_rp_plan(in, n, &opt, cyc_off, &circle);
+    if (rc != 0)
+        goto out;
+    size_t ncircle = n;
+
+    /* The line up to two iterations into the cycle: what the circle placed is fixed, and
+     * the prologue's other blocks, which die by then, are placed around it. */
+    uint64_t horizon = nprologue + 2 * period;
+    size_t m = 0;
+    for (size_t k = 0; k < ncircle; k++) {
+        if (in[k].id < narcs) {
+            for (uint64_t it = 0; it < 2; it++) {
+                uint64_t lo = nprologue + it * period + in[k].lower;
+                uint64_t up = nprologue + it * period + in[k].upper;
+                if (up > horizon)
+                    up = horizon;
+                if (lo < up)
+                    in[ncircle + m++] = (om_rp_block){.id = in[k].id,
+                                                      .lower = lo,
+                                                      .upper = up,
+                                                      .size = in[k].size,
+                                                      .align = in[k].align,
+                                                      .offset = cyc_off[k],
+                                                      .fixed = 1};
+            }
+        } else {
+            uint64_t i = in[k].id - narcs;
+            in[ncircle + m++] = (om_rp_block){.id = in[k].id,
+                                              .lower = i,
+                                              .upper = horizon,
+                                              .size = in[k].size,
+                                              .align = in[k].align,
+                                              .offset = cyc_off[k],
+                                              .fixed = 1};
+        }
+    }
+    for (uint64_t i = 0; i < nprologue; i++) {
+        const struct om_logged_request *e = &log->entries[i];
+        if (!persists(e, nprologue, period))
+            in[ncircle + m++] = (om_rp_block){.id = narcs + i,
+                                              .lower = i,
+                                              .upper = e->death,
+                                              .size = e->len,
+                                              .align = e->alignment};
+    }
+    opt.period = 0;
+    rc = om_rp_plan(in + ncircle, m, &opt, off + ncircle, &line);
+    if (rc != 0)
+        goto out;
+
+    for (size_t k = 0; k < ncircle + m; k++) {
+        uint64_t o = k < ncircle ? cyc_off[k] : off[k];
+        if (k >= ncircle && in[k].fixed)
+            continue;
+        struct om_saved_slot *s;
+        uint64_t token;
+        if (in[k].id < narcs) {
+            s = &out->slots[nprologue + arcs[in[k].id].slot];
+            token = arcs[in[k].id].token;
+        } else {
+            s = &out->slots[in[k].id - narcs];
+            token = log->entries[in[k].id - narcs].token;
+        }
+        *s = (struct om_saved_slot){token, o, in[k].size, in[k].align};
+    }
+    out->nprologue = nprologue;
+    out->period = period;
+    out->peak = circle.peak > line.peak ? circle.peak : line.peak;
+    out->lower_bound =
+        circle.lower_bound > line.lower_bound ? circle.lower_bound : line.lower_bound;
+    rc = 0;
+out:
+    if (in)
+        rp_release(NULL, in, cap * sizeof *in);
+    if (off)
+        rp_release(NULL, off, cap * sizeof *off);
+    if (cyc_off)
+        rp_release(NULL, cyc_off, cap * sizeof *cyc_off);
+    if (rc != 0 && out->slots) {
+        rp_release(NULL, out->slots, nslots * sizeof *out->slots);
+        out->slots = NULL;
+    }
+    return rc;
+}
+
+static size_t token_home(uint64_t token, size_t cap)
+{
+    return (size_t)((token * 0x9e3779b97f4a7c15ull) >> 24) & (cap - 1);
+}
+
+static int index_prologue(struct om_saved_plan *plan)
+{
+    size_t cap = 16;
+    while (cap < 2 * plan->nprologue)
+        cap *= 2;
+    plan->index_cap = cap;
+    plan->first = map_zeroed(cap * sizeof *plan->first);
+    plan->unused = map_zeroed(cap * sizeof *plan->unused);
+    plan->next = map_zeroed(plan->nprologue * sizeof *plan->next);
+    if (!plan->first || !plan->unused || !plan->next)
+        return -ENOMEM;
+    for (uint64_t i = plan->nprologue; i-- > 0;) { /* backwards, so chains run forwards */
+        uint64_t token = plan->slots[i].token;
+        if (!token)
+            continue;
+        size_t h = token_home(token, cap);
+        while (plan->first[h] && plan->slots[plan->first[h] - 1].token != token)
+            h = (h + 1) & (cap - 1);
+        plan->next[i] = plan->first[h];
+        plan->first[h] = plan->unused[h] = (uint32_t)i + 1;
+    }
+    return 0;
+}
+
+uint64_t om_saved_plan_take(struct om_saved_plan *plan, uint64_t token)
+{
+    for (size_t h = token_home(token, plan->index_cap); plan->first[h];
+         h = (h + 1) & (plan->index_cap - 1)) {
+        if (plan->slots[plan->first[h] - 1].token != token)
+            continue;
+        uint32_t s = plan->unused[h];
+        if (!s)
+            return UINT64_MAX;
+        plan->unused[h] = plan->next[s - 1];
+        return s - 1;
+    }
+    return UINT64_MAX;
+}
+
+void om_saved_plan_free(struct om_saved_plan *plan)
+{
+    if (plan->slots)
+        rp_release(NULL, plan->slots, (plan->nprologue + plan->period) * sizeof *plan->slots);
+    if (plan->first)
+        rp_release(NULL, plan->first, plan->index_cap * sizeof *plan->first);
+    if (plan->unused)
+        rp_release(NULL, plan->unused, plan->index_cap * sizeof *plan->unused);
+    if (plan->next)
+        rp_release(NULL, plan->next, plan->nprologue * sizeof *plan->next);
+    memset(plan, 0, sizeof *plan);
+}
+
+uint64_t om_saved_plan_program(void)
+{
+    char exe[PATH_MAX];
+    ssize_t len = readlink("/proc/self/exe", exe, sizeof exe);
+    return fnv(0xcbf29ce484222325ull, exe, len > 0 ? (size_t)len : 0);
+}
+
+static int write_all(int fd, const void *data, size_t n)
+{
+    const char *p = data;
+    while (n) {
+        ssize_t w = write(fd, p, n);
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w <= 0)
+            return w < 0 ? -errno : -EIO;
+        p += w;
+        n -= (size_t)w;
+    }
+    return 0;
+}
+
+int om_saved_plan_write(const char *path, uint64_t program, const struct om_saved_plan *plan)
+{
+    char tmp[PATH_MAX];
+    if (snprintf(tmp, sizeof tmp, "%s.tmp.%d", path, (int)getpid()) >= (int)sizeof tmp)
+        return -ENAMETOOLONG;
+    size_t bytes = (plan->nprologue + plan->period) * sizeof *plan->slots;
+    struct file_header h = {{0},
+                            program,
+                            plan->nprologue,
+                            plan->period,
+                            plan->peak,
+                            plan->lower_bound,
+                            fnv(0xcbf29ce484222325ull, plan->slots, bytes)};
+    memcpy(h.magic, MAGIC, sizeof h.magic);
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd < 0)
+        return -errno;
+    int rc = write_all(fd, &h, sizeof h);
+    if (rc == 0)
+        rc = write_all(fd, plan->slots, bytes);
+    if (close(fd) != 0 && rc == 0)
+        rc = -errno;
+    if (rc == 0 && rename(tmp, path) != 0)
+        rc = -errno;
+    if (rc != 0)
+        unlink(tmp);
+    return rc;
+}
+
+static int bad(char *err, size_t errlen, const char *why)
+{
+    snprintf(err, errlen, "%s", why);
+    return -EINVAL;
+}
+
+int om_saved_plan_read(const char *path, uint64_t program, uint64_t arena_bytes,
+                       struct om_saved_plan *out, char *err, size_t errlen)
+{
+    memset(out, 0, sizeof *out);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return -errno;
+    struct file_header h;
+    struct stat st;
+    int rc;
+    if (fstat(fd, &st) != 0 || read(fd, &h, sizeof h) != (ssize_t)sizeof h ||
+        memcmp(h.magic, MAGIC, sizeof h.magic) != 0) {
+        rc = bad(err, errlen, "not an optmem plan file");
+        goto out;
+    }
+    if (h.program != program) {
+        rc = bad(err, errlen, "written for another program");
+        goto out;
+    }
+    if (h.nprologue > MAX_SLOTS || h.period > MAX_SLOTS || h.period == 0 ||
+        (uint64_t)st.st_size != sizeof h + (h.nprologue + h.period) * sizeof *out->slots) {
+        rc = bad(err, errlen, "truncated or inconsistent");
+        goto out;
+    }
+    size_t bytes = (h.nprologue + h.period) * sizeof *out->slots;
+    out->slots = map_zeroed(bytes);
+    if (!out->slots) {
+        rc = -ENOMEM;
+        goto out;
+    }
+    if (read(fd, out->slots, bytes) != (ssize_t)bytes ||
+        fnv(0xcbf29ce484222325ull, out->slots, bytes) != h.checksum) {
+        rc = bad(err, errlen, "corrupt (checksum)");
+        goto out;
+    }
+    for (uint64_t i = 0; i < h.nprologue + h.period; i++) {
+        const struct om_saved_slot *s = &out->slots[i];
+        if (s->token &&
+            (s->len == 0 || s->offset > arena_bytes || s->len > arena_bytes - s->offset ||
+             (s->alignment & (s->alignment - 1)) || (s->alignment && s->offset % s->alignment))) {
+            rc = bad(err, errlen, "a slot lies outside the arena or is misaligned");
+            goto out;
+        }
+    }
+    out->nprologue = h.nprologue;
+    out->period = h.period;
+    out->peak = h.peak;
+    out->lower_bound = h.lower_bound;
+    rc = index_prologue(out);
+out:
+    close(fd);
+    if (rc != 0 && out->slots) {
+        out->nprologue = h.nprologue;
+        out->period = h.period;
+        om_saved_plan_free(out);
+    }
+    return rc;
+}

@@ -1,0 +1,70 @@
+/* OPTMEM_PLAN_FILE: the whole-run plan of a program (its prologue request by request, then
+ * its iteration), built at exit from a log of the run, written to a file, and loaded by
+ * the next run so that planned blocks are served from the very first request. */
+#ifndef OPTMEM_PRELOAD_SAVED_PLAN_H
+#define OPTMEM_PRELOAD_SAVED_PLAN_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define OM_NO_DEATH UINT64_MAX
+
+/* One request of the main thread, in order from the start of the process. */
+struct om_logged_request {
+    uint64_t token, len, alignment;
+    uint64_t death; /* main-thread requests made when it was freed; OM_NO_DEATH if live */
+};
+
+struct om_request_log {
+    struct om_logged_request *entries;
+    size_t n, cap;
+};
+
+/* A placed request: its token and where it goes. token 0: no slot (best fit). */
+struct om_saved_slot {
+    uint64_t token, offset, len, alignment;
+};
+
+struct om_saved_plan {
+    uint64_t nprologue, period, peak, lower_bound;
+    struct om_saved_slot *slots; /* nprologue, then period */
+    /* The prologue by token, once read: each token's slots are taken in their order, so
+     * that requests which come in another interleaving still find theirs. */
+    uint32_t *first, *unused, *next; /* first and next unused slot + 1, by token; chains */
+    size_t index_cap;
+};
+
+/* The iteration's arcs, as the pool planned them (cyclic, period P). */
+struct om_cycle_arc {
+    uint64_t slot, token, lower, upper, len, alignment;
+};
+
+int om_request_log_init(struct om_request_log *log, size_t cap);
+/* Returns index + 1 of the new entry, 0 when the log is full. */
+uint32_t om_request_log_add(struct om_request_log *log, uint64_t token, uint64_t len,
+                            uint64_t alignment);
+
+/* Places the log's prologue [0, nprologue) and the arcs together: the arcs and every block
+ * of the prologue that outlives the first iteration on the circle, then the rest of the
+ * prologue on a line around them. 0, -EINVAL (message in err) or -ENOMEM. */
+int om_saved_plan_build(const struct om_request_log *log, uint64_t nprologue,
+                        const struct om_cycle_arc *arcs, size_t narcs, uint64_t period,
+                        struct om_saved_plan *out, char *err, size_t errlen);
+
+/* Writes the plan atomically (temporary file, rename). 0 or -errno. */
+int om_saved_plan_write(const char *path, uint64_t program, const struct om_saved_plan *plan);
+
+/* Reads and checks a plan written for `program` whose blocks fit in arena_bytes. 0,
+ * -ENOENT, or -EINVAL with the reason in err (corrupt, another program, too large). */
+int om_saved_plan_read(const char *path, uint64_t program, uint64_t arena_bytes,
+                       struct om_saved_plan *out, char *err, size_t errlen);
+
+/* The next unused prologue slot of this token, or UINT64_MAX. */
+uint64_t om_saved_plan_take(struct om_saved_plan *plan, uint64_t token);
+
+void om_saved_plan_free(struct om_saved_plan *plan);
+
+/* What identifies the program: its executable's path. */
+uint64_t om_saved_plan_program(void);
+
+#endif
