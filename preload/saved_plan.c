@@ -2,6 +2,7 @@
  * and checked field by field when read, since a plan file may be stale or corrupt. */
 #include "saved_plan.h"
 #include "replanner.h"
+#include "tracer.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -272,11 +273,23 @@ static int write_all(int fd, const void *data, size_t n)
     return 0;
 }
 
+struct write_job {
+    const struct file_header *header;
+    const struct om_saved_plan *plan;
+};
+
+static int fill_plan(int fd, void *ctx)
+{
+    const struct write_job *job = ctx;
+    int rc = write_all(fd, job->header, sizeof *job->header);
+    if (rc == 0)
+        rc = write_all(fd, job->plan->slots,
+                       (job->plan->nprologue + job->plan->period) * sizeof *job->plan->slots);
+    return rc;
+}
+
 int om_saved_plan_write(const char *path, uint64_t program, const struct om_saved_plan *plan)
 {
-    char tmp[PATH_MAX];
-    if (snprintf(tmp, sizeof tmp, "%s.tmp.%d", path, (int)getpid()) >= (int)sizeof tmp)
-        return -ENAMETOOLONG;
     size_t bytes = (plan->nprologue + plan->period) * sizeof *plan->slots;
     struct file_header h = {{0},
                             program,
@@ -286,19 +299,8 @@ int om_saved_plan_write(const char *path, uint64_t program, const struct om_save
                             plan->lower_bound,
                             fnv(0xcbf29ce484222325ull, plan->slots, bytes)};
     memcpy(h.magic, MAGIC, sizeof h.magic);
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (fd < 0)
-        return -errno;
-    int rc = write_all(fd, &h, sizeof h);
-    if (rc == 0)
-        rc = write_all(fd, plan->slots, bytes);
-    if (close(fd) != 0 && rc == 0)
-        rc = -errno;
-    if (rc == 0 && rename(tmp, path) != 0)
-        rc = -errno;
-    if (rc != 0)
-        unlink(tmp);
-    return rc;
+    struct write_job job = {&h, plan};
+    return om_file_replace(path, fill_plan, &job);
 }
 
 static int bad(char *err, size_t errlen, const char *why)

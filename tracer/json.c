@@ -2,6 +2,8 @@
 #include "tracer_internal.h"
 
 #include <errno.h>
+#include <fcntl.h>
+#include <stdio.h> /* rename */
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -337,4 +339,27 @@ long om_env_rank(void)
     if (parse_rank(getenv("RANK"), &r) == 0 || parse_rank(getenv("LOCAL_RANK"), &r) == 0)
         return r;
     return 0;
+}
+
+int om_file_replace(const char *path, int (*fill)(int fd, void *ctx), void *ctx)
+{
+    /* Next to the file, so that rename(2) is atomic; the pid keeps processes apart. */
+    char tmp[4096 + 32];
+    size_t plen = strlen(path);
+    if (plen + 32 > sizeof tmp)
+        return -ENAMETOOLONG;
+    memcpy(tmp, path, plen);
+    if (om_path_expand(".tmp.%p", (long)getpid(), 0, tmp + plen, sizeof tmp - plen) != 0)
+        return -ENAMETOOLONG;
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd < 0)
+        return -errno;
+    int rc = fill(fd, ctx);
+    if (close(fd) != 0 && rc == 0)
+        rc = -errno;
+    if (rc == 0 && rename(tmp, path) != 0)
+        rc = -errno;
+    if (rc != 0)
+        unlink(tmp);
+    return rc;
 }

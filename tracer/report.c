@@ -3,7 +3,6 @@
 
 #include <errno.h>
 #include <fcntl.h>
-#include <stdio.h> /* rename */
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
@@ -449,36 +448,26 @@ static void write_report(struct om_json *w, struct om_tracer_state *st)
     om_json_raw(w, "\n", 1);
 }
 
+struct report_job {
+    struct om_tracer_state *st;
+    char *buf;
+};
+
+static int fill_report(int fd, void *ctx)
+{
+    struct report_job *job = ctx;
+    struct om_json w;
+    om_json_init(&w, fd, job->buf, WRITE_BUF);
+    write_report(&w, job->st);
+    return om_json_flush(&w);
+}
+
 int om_report_write(struct om_tracer_state *st, const char *path)
 {
-    /* The temporary file lies next to the report, so that rename(2) is atomic. */
-    char tmp[4096 + 32];
-    size_t plen = strlen(path);
-    if (plen + 32 > sizeof tmp)
-        return -ENAMETOOLONG;
-    memcpy(tmp, path, plen);
-    if (om_path_expand(".tmp.%p", (long)getpid(), 0, tmp + plen, sizeof tmp - plen) != 0)
-        return -ENAMETOOLONG;
-    char *buf = om_sys_map(WRITE_BUF);
-    if (!buf)
+    struct report_job job = {st, om_sys_map(WRITE_BUF)};
+    if (!job.buf)
         return -ENOMEM;
-    int rc = 0;
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (fd < 0) {
-        rc = -errno;
-        goto out;
-    }
-    struct om_json w;
-    om_json_init(&w, fd, buf, WRITE_BUF);
-    write_report(&w, st);
-    rc = om_json_flush(&w);
-    if (close(fd) != 0 && rc == 0)
-        rc = -errno;
-    if (rc == 0 && rename(tmp, path) != 0)
-        rc = -errno;
-    if (rc != 0)
-        unlink(tmp);
-out:
-    om_sys_unmap(buf, WRITE_BUF);
+    int rc = om_file_replace(path, fill_report, &job);
+    om_sys_unmap(job.buf, WRITE_BUF);
     return rc;
 }

@@ -96,4 +96,8 @@ int om_path_expand(const char *tmpl, long pid, long rank, char *out, size_t outl
 /* RANK, else LOCAL_RANK, else 0. */
 long om_env_rank(void);
 
+/* Replaces the file at path atomically: fill(fd, ctx) writes a temporary file next to it,
+ * which is renamed over path only if everything was written. 0 or -errno. */
+int om_file_replace(const char *path, int (*fill)(int fd, void *ctx), void *ctx);
+
 #endif
