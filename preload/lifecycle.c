@@ -6,6 +6,14 @@
 
 #include <errno.h>
 #include <pthread.h>
+#include <stdlib.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+/* The process the engine's state belongs to: set at start and in fork children. A
+ * vfork child (posix_spawn, Python's subprocess) shares the parent's memory and runs no
+ * fork handlers, so its pid differs from this and it must not touch the engine. */
+static pid_t owner_pid;
 
 static void atfork_prepare(void)
 {
@@ -19,6 +27,7 @@ static void atfork_parent(void)
 
 static void atfork_child(void)
 {
+    owner_pid = getpid();
     om_engine_atfork_child();
 }
 
@@ -26,6 +35,7 @@ static void atfork_child(void)
 __attribute__((constructor)) static void optmem_start(void)
 {
     om_ensure_init();
+    owner_pid = getpid();
     pthread_atfork(atfork_prepare, atfork_parent, atfork_child);
 }
 
@@ -34,6 +44,22 @@ __attribute__((constructor)) static void optmem_start(void)
 __attribute__((destructor)) static void optmem_stop(void)
 {
     om_engine_at_exit();
+}
+
+/* Processes that end with _exit (forked workers: Python's os._exit, DataLoader workers)
+ * run no destructor; they write their report here. glibc's own exit path does not come
+ * through this symbol, so a report is never written twice. */
+OM_EXPORT __attribute__((noreturn)) void _exit(int status)
+{
+    if (owner_pid == getpid())
+        om_engine_at_exit();
+    for (;;)
+        syscall(SYS_exit_group, status);
+}
+
+OM_EXPORT __attribute__((noreturn)) void _Exit(int status)
+{
+    _exit(status);
 }
 
 #define OM_STR_(x) #x

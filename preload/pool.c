@@ -477,10 +477,12 @@ void *om_pool_alloc(size_t size, size_t alignment, int zero, const struct om_sta
     if (place(len, alignment, token, cycle_thread, main_thread, &off, &planned) != 0)
         goto fail;
     struct om_block b = {off, len, size, 0, 0, 0, planned ? OM_BLOCK_PLANNED : 0};
-    /* A saved plan needs the run's main-thread requests from the start, until a plan
-     * serves: logged by index, so logging stops for good at the first gap. */
+    /* A saved plan needs the run's main-thread requests from the start until a plan has
+     * held (a plan for a wrong period may serve an iteration or two before it misses):
+     * logged by index, so logging stops for good at the first gap. */
     if (main_thread) {
-        if (pool.log.n == pool.main_requests && (pool.phase != SERVE || !pool.served_iterations))
+        if (pool.log.n == pool.main_requests &&
+            (pool.phase != SERVE || pool.served_iterations < STEADY_ITERATIONS))
             b.log = om_request_log_add(&pool.log, token, len, alignment);
         pool.main_requests++;
     }

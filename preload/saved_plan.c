@@ -70,6 +70,28 @@ static int persists(const struct om_logged_request *e, uint64_t nprologue, uint6
     return e->death == OM_NO_DEATH || e->death > nprologue + period;
 }
 
+static void set_slot(struct om_saved_slot *s, uint64_t token, uint64_t offset, const om_rp_block *b)
+{
+    *s = (struct om_saved_slot){token, offset, b->size, b->align};
+}
+
+/* The warm-up iterations before the cycle repeat it: a prologue request at the same place
+ * of an earlier iteration, with the token of the arc there, no larger and dead by the
+ * arc's end, takes the arc's offset. Returns the arc's index + 1 for request i, or 0. */
+static size_t copy_of(const struct om_request_log *log, uint64_t i, uint64_t nprologue,
+                      uint64_t period, const struct om_cycle_arc *arcs, const size_t *arc_at)
+{
+    uint64_t back = (nprologue - i + period - 1) / period; /* iterations before the cycle */
+    uint64_t base = nprologue - back * period, slot = i - base;
+    size_t a = arc_at[slot];
+    const struct om_logged_request *e = &log->entries[i];
+    if (!a || e->death == OM_NO_DEATH)
+        return 0;
+    const struct om_cycle_arc *arc = &arcs[a - 1];
+    int same = arc->token == e->token && e->len <= arc->len && e->death - base <= arc->upper;
+    return same ? a : 0;
+}
+
 int om_saved_plan_build(const struct om_request_log *log, uint64_t nprologue,
                         const struct om_cycle_arc *arcs, size_t narcs, uint64_t period,
                         struct om_saved_plan *out, char *err, size_t errlen)
@@ -81,21 +103,24 @@ int om_saved_plan_build(const struct om_request_log *log, uint64_t nprologue,
     size_t nslots = nprologue + period;
     om_rp_block *in = rp_alloc(NULL, cap * sizeof *in);
     uint64_t *off = rp_alloc(NULL, cap * sizeof *off);
-    uint64_t *cyc_off = rp_alloc(NULL, cap * sizeof *cyc_off);
+    size_t *arc_at = rp_alloc(NULL, period * sizeof *arc_at); /* slot -> arc index + 1 */
+    uint64_t *arc_off = rp_alloc(NULL, (narcs ? narcs : 1) * sizeof *arc_off);
     memset(out, 0, sizeof *out);
     out->slots = rp_alloc(NULL, nslots * sizeof *out->slots);
     int rc = -ENOMEM;
-    if (!in || !off || !cyc_off || !out->slots || nprologue > log->n)
+    if (!in || !off || !arc_at || !arc_off || !out->slots || nprologue > log->n)
         goto out;
 
     /* The circle: the arcs, then the persistent prologue blocks all the way round. */
     size_t n = 0;
-    for (size_t a = 0; a < narcs; a++)
+    for (size_t a = 0; a < narcs; a++) {
         in[n++] = (om_rp_block){.id = a,
                                 .lower = arcs[a].lower,
                                 .upper = arcs[a].upper,
                                 .size = arcs[a].len,
                                 .align = arcs[a].alignment};
+        arc_at[arcs[a].slot] = a + 1;
+    }
     for (uint64_t i = 0; i < nprologue; i++)
         if (persists(&log->entries[i], nprologue, period))
             in[n++] = (om_rp_block){.id = narcs + i,
@@ -109,71 +134,62 @@ int om_saved_plan_build(const struct om_request_log *log, uint64_t nprologue,
                          .err = err,
                          .errlen = errlen};
     om_rp_result circle, line;
-    rc = om_rp_plan(in, n, &opt, cyc_off, &circle);
+    rc = om_rp_plan(in, n, &opt, off, &circle);
     if (rc != 0)
         goto out;
-    size_t ncircle = n;
 
-    /* The line up to two iterations into the cycle: what the circle placed is fixed, and
-     * the prologue's other blocks, which die by then, are placed around it. */
+    /* The line up to two iterations into the cycle: what the circle placed is fixed (the
+     * arcs twice, the persistent blocks from their birth), and so are the warm-up
+     * iterations' copies of the arcs; the prologue's other blocks go around them. */
     uint64_t horizon = nprologue + 2 * period;
-    size_t m = 0;
-    for (size_t k = 0; k < ncircle; k++) {
-        if (in[k].id < narcs) {
-            for (uint64_t it = 0; it < 2; it++) {
-                uint64_t lo = nprologue + it * period + in[k].lower;
-                uint64_t up = nprologue + it * period + in[k].upper;
-                if (up > horizon)
-                    up = horizon;
-                if (lo < up)
-                    in[ncircle + m++] = (om_rp_block){.id = in[k].id,
-                                                      .lower = lo,
-                                                      .upper = up,
-                                                      .size = in[k].size,
-                                                      .align = in[k].align,
-                                                      .offset = cyc_off[k],
-                                                      .fixed = 1};
-            }
-        } else {
-            uint64_t i = in[k].id - narcs;
-            in[ncircle + m++] = (om_rp_block){.id = in[k].id,
-                                              .lower = i,
-                                              .upper = horizon,
-                                              .size = in[k].size,
-                                              .align = in[k].align,
-                                              .offset = cyc_off[k],
-                                              .fixed = 1};
+    size_t m = n;
+    for (size_t k = 0; k < n; k++) {
+        om_rp_block b = in[k];
+        b.offset = off[k];
+        b.fixed = 1;
+        if (b.id >= narcs) {
+            uint64_t i = b.id - narcs;
+            set_slot(&out->slots[i], log->entries[i].token, off[k], &b);
+            b.lower = i;
+            b.upper = horizon;
+            in[m++] = b;
+            continue;
+        }
+        arc_off[b.id] = off[k];
+        set_slot(&out->slots[nprologue + arcs[b.id].slot], arcs[b.id].token, off[k], &b);
+        for (uint64_t it = 0; it < 2; it++) {
+            b.lower = nprologue + it * period + in[k].lower;
+            b.upper = nprologue + it * period + in[k].upper;
+            if (b.upper > horizon)
+                b.upper = horizon;
+            if (b.lower < b.upper)
+                in[m++] = b;
         }
     }
     for (uint64_t i = 0; i < nprologue; i++) {
         const struct om_logged_request *e = &log->entries[i];
-        if (!persists(e, nprologue, period))
-            in[ncircle + m++] = (om_rp_block){.id = narcs + i,
-                                              .lower = i,
-                                              .upper = e->death,
-                                              .size = e->len,
-                                              .align = e->alignment};
+        if (persists(e, nprologue, period))
+            continue;
+        size_t a = copy_of(log, i, nprologue, period, arcs, arc_at);
+        in[m] = (om_rp_block){.id = narcs + i,
+                              .lower = i,
+                              .upper = e->death,
+                              .size = a ? arcs[a - 1].len : e->len,
+                              .align = e->alignment,
+                              .offset = a ? arc_off[a - 1] : 0,
+                              .fixed = a != 0};
+        if (a)
+            set_slot(&out->slots[i], e->token, arc_off[a - 1], &in[m]);
+        m++;
     }
     opt.period = 0;
-    rc = om_rp_plan(in + ncircle, m, &opt, off + ncircle, &line);
+    rc = om_rp_plan(in + n, m - n, &opt, off + n, &line);
     if (rc != 0)
         goto out;
-
-    for (size_t k = 0; k < ncircle + m; k++) {
-        uint64_t o = k < ncircle ? cyc_off[k] : off[k];
-        if (k >= ncircle && in[k].fixed)
-            continue;
-        struct om_saved_slot *s;
-        uint64_t token;
-        if (in[k].id < narcs) {
-            s = &out->slots[nprologue + arcs[in[k].id].slot];
-            token = arcs[in[k].id].token;
-        } else {
-            s = &out->slots[in[k].id - narcs];
-            token = log->entries[in[k].id - narcs].token;
-        }
-        *s = (struct om_saved_slot){token, o, in[k].size, in[k].align};
-    }
+    for (size_t k = n; k < m; k++)
+        if (!in[k].fixed)
+            set_slot(&out->slots[in[k].id - narcs], log->entries[in[k].id - narcs].token, off[k],
+                     &in[k]);
     out->nprologue = nprologue;
     out->period = period;
     out->peak = circle.peak > line.peak ? circle.peak : line.peak;
@@ -185,8 +201,10 @@ out:
         rp_release(NULL, in, cap * sizeof *in);
     if (off)
         rp_release(NULL, off, cap * sizeof *off);
-    if (cyc_off)
-        rp_release(NULL, cyc_off, cap * sizeof *cyc_off);
+    if (arc_at)
+        rp_release(NULL, arc_at, period * sizeof *arc_at);
+    if (arc_off)
+        rp_release(NULL, arc_off, (narcs ? narcs : 1) * sizeof *arc_off);
     if (rc != 0 && out->slots) {
         rp_release(NULL, out->slots, nslots * sizeof *out->slots);
         out->slots = NULL;

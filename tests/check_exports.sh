@@ -3,7 +3,7 @@
 # else of its own.
 set -u
 lib=$1
-expected="aligned_alloc calloc cfree free free_aligned_sized free_sized malloc
+expected="_Exit _exit aligned_alloc calloc cfree free free_aligned_sized free_sized malloc
 malloc_usable_size memalign optmem_dump optmem_mode optmem_step optmem_version
 posix_memalign pvalloc realloc reallocarray valloc"
 actual=$(nm -D --defined-only "$lib" | awk '$2 == "T" || $2 == "W" {print $3}' | sort)

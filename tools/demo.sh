@@ -12,11 +12,15 @@ script="$here/tests/workloads/$workload.py"
 
 echo "== $workload under glibc malloc" >&2
 /usr/bin/python3 "$script" --json >"$out/glibc.out"
-echo "== $workload under optmem (report: $out/report.json)" >&2
-"$build/tools/optmem" run -o "$out/report.json" -- /usr/bin/python3 "$script" --json \
-    >"$out/optmem.out"
+echo "== $workload under optmem (report: $out/report.json), saving its plan" >&2
+rm -f "$out/plan.bin"
+"$build/tools/optmem" run -o "$out/report.json" --plan-file "$out/plan.bin" -- \
+    /usr/bin/python3 "$script" --json >"$out/optmem.out"
+echo "== $workload under optmem, serving the saved plan from the first request" >&2
+"$build/tools/optmem" run -o "$out/report-saved.json" --plan-file "$out/plan.bin" -- \
+    /usr/bin/python3 "$script" --json >"$out/saved.out"
 
-/usr/bin/python3 - "$out" <<'PY'
+/usr/bin/python3 - "$out" "$build/tools/optmem" <<'PY'
 import json, sys
 out = sys.argv[1]
 def result(name):
@@ -24,13 +28,18 @@ def result(name):
         if line.startswith("OPTMEM_RESULT "):
             return json.loads(line[len("OPTMEM_RESULT "):])
     sys.exit(f"optmem demo: {name} run printed no result")
-g, o = result("glibc"), result("optmem")
-mib = lambda b: f"{b / 2**20:8.1f} MiB"
-print(f"{'':28}{'glibc':>14}{'optmem':>14}")
-print(f"{'training-driven peak RSS':28}{mib(g['training_peak_bytes']):>14}{mib(o['training_peak_bytes']):>14}")
-print(f"{'peak RSS':28}{mib(g['peak_rss_bytes']):>14}{mib(o['peak_rss_bytes']):>14}")
-print(f"{'steady steps/s':28}{g['steady_steps_per_s']:14.2f}{o['steady_steps_per_s']:14.2f}")
-print(f"losses identical: {'yes' if g['losses'] == o['losses'] else 'NO'}")
+runs = {"glibc": result("glibc"), "optmem": result("optmem"), "optmem, saved plan": result("saved")}
+mib = lambda b: f"{b / 2**20:.1f} MiB"
+print(f"{'':26}" + "".join(f"{name:>20}" for name in runs))
+rows = [("training-driven peak RSS", lambda r: mib(r["training_peak_bytes"])),
+        ("peak RSS", lambda r: mib(r["peak_rss_bytes"])),
+        ("steady steps/s", lambda r: f"{r['steady_steps_per_s']:.2f}"),
+        ("minor faults per step", lambda r: f"{r['minflt_per_steady_step']:.0f}")]
+for label, cell in rows:
+    print(f"{label:26}" + "".join(f"{cell(r):>20}" for r in runs.values()))
+same = all(r["losses"] == runs["glibc"]["losses"] for r in runs.values())
+print(f"losses identical to glibc's, bit for bit: {'yes' if same else 'NO'}")
+g, o = runs["glibc"], runs["optmem"]
 try:
     report = json.load(open(f"{out}/report.json"))
 except (OSError, ValueError) as e:
@@ -39,7 +48,7 @@ else:
     lb = report.get("lower_bound_bytes")
     if lb:
         print(f"lower bound (max bytes live at once in managed blocks): {lb / 2**20:.1f} MiB")
-        print(f"glibc's training-driven peak is {g['training_peak_bytes'] / lb:.2f}x that bound, "
-              f"optmem's {o['training_peak_bytes'] / lb:.2f}x")
-    print(f"report: {out}/report.json")
+        print("training-driven peak / that bound: " + ", ".join(
+            f"{name} {r['training_peak_bytes'] / lb:.2f}" for name, r in runs.items()))
+    print(f"report: {out}/report.json (look at it: {sys.argv[2]} report {out}/report.json)")
 PY

@@ -261,7 +261,11 @@ static int resolve(struct om_symbolizer *s, const struct om_rframe *f, struct en
 
 static int frame_of(struct om_symbolizer *s, const struct om_rframe *f, const struct entry **out)
 {
-    struct entry *e = slot(s, f->module, f->module ? f->offset : f->address, NULL);
+    /* Keyed as resolve() stores it: a frame without a module offset goes by address. */
+    int by_module = f->module && f->offset != OM_NO_VALUE;
+    const char *module = by_module ? f->module : NULL;
+    uint64_t key = by_module ? f->offset : f->address;
+    struct entry *e = slot(s, module, key, NULL);
     if (!e->frames) {
         struct entry fresh;
         int rc = resolve(s, f, &fresh);
@@ -271,7 +275,7 @@ static int frame_of(struct om_symbolizer *s, const struct om_rframe *f, const st
             free(fresh.frames);
             return rc;
         }
-        e = slot(s, f->module, f->module ? f->offset : f->address, NULL);
+        e = slot(s, module, key, NULL);
     }
     *out = e;
     return 0;

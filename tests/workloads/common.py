@@ -13,8 +13,8 @@ import time
 WARMUP_STEPS = 3
 
 
-def parse_args(description, default_steps=30):
-    """Parse the command line shared by every workload."""
+def parse_args(description, default_steps=30, add_args=None):
+    """Parse the command line shared by every workload (add_args(parser) adds a workload's own)."""
     p = argparse.ArgumentParser(description=description)
     p.add_argument("--steps", type=int, default=default_steps,
                    help="training steps to run (default %(default)s)")
@@ -22,6 +22,8 @@ def parse_args(description, default_steps=30):
                    help="intra-op / BLAS threads (default %(default)s)")
     p.add_argument("--json", action="store_true",
                    help="print a final 'OPTMEM_RESULT {json}' line")
+    if add_args is not None:
+        add_args(p)
     args = p.parse_args()
     if args.steps < 1 or args.threads < 1:
         p.error("--steps and --threads must be at least 1")
@@ -59,11 +61,13 @@ def step_marker():
     return fn
 
 
-def train(name, args, rss_after_imports, step_fn):
-    """Run step_fn(i) -> loss (a Python float) for args.steps steps, print and measure.
+def train(name, args, rss_after_imports, step_fn, metric="loss", extra=None):
+    """Run step_fn(i) -> value (a Python float) for args.steps steps, print and measure.
 
     rss_after_imports must have been read right after the imports, before any model
     or data was built, so that the difference to VmHWM is what training drove.
+    metric names the per-step value ("loss", or "checksum" for inference workloads);
+    extra is merged into the result (e.g. model, mode, input size).
     """
     mark = step_marker()
     losses = []
@@ -77,7 +81,7 @@ def train(name, args, rss_after_imports, step_fn):
             mark()
         losses.append(loss)
         # repr keeps every bit of the double, so runs can be compared exactly.
-        print("step %d loss %r" % (i, loss), flush=True)
+        print("step %d %s %r" % (i, metric, loss), flush=True)
     steady = args.steps - WARMUP_STEPS
     if t_steady is not None and steady > 0:
         elapsed = time.perf_counter() - t_steady
@@ -85,6 +89,10 @@ def train(name, args, rss_after_imports, step_fn):
         steps_per_s = steady / elapsed if elapsed > 0 else None
     else:
         flt_per_step = steps_per_s = None
+    # Read right after the last step, before anything is torn down: the steady
+    # footprint the allocator kept, which can be far below the peak (pages returned)
+    # or equal to it (pages kept for reuse).
+    rss_end = status_bytes("VmRSS")
     peak = status_bytes("VmHWM")
     result = {
         "workload": name,
@@ -93,10 +101,13 @@ def train(name, args, rss_after_imports, step_fn):
         "rss_after_imports_bytes": rss_after_imports,
         "peak_rss_bytes": peak,
         "training_peak_bytes": peak - rss_after_imports,
+        "rss_end_bytes": rss_end,
         "steady_steps_per_s": steps_per_s,
         "minflt_per_steady_step": flt_per_step,
+        "metric": metric,
         "losses": losses,
     }
+    result.update(extra or {})
     if args.json:
         print("OPTMEM_RESULT " + json.dumps(result), flush=True)
     return result
