@@ -177,7 +177,6 @@ void om_json_bool(struct om_json *w, int v);
 void om_json_hex(struct om_json *w, uint64_t v);                   /* "0x..." as a string */
 void om_json_ratio(struct om_json *w, uint64_t num, uint64_t den); /* 3 decimals */
 
-
 /* ---- tracer.c: the state behind the API ---- */
 
 #define OM_SAMPLE_RECORDS (1u << 16) /* lifetimes of the most recent requests */
