@@ -5,12 +5,14 @@
 #include "log.h"
 #include "pool.h"
 #include "real.h"
+#include "route.h"
 #include "tracer.h"
 
 #include <errno.h>
 #include <string.h>
 
 static int engine_on, pool_on;
+
 static size_t engine_min_bytes;
 static unsigned engine_depth;
 /* Set while this thread is inside the engine: anything it allocates (libunwind, the
@@ -36,6 +38,8 @@ int om_engine_init(const struct om_config *cfg)
         if (pool_rc != 0)
             om_warn("the pool could not be reserved (%s); recording only", strerror(-pool_rc));
         pool_on = pool_rc == 0;
+        if (pool_on)
+            om_pool_range(&om_arena_lo, &om_arena_len);
     }
     tls_in_engine--;
     if (rc != 0) {
@@ -70,6 +74,7 @@ static void *real_alloc(size_t size, size_t alignment, int zero, const struct om
     if (zero)
         memset(p, 0, size);
     size_t usable = om_real.malloc_usable_size ? om_real.malloc_usable_size(p) : size;
+    __atomic_fetch_add(&om_real_managed, 1, __ATOMIC_RELAXED);
     om_tracer_on_alloc(p, size, usable, alignment, stack, NULL);
     return p;
 }
@@ -90,8 +95,8 @@ void *om_engine_alloc(size_t size, size_t alignment, int zero)
  * the chunk header, which spares the tracer a locked lookup for every small free. */
 static int may_be_managed(void *ptr)
 {
-    return engine_on && !tls_in_engine && om_real.malloc_usable_size &&
-           om_real.malloc_usable_size(ptr) >= engine_min_bytes;
+    return engine_on && !tls_in_engine && __atomic_load_n(&om_real_managed, __ATOMIC_RELAXED) > 0 &&
+           om_real.malloc_usable_size && om_real.malloc_usable_size(ptr) >= engine_min_bytes;
 }
 
 int om_engine_free(void *ptr)
@@ -102,8 +107,8 @@ int om_engine_free(void *ptr)
         tls_in_engine--;
         return 0;
     }
-    if (may_be_managed(ptr))
-        om_tracer_on_free(ptr);
+    if (may_be_managed(ptr) && om_tracer_on_free(ptr))
+        __atomic_fetch_sub(&om_real_managed, 1, __ATOMIC_RELAXED);
     return -ENOENT;
 }
 

@@ -183,6 +183,12 @@ int om_pool_init(const struct om_config *cfg)
     return 0;
 }
 
+void om_pool_range(uintptr_t *lo, size_t *len)
+{
+    *lo = (uintptr_t)pool.arena.base;
+    *len = pool.arena.reserved;
+}
+
 int om_pool_contains(const void *p)
 {
     return pool.on && om_arena_contains(&pool.arena, p);

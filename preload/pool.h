@@ -15,6 +15,9 @@ int om_pool_init(const struct om_config *cfg);
 /* Whether p points into the arena: an O(1) range test. */
 int om_pool_contains(const void *p);
 
+/* The arena's address range, for the shim's own range test. */
+void om_pool_range(uintptr_t *lo, size_t *len);
+
 /* Serves a managed request: a planned slot when the token matches, else a best-fit block.
  * Records the request with the tracer. NULL when the arena cannot hold it. */
 void *om_pool_alloc(size_t size, size_t alignment, int zero, const struct om_stack *stack);

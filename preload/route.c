@@ -17,6 +17,9 @@
 
 size_t om_route_min = 0;
 int om_route_frees = 1;
+uintptr_t om_arena_lo;
+size_t om_arena_len;
+long om_real_managed = 1;
 
 enum { INIT_NONE, INIT_RUNNING, INIT_DONE };
 static atomic_int init_state = INIT_NONE;
@@ -41,6 +44,8 @@ static void init_once(void)
     /* Bootstrap pointers are still told apart by the shim itself, so in passthrough
      * frees and reallocs go straight to the real allocator. */
     om_route_frees = managed;
+    if (managed)
+        __atomic_fetch_sub(&om_real_managed, 1, __ATOMIC_RELAXED); /* the start-up 1 */
 }
 
 int om_ensure_init(void)

@@ -3,7 +3,10 @@
 #ifndef OPTMEM_PRELOAD_ROUTE_H
 #define OPTMEM_PRELOAD_ROUTE_H
 
+#include "real.h"
+
 #include <stddef.h>
+#include <stdint.h>
 
 #define OM_LIKELY(x) __builtin_expect(!!(x), 1)
 #define OM_UNLIKELY(x) __builtin_expect(!!(x), 0)
@@ -14,6 +17,21 @@
 extern size_t om_route_min;
 /* Non-zero while frees must be looked at (before init, and while blocks are managed). */
 extern int om_route_frees;
+
+/* What a free must be told apart from while blocks are managed: the pool's arena, and
+ * managed blocks that live in the real allocator (all of them in trace mode, rare ones in
+ * plan mode). om_real_managed starts at 1 so that frees are routed until init is done. */
+extern uintptr_t om_arena_lo;
+extern size_t om_arena_len;
+extern long om_real_managed;
+
+/* A free the real allocator takes as it is: no bootstrap, arena or managed block. */
+static inline int om_free_is_plain(const void *ptr)
+{
+    return !om_is_bootstrap(ptr) &&
+           (!om_route_frees || ((uintptr_t)ptr - om_arena_lo >= om_arena_len &&
+                                !__atomic_load_n(&om_real_managed, __ATOMIC_RELAXED)));
+}
 
 /* Initialises once; returns 0, or -EAGAIN when called again by the initialising thread
  * (dlsym allocating), in which case the caller serves from the bootstrap buffer. */

@@ -22,7 +22,7 @@ OM_EXPORT void *malloc(size_t size)
 
 OM_EXPORT void free(void *ptr)
 {
-    if (OM_LIKELY(!om_route_frees && !om_is_bootstrap(ptr))) {
+    if (OM_LIKELY(om_free_is_plain(ptr))) {
         om_real.free(ptr);
         return;
     }
