@@ -165,6 +165,15 @@ void om_engine_atfork_child(void)
         om_pool_atfork_child();
 }
 
+void om_engine_at_signal(void)
+{
+    if (!engine_on)
+        return;
+    struct om_serving_stats stats;
+    int have = pool_on && om_pool_try_stats(&stats) == 0;
+    om_tracer_dump_in_signal(have ? &stats : NULL);
+}
+
 void om_engine_at_exit(void)
 {
     if (!engine_on)

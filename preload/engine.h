@@ -36,4 +36,7 @@ void om_engine_atfork_parent(void);
 void om_engine_atfork_child(void);
 void om_engine_at_exit(void);
 
+/* A fatal signal: the report, if no lock it needs is held. Async-signal-safe. */
+void om_engine_at_signal(void);
+
 #endif

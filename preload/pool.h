@@ -31,6 +31,9 @@ size_t om_pool_usable_size(const void *p);
 /* Hands the serving counters to the tracer for the report. */
 void om_pool_publish(void);
 
+/* The serving counters, if the pool's lock is free (from a signal handler). 0 or -EBUSY. */
+int om_pool_try_stats(struct om_serving_stats *stats);
+
 /* OPTMEM_PLAN_FILE: at exit, writes the whole-run plan of this run (when none was loaded). */
 void om_pool_save_plan(void);
 

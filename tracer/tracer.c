@@ -475,6 +475,28 @@ void om_tracer_atfork_child(void)
         push_start(st.seq);
 }
 
+int om_tracer_dump_in_signal(const struct om_serving_stats *serving)
+{
+    char expanded[4096];
+    if (!tracer_on || !st.report_template[0] ||
+        om_path_expand(st.report_template, (long)getpid(), om_env_rank(), expanded,
+                       sizeof expanded) != 0)
+        return -ENOTSUP;
+    if (pthread_mutex_trylock(&dump_lock) != 0)
+        return -EBUSY;
+    int rc = -EBUSY;
+    if (pthread_mutex_trylock(&lock) == 0) {
+        if (serving) {
+            st.serving = *serving;
+            st.have_serving = 1;
+        }
+        rc = om_report_write(&st, expanded);
+        pthread_mutex_unlock(&lock);
+    }
+    pthread_mutex_unlock(&dump_lock);
+    return rc;
+}
+
 void om_tracer_at_exit(void)
 {
     if (tracer_on && st.report_template[0])

@@ -90,6 +90,11 @@ void om_tracer_atfork_child(void);
 /* Process exit: writes the report. Later frees keep working. */
 void om_tracer_at_exit(void);
 
+/* From a signal handler: writes the report (with serving, when not NULL) only if no lock
+ * it needs is held, and resolves no new symbols (dladdr is not async-signal-safe).
+ * 0, -EBUSY (a lock was held: nothing written), or -errno. */
+int om_tracer_dump_in_signal(const struct om_serving_stats *serving);
+
 /* Expands %p, %r, %% of tmpl (a report's or a plan's path) into out. Returns 0, -EINVAL or
  * -ENAMETOOLONG. */
 int om_path_expand(const char *tmpl, long pid, long rank, char *out, size_t outlen);

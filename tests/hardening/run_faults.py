@@ -89,8 +89,8 @@ def main():
         expect_one_line("arena reservation", plain, got, "could not be reserved", work)
 
         # 4. SIGTERM to `optmem run`: forwarded to the command, whose status optmem run
-        # returns as its own (killed by SIGTERM). A report, if the library writes one on
-        # SIGTERM, must be whole: no temporary file is left either way.
+        # returns as its own (killed by SIGTERM); the library writes the report first
+        # (Python leaves SIGTERM at its default action), whole, with no temporary left.
         script = ("import time\n"
                   "blocks = [bytearray(65536) for _ in range(16)]\n"
                   "print('ready', flush=True)\n"
@@ -105,6 +105,8 @@ def main():
         if ready != "ready" or p.returncode not in (-signal.SIGTERM, 128 + signal.SIGTERM):
             fail(f"SIGTERM: status {p.returncode}, first line {ready!r}:\n{out}{err}")
         reports = glob.glob(os.path.join(work, "term*"))
+        if term not in reports:
+            fail(f"SIGTERM: no report:\n{err}")
         for path in reports:
             if path != term:
                 fail(f"SIGTERM: left {path}")
