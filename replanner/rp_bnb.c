@@ -50,7 +50,7 @@ typedef struct bnb {
     uint32_t *rrank; /* a randomized ranking for restarts */
     rp_kv *kv;
     uint64_t *off, *minoff, *total;
-    uint32_t *stamp, stampv;
+    uint32_t *stamp;
     uint64_t *sol;    /* offsets of the finished parts of the current attempt */
     uint32_t *cuts;   /* per section boundary x|x+1: unplaced blocks spanning it */
     int decompose;    /* linear timelines only: a circle has no ends to cut at */

@@ -228,9 +228,8 @@ int rp_inst_build(rp_inst *in, rp_mem *m, const om_rp_block *blocks, size_t n, u
     in->secmax = rp_alloc(m, (size_t)in->nm + 1, sizeof(uint64_t));
     if (!in->fx_start || !in->secmax)
         return -ENOMEM;
-    size_t cnt = 0;
     for (int pass = 0; pass < 2; pass++) {
-        cnt = 0;
+        size_t cnt = 0;
         for (uint32_t k = 0; k < in->nm; k++) {
             in->fx_start[k] = (uint32_t)cnt;
             for (uint32_t f = 0; f < nf; f++) {
