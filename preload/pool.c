@@ -3,9 +3,9 @@
 #include "arena.h"
 #include "blockmap.h"
 #include "log.h"
-#include "modmap.h"
 #include "replanner.h"
 #include "saved_plan.h"
+#include "slots.h"
 
 #include <errno.h>
 #include <limits.h>
@@ -40,12 +40,6 @@ struct record {
     size_t size, len, alignment;
 };
 
-struct slot {
-    uint64_t token;
-    size_t offset, len, alignment;
-    uint32_t next_same; /* next slot index with this token, UINT32_MAX at the end */
-};
-
 static struct {
     pthread_mutex_t lock;
     struct om_arena arena;
@@ -57,9 +51,8 @@ static struct {
     uint64_t period, cursor, observed;
     struct record *records;
     size_t nrecords;
-    struct slot *slots;
-    uint32_t *first_of_token; /* open-addressed by token: first slot index + 1 */
-    size_t token_cap;
+    struct om_slot *slots; /* the plan: one per request of the iteration */
+    struct om_slot_index plan_index;
     size_t plan_end; /* the plan's region ends here; fallbacks go above */
     struct om_serving_stats stats;
     uint64_t iteration_misses, served_iterations;
@@ -92,8 +85,6 @@ static void rp_release(void *ctx, void *p, size_t n)
     munmap(p, n);
 }
 
-static void index_tokens(void);
-
 /* The process's first thread: a saved plan's prologue is its requests. */
 static unsigned fork_generation = 1;
 static __thread unsigned tls_generation;
@@ -110,21 +101,20 @@ static int on_main_thread(void)
 
 /* Serves the saved plan from the first request: its iteration's slots are the plan, its
  * prologue is walked by a cursor of its own. */
-static void install_saved_plan(void)
+static int install_saved_plan(void)
 {
     const struct om_saved_plan *sp = &pool.saved;
     pool.period = sp->period;
-    for (uint64_t s = 0; s < sp->period; s++) {
-        const struct om_saved_slot *in = &sp->slots[sp->nprologue + s];
-        pool.slots[s] = (struct slot){in->token, in->offset, in->len, in->alignment, UINT32_MAX};
-    }
-    index_tokens();
+    memcpy(pool.slots, sp->slots + sp->nprologue, sp->period * sizeof *pool.slots);
+    if (om_slot_index_build(&pool.plan_index, pool.slots, pool.period) != 0)
+        return -ENOMEM;
     pool.plan_end = sp->peak;
     pool.stats.plan_peak_bytes = sp->peak;
     pool.stats.plan_lower_bound_bytes = sp->lower_bound;
     pool.stats.plan_slots = sp->period;
     pool.stats.saved_plan = 1;
     pool.phase = sp->nprologue ? PROLOGUE : SERVE;
+    return 0;
 }
 
 static void open_plan_file(const struct om_config *cfg)
@@ -138,11 +128,10 @@ static void open_plan_file(const struct om_config *cfg)
     char err[128] = "";
     int rc = om_saved_plan_read(pool.plan_file, om_saved_plan_program(), pool.arena.reserved,
                                 &pool.saved, err, sizeof err);
-    if (rc == 0 && pool.saved.period <= MAX_PERIOD) {
+    if (rc == 0 && pool.saved.period <= MAX_PERIOD && install_saved_plan() == 0) {
         om_info("serving the saved plan %s (%llu prologue requests, an iteration of %llu)",
                 pool.plan_file, (unsigned long long)pool.saved.nprologue,
                 (unsigned long long)pool.saved.period);
-        install_saved_plan();
         return;
     }
     om_saved_plan_free(&pool.saved);
@@ -168,8 +157,7 @@ int om_pool_init(const struct om_config *cfg)
     if (rc == 0) {
         pool.records = map_zeroed(MAX_PERIOD * sizeof *pool.records);
         pool.slots = map_zeroed(MAX_PERIOD * sizeof *pool.slots);
-        pool.first_of_token = map_zeroed((size_t)MAX_PERIOD * 2 * sizeof *pool.first_of_token);
-        if (!pool.records || !pool.slots || !pool.first_of_token)
+        if (!pool.records || !pool.slots)
             rc = -ENOMEM;
     }
     if (rc != 0)
@@ -194,59 +182,12 @@ int om_pool_contains(const void *p)
     return pool.on && om_arena_contains(&pool.arena, p);
 }
 
-static uint64_t token_of(const struct om_stack *stack, size_t size)
-{
-    uint64_t h = 0xcbf29ce484222325ull ^ size;
-    for (unsigned i = 0; i < stack->depth; i++)
-        h = (h ^ om_modmap_key(stack->frames[i])) * 0x100000001b3ull;
-    return h | 1; /* 0 marks a slot that has no token */
-}
-
-static size_t token_home(uint64_t token)
-{
-    return (size_t)((token * 0x9e3779b97f4a7c15ull) >> 24) & (pool.token_cap - 1);
-}
-
-/* The first slot at or after `from` with this token, cyclically; UINT64_MAX if none. */
-static uint64_t find_slot(uint64_t token, uint64_t from)
-{
-    for (size_t i = token_home(token);; i = (i + 1) & (pool.token_cap - 1)) {
-        uint32_t first = pool.first_of_token[i];
-        if (first == 0)
-            return UINT64_MAX;
-        if (pool.slots[first - 1].token != token)
-            continue;
-        for (uint32_t s = first - 1; s != UINT32_MAX; s = pool.slots[s].next_same)
-            if (s >= from)
-                return s;
-        return first - 1;
-    }
-}
-
 static size_t round16(size_t n)
 {
     return (n + 15) & ~(size_t)15;
 }
 
 /* ---- plan ---- */
-
-static void index_tokens(void)
-{
-    pool.token_cap = 16;
-    while (pool.token_cap < 2 * pool.period)
-        pool.token_cap *= 2;
-    memset(pool.first_of_token, 0, pool.token_cap * sizeof *pool.first_of_token);
-    for (uint64_t s = pool.period; s-- > 0;) { /* backwards, so chains run forwards */
-        struct slot *sl = &pool.slots[s];
-        if (!sl->token)
-            continue;
-        size_t i = token_home(sl->token);
-        while (pool.first_of_token[i] && pool.slots[pool.first_of_token[i] - 1].token != sl->token)
-            i = (i + 1) & (pool.token_cap - 1);
-        sl->next_same = pool.first_of_token[i] ? pool.first_of_token[i] - 1 : UINT32_MAX;
-        pool.first_of_token[i] = (uint32_t)s + 1;
-    }
-}
 
 /* The recorded iteration's arcs, placed in a fresh region above everything the arena
  * has handed out: no live block can be in the way, so the plan packs the arcs alone,
@@ -289,9 +230,11 @@ static int build_plan(void)
     for (size_t i = 0; i < n; i++) {
         struct record *rec = &pool.records[in[i].id];
         pool.slots[in[i].id] =
-            (struct slot){rec->token, base + offsets[i], rec->len, rec->alignment, UINT32_MAX};
+            (struct om_slot){rec->token, base + offsets[i], rec->len, rec->alignment};
     }
-    index_tokens();
+    rc = om_slot_index_build(&pool.plan_index, pool.slots, pool.period);
+    if (rc != 0)
+        goto out;
     pool.plan_end = base + res.peak;
     pool.stats.plan_peak_bytes = res.peak;
     pool.stats.plan_lower_bound_bytes = res.lower_bound;
@@ -399,14 +342,14 @@ static int take_planned(size_t offset, size_t slot_len, size_t len, size_t align
  * token, whatever the order the tokens come in. */
 static int place_in_prologue(size_t len, size_t alignment, uint64_t token, size_t *off)
 {
-    uint64_t s = om_saved_plan_take(&pool.saved, token);
+    uint64_t s = om_slot_index_take(&pool.saved.prologue, pool.saved.slots, token);
     if (s == UINT64_MAX) {
         pool.stats.misses++;
         pool.prologue_misses++;
     } else {
         pool.stats.hits++;
     }
-    const struct om_saved_slot *slot = &pool.saved.slots[s == UINT64_MAX ? 0 : s];
+    const struct om_slot *slot = &pool.saved.slots[s == UINT64_MAX ? 0 : s];
     int served = s != UINT64_MAX && take_planned(slot->offset, slot->len, len, alignment);
     if (served)
         *off = slot->offset;
@@ -438,7 +381,7 @@ static int place(size_t len, size_t alignment, uint64_t token, int cycle_thread,
     } else if (pool.phase == SERVE && cycle_thread) {
         uint64_t s = pool.cursor;
         if (pool.slots[s].token != token) {
-            s = find_slot(token, pool.cursor);
+            s = om_slot_index_find(&pool.plan_index, pool.slots, token, pool.cursor);
             pool.stats.misses++;
             pool.iteration_misses++;
         } else {
@@ -472,7 +415,7 @@ void *om_pool_alloc(size_t size, size_t alignment, int zero, const struct om_sta
 {
     if (size > pool.arena.reserved / 4 || alignment > OM_ARENA_ALIGNMENT)
         return NULL; /* the real allocator says what happens to such a request */
-    uint64_t token = token_of(stack, size);
+    uint64_t token = om_token_of(stack, size);
     size_t len = round16(size) + pool.redzone;
     if (alignment < 16)
         alignment = 16;

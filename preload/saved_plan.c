@@ -70,9 +70,9 @@ static int persists(const struct om_logged_request *e, uint64_t nprologue, uint6
     return e->death == OM_NO_DEATH || e->death > nprologue + period;
 }
 
-static void set_slot(struct om_saved_slot *s, uint64_t token, uint64_t offset, const om_rp_block *b)
+static void set_slot(struct om_slot *s, uint64_t token, uint64_t offset, const om_rp_block *b)
 {
-    *s = (struct om_saved_slot){token, offset, b->size, b->align};
+    *s = (struct om_slot){token, offset, b->size, b->align};
 }
 
 /* The warm-up iterations before the cycle repeat it: a prologue request at the same place
@@ -212,60 +212,11 @@ out:
     return rc;
 }
 
-static size_t token_home(uint64_t token, size_t cap)
-{
-    return (size_t)((token * 0x9e3779b97f4a7c15ull) >> 24) & (cap - 1);
-}
-
-static int index_prologue(struct om_saved_plan *plan)
-{
-    size_t cap = 16;
-    while (cap < 2 * plan->nprologue)
-        cap *= 2;
-    plan->index_cap = cap;
-    plan->first = map_zeroed(cap * sizeof *plan->first);
-    plan->unused = map_zeroed(cap * sizeof *plan->unused);
-    plan->next = map_zeroed(plan->nprologue * sizeof *plan->next);
-    if (!plan->first || !plan->unused || !plan->next)
-        return -ENOMEM;
-    for (uint64_t i = plan->nprologue; i-- > 0;) { /* backwards, so chains run forwards */
-        uint64_t token = plan->slots[i].token;
-        if (!token)
-            continue;
-        size_t h = token_home(token, cap);
-        while (plan->first[h] && plan->slots[plan->first[h] - 1].token != token)
-            h = (h + 1) & (cap - 1);
-        plan->next[i] = plan->first[h];
-        plan->first[h] = plan->unused[h] = (uint32_t)i + 1;
-    }
-    return 0;
-}
-
-uint64_t om_saved_plan_take(struct om_saved_plan *plan, uint64_t token)
-{
-    for (size_t h = token_home(token, plan->index_cap); plan->first[h];
-         h = (h + 1) & (plan->index_cap - 1)) {
-        if (plan->slots[plan->first[h] - 1].token != token)
-            continue;
-        uint32_t s = plan->unused[h];
-        if (!s)
-            return UINT64_MAX;
-        plan->unused[h] = plan->next[s - 1];
-        return s - 1;
-    }
-    return UINT64_MAX;
-}
-
 void om_saved_plan_free(struct om_saved_plan *plan)
 {
     if (plan->slots)
         rp_release(NULL, plan->slots, (plan->nprologue + plan->period) * sizeof *plan->slots);
-    if (plan->first)
-        rp_release(NULL, plan->first, plan->index_cap * sizeof *plan->first);
-    if (plan->unused)
-        rp_release(NULL, plan->unused, plan->index_cap * sizeof *plan->unused);
-    if (plan->next)
-        rp_release(NULL, plan->next, plan->nprologue * sizeof *plan->next);
+    om_slot_index_free(&plan->prologue);
     memset(plan, 0, sizeof *plan);
 }
 
@@ -363,7 +314,7 @@ int om_saved_plan_read(const char *path, uint64_t program, uint64_t arena_bytes,
         goto out;
     }
     for (uint64_t i = 0; i < h.nprologue + h.period; i++) {
-        const struct om_saved_slot *s = &out->slots[i];
+        const struct om_slot *s = &out->slots[i];
         if (s->token &&
             (s->len == 0 || s->offset > arena_bytes || s->len > arena_bytes - s->offset ||
              (s->alignment & (s->alignment - 1)) || (s->alignment && s->offset % s->alignment))) {
@@ -375,7 +326,7 @@ int om_saved_plan_read(const char *path, uint64_t program, uint64_t arena_bytes,
     out->period = h.period;
     out->peak = h.peak;
     out->lower_bound = h.lower_bound;
-    rc = index_prologue(out);
+    rc = om_slot_index_build(&out->prologue, out->slots, out->nprologue);
 out:
     close(fd);
     if (rc != 0 && out->slots) {

@@ -4,6 +4,8 @@
 #ifndef OPTMEM_PRELOAD_SAVED_PLAN_H
 #define OPTMEM_PRELOAD_SAVED_PLAN_H
 
+#include "slots.h"
+
 #include <stddef.h>
 #include <stdint.h>
 
@@ -20,18 +22,12 @@ struct om_request_log {
     size_t n, cap;
 };
 
-/* A placed request: its token and where it goes. token 0: no slot (best fit). */
-struct om_saved_slot {
-    uint64_t token, offset, len, alignment;
-};
-
 struct om_saved_plan {
     uint64_t nprologue, period, peak, lower_bound;
-    struct om_saved_slot *slots; /* nprologue, then period */
+    struct om_slot *slots; /* nprologue, then period */
     /* The prologue by token, once read: each token's slots are taken in their order, so
      * that requests which come in another interleaving still find theirs. */
-    uint32_t *first, *unused, *next; /* first and next unused slot + 1, by token; chains */
-    size_t index_cap;
+    struct om_slot_index prologue;
 };
 
 /* The iteration's arcs, as the pool planned them (cyclic, period P). */
@@ -58,9 +54,6 @@ int om_saved_plan_write(const char *path, uint64_t program, const struct om_save
  * -ENOENT, or -EINVAL with the reason in err (corrupt, another program, too large). */
 int om_saved_plan_read(const char *path, uint64_t program, uint64_t arena_bytes,
                        struct om_saved_plan *out, char *err, size_t errlen);
-
-/* The next unused prologue slot of this token, or UINT64_MAX. */
-uint64_t om_saved_plan_take(struct om_saved_plan *plan, uint64_t token);
 
 void om_saved_plan_free(struct om_saved_plan *plan);
 

@@ -1,0 +1,101 @@
+/* Planned slots by token: tokens from position-independent stacks, an index over mmap. */
+#include "slots.h"
+#include "modmap.h"
+#include "tracer.h"
+
+#include <errno.h>
+#include <string.h>
+#include <sys/mman.h>
+
+uint64_t om_token_of(const struct om_stack *stack, size_t size)
+{
+    uint64_t h = 0xcbf29ce484222325ull ^ size;
+    for (unsigned i = 0; i < stack->depth; i++)
+        h = (h ^ om_modmap_key(stack->frames[i])) * 0x100000001b3ull;
+    return h | 1; /* 0 marks a slot that has no token */
+}
+
+static void *map_zeroed(size_t bytes)
+{
+    void *p =
+        mmap(NULL, bytes ? bytes : 1, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    return p == MAP_FAILED ? NULL : p;
+}
+
+static void unmap(void *p, size_t bytes)
+{
+    if (p)
+        munmap(p, bytes ? bytes : 1);
+}
+
+static size_t home(const struct om_slot_index *ix, uint64_t token)
+{
+    return (size_t)((token * 0x9e3779b97f4a7c15ull) >> 24) & (ix->cap - 1);
+}
+
+/* The index entry of this token, or the empty entry where it would go. */
+static size_t entry_of(const struct om_slot_index *ix, const struct om_slot *slots, uint64_t token)
+{
+    size_t i = home(ix, token);
+    while (ix->first[i] && slots[ix->first[i] - 1].token != token)
+        i = (i + 1) & (ix->cap - 1);
+    return i;
+}
+
+void om_slot_index_free(struct om_slot_index *ix)
+{
+    unmap(ix->first, ix->cap * sizeof *ix->first);
+    unmap(ix->unused, ix->cap * sizeof *ix->unused);
+    unmap(ix->next, ix->nslots * sizeof *ix->next);
+    memset(ix, 0, sizeof *ix);
+}
+
+int om_slot_index_build(struct om_slot_index *ix, const struct om_slot *slots, size_t n)
+{
+    om_slot_index_free(ix);
+    ix->cap = 16;
+    while (ix->cap < 2 * n)
+        ix->cap *= 2;
+    ix->nslots = n;
+    ix->first = map_zeroed(ix->cap * sizeof *ix->first);
+    ix->unused = map_zeroed(ix->cap * sizeof *ix->unused);
+    ix->next = map_zeroed(n * sizeof *ix->next);
+    if (!ix->first || !ix->unused || !ix->next) {
+        om_slot_index_free(ix);
+        return -ENOMEM;
+    }
+    for (size_t s = n; s-- > 0;) { /* backwards, so that chains run forwards */
+        if (!slots[s].token)
+            continue;
+        size_t i = entry_of(ix, slots, slots[s].token);
+        ix->next[s] = ix->first[i];
+        ix->first[i] = ix->unused[i] = (uint32_t)s + 1;
+    }
+    return 0;
+}
+
+uint64_t om_slot_index_find(const struct om_slot_index *ix, const struct om_slot *slots,
+                            uint64_t token, uint64_t from)
+{
+    if (!ix->cap)
+        return UINT64_MAX;
+    uint32_t first = ix->first[entry_of(ix, slots, token)];
+    if (!first)
+        return UINT64_MAX;
+    for (uint32_t s = first; s; s = ix->next[s - 1])
+        if (s - 1 >= from)
+            return s - 1;
+    return first - 1;
+}
+
+uint64_t om_slot_index_take(struct om_slot_index *ix, const struct om_slot *slots, uint64_t token)
+{
+    if (!ix->cap)
+        return UINT64_MAX;
+    size_t i = entry_of(ix, slots, token);
+    uint32_t s = ix->unused[i];
+    if (!ix->first[i] || !s)
+        return UINT64_MAX;
+    ix->unused[i] = ix->next[s - 1];
+    return s - 1;
+}
