@@ -56,7 +56,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     /* What the pool does with a plan it accepted: every slot inside the arena, and every
      * prologue slot handed out once, in file order. */
     for (uint64_t i = 0; i < plan.nprologue + plan.period; i++) {
-        const struct om_saved_slot *s = &plan.slots[i];
+        const struct om_slot *s = &plan.slots[i];
         if (s->token)
             FUZZ_CHECK(s->offset <= arena && s->len <= arena - s->offset);
     }
@@ -64,7 +64,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         uint64_t token = plan.slots[i].token;
         if (!token)
             continue;
-        uint64_t s = om_saved_plan_take(&plan, token);
+        uint64_t s = om_slot_index_take(&plan.prologue, plan.slots, token);
         FUZZ_CHECK(s == i);
     }
     om_saved_plan_free(&plan);
