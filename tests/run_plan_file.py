@@ -8,11 +8,7 @@ import subprocess
 import sys
 import tempfile
 
-
-def run(cmd, env):
-    proc = subprocess.run(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                          text=True, timeout=600)
-    return proc.returncode, proc.stdout, proc.stderr
+from run_serving import run
 
 
 def fail(msg):
