@@ -11,7 +11,6 @@
 #include <limits.h>
 #include <pthread.h>
 #include <string.h>
-#include <sys/mman.h>
 #include <unistd.h>
 
 #define REDZONE 64 /* OPTMEM_VERIFY=1: bytes after each block, checked at free */
@@ -68,22 +67,6 @@ static struct {
     struct om_request_log log; /* not loaded: this run's main-thread requests */
     uint64_t main_requests, log_cycle_start;
 } pool = {.lock = PTHREAD_MUTEX_INITIALIZER};
-
-static void *map_zeroed(size_t bytes)
-{
-    void *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    return p == MAP_FAILED ? NULL : p;
-}
-
-static void *rp_alloc(void *ctx, size_t n)
-{
-    return map_zeroed(n);
-}
-
-static void rp_release(void *ctx, void *p, size_t n)
-{
-    munmap(p, n);
-}
 
 /* The process's first thread: a saved plan's prologue is its requests. */
 static unsigned fork_generation = 1;
@@ -155,8 +138,8 @@ int om_pool_init(const struct om_config *cfg)
     if (rc == 0)
         rc = om_blockmap_init(&pool.blocks);
     if (rc == 0) {
-        pool.records = map_zeroed(MAX_PERIOD * sizeof *pool.records);
-        pool.slots = map_zeroed(MAX_PERIOD * sizeof *pool.slots);
+        pool.records = om_sys_map(MAX_PERIOD * sizeof *pool.records);
+        pool.slots = om_sys_map(MAX_PERIOD * sizeof *pool.slots);
         if (!pool.records || !pool.slots)
             rc = -ENOMEM;
     }
@@ -196,9 +179,8 @@ static size_t round16(size_t n)
 static int build_plan(void)
 {
     size_t n = 0, cap = pool.nrecords ? pool.nrecords : 1;
-    om_rp_allocator alloc = {rp_alloc, rp_release, NULL};
-    om_rp_block *in = rp_alloc(NULL, cap * sizeof *in);
-    uint64_t *offsets = rp_alloc(NULL, cap * sizeof *offsets);
+    om_rp_block *in = om_sys_map(cap * sizeof *in);
+    uint64_t *offsets = om_sys_map(cap * sizeof *offsets);
     int rc = -ENOMEM;
     if (!in || !offsets)
         goto out;
@@ -213,7 +195,8 @@ static int build_plan(void)
                                 .align = rec->alignment};
     }
     char err[256] = "";
-    om_rp_options opt = {.period = pool.period, .alloc = alloc, .err = err, .errlen = sizeof err};
+    om_rp_options opt = {
+        .period = pool.period, .alloc = om_rp_mmap, .err = err, .errlen = sizeof err};
     om_rp_result res;
     rc = om_rp_plan(in, n, &opt, offsets, &res);
     if (rc != 0) {
@@ -246,10 +229,8 @@ static int build_plan(void)
             res.lower_bound ? (double)res.peak / (double)res.lower_bound : 1.0,
             res.elapsed_ns / 1e6);
 out:
-    if (in)
-        rp_release(NULL, in, cap * sizeof *in);
-    if (offsets)
-        rp_release(NULL, offsets, cap * sizeof *offsets);
+    om_sys_unmap(in, cap * sizeof *in);
+    om_sys_unmap(offsets, cap * sizeof *offsets);
     return rc;
 }
 
@@ -546,7 +527,7 @@ void om_pool_save_plan(void)
         goto out;
     }
     rc = -ENOMEM;
-    if (!(arcs = map_zeroed(bytes)))
+    if (!(arcs = om_sys_map(bytes)))
         goto out;
     for (size_t r = 0; r < pool.nrecords; r++) {
         const struct record *rec = &pool.records[r];
@@ -567,8 +548,7 @@ out:
     else
         om_warn("no plan saved to %s: %s", pool.plan_file, err);
     om_saved_plan_free(&plan);
-    if (arcs)
-        munmap(arcs, bytes);
+    om_sys_unmap(arcs, bytes);
     pthread_mutex_unlock(&pool.lock);
 }
 

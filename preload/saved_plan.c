@@ -9,7 +9,6 @@
 #include <limits.h>
 #include <stdio.h>
 #include <string.h>
-#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -22,22 +21,17 @@ struct file_header {
     uint64_t program, nprologue, period, peak, lower_bound, checksum;
 };
 
-static void *map_zeroed(size_t bytes)
-{
-    void *p =
-        mmap(NULL, bytes ? bytes : 1, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    return p == MAP_FAILED ? NULL : p;
-}
-
 static void *rp_alloc(void *ctx, size_t n)
 {
-    return map_zeroed(n);
+    return om_sys_map(n);
 }
 
 static void rp_release(void *ctx, void *p, size_t n)
 {
-    munmap(p, n ? n : 1);
+    om_sys_unmap(p, n);
 }
+
+const om_rp_allocator om_rp_mmap = {rp_alloc, rp_release, NULL};
 
 static uint64_t fnv(uint64_t h, const void *data, size_t n)
 {
@@ -49,7 +43,7 @@ static uint64_t fnv(uint64_t h, const void *data, size_t n)
 
 int om_request_log_init(struct om_request_log *log, size_t cap)
 {
-    log->entries = map_zeroed(cap * sizeof *log->entries);
+    log->entries = om_sys_map(cap * sizeof *log->entries);
     log->n = 0;
     log->cap = log->entries ? cap : 0;
     return log->entries ? 0 : -ENOMEM;
@@ -96,17 +90,16 @@ int om_saved_plan_build(const struct om_request_log *log, uint64_t nprologue,
                         const struct om_cycle_arc *arcs, size_t narcs, uint64_t period,
                         struct om_saved_plan *out, char *err, size_t errlen)
 {
-    om_rp_allocator alloc = {rp_alloc, rp_release, NULL};
     /* The circle holds the arcs and up to the whole prologue; the line two copies of
      * every arc, and the whole prologue. */
     size_t cap = 2 * nprologue + 3 * narcs;
     size_t nslots = nprologue + period;
-    om_rp_block *in = rp_alloc(NULL, cap * sizeof *in);
-    uint64_t *off = rp_alloc(NULL, cap * sizeof *off);
-    size_t *arc_at = rp_alloc(NULL, period * sizeof *arc_at); /* slot -> arc index + 1 */
-    uint64_t *arc_off = rp_alloc(NULL, (narcs ? narcs : 1) * sizeof *arc_off);
+    om_rp_block *in = om_sys_map(cap * sizeof *in);
+    uint64_t *off = om_sys_map(cap * sizeof *off);
+    size_t *arc_at = om_sys_map(period * sizeof *arc_at); /* slot -> arc index + 1 */
+    uint64_t *arc_off = om_sys_map(narcs * sizeof *arc_off);
     memset(out, 0, sizeof *out);
-    out->slots = rp_alloc(NULL, nslots * sizeof *out->slots);
+    out->slots = om_sys_map(nslots * sizeof *out->slots);
     int rc = -ENOMEM;
     if (!in || !off || !arc_at || !arc_off || !out->slots || nprologue > log->n)
         goto out;
@@ -130,7 +123,7 @@ int om_saved_plan_build(const struct om_request_log *log, uint64_t nprologue,
                                     .align = log->entries[i].alignment};
     om_rp_options opt = {.period = period,
                          .budget_ms = BUILD_BUDGET_MS,
-                         .alloc = alloc,
+                         .alloc = om_rp_mmap,
                          .err = err,
                          .errlen = errlen};
     om_rp_result circle, line;
@@ -197,16 +190,12 @@ int om_saved_plan_build(const struct om_request_log *log, uint64_t nprologue,
         circle.lower_bound > line.lower_bound ? circle.lower_bound : line.lower_bound;
     rc = 0;
 out:
-    if (in)
-        rp_release(NULL, in, cap * sizeof *in);
-    if (off)
-        rp_release(NULL, off, cap * sizeof *off);
-    if (arc_at)
-        rp_release(NULL, arc_at, period * sizeof *arc_at);
-    if (arc_off)
-        rp_release(NULL, arc_off, (narcs ? narcs : 1) * sizeof *arc_off);
+    om_sys_unmap(in, cap * sizeof *in);
+    om_sys_unmap(off, cap * sizeof *off);
+    om_sys_unmap(arc_at, period * sizeof *arc_at);
+    om_sys_unmap(arc_off, narcs * sizeof *arc_off);
     if (rc != 0 && out->slots) {
-        rp_release(NULL, out->slots, nslots * sizeof *out->slots);
+        om_sys_unmap(out->slots, nslots * sizeof *out->slots);
         out->slots = NULL;
     }
     return rc;
@@ -214,8 +203,7 @@ out:
 
 void om_saved_plan_free(struct om_saved_plan *plan)
 {
-    if (plan->slots)
-        rp_release(NULL, plan->slots, (plan->nprologue + plan->period) * sizeof *plan->slots);
+    om_sys_unmap(plan->slots, (plan->nprologue + plan->period) * sizeof *plan->slots);
     om_slot_index_free(&plan->prologue);
     memset(plan, 0, sizeof *plan);
 }
@@ -303,7 +291,7 @@ int om_saved_plan_read(const char *path, uint64_t program, uint64_t arena_bytes,
         goto out;
     }
     size_t bytes = (h.nprologue + h.period) * sizeof *out->slots;
-    out->slots = map_zeroed(bytes);
+    out->slots = om_sys_map(bytes);
     if (!out->slots) {
         rc = -ENOMEM;
         goto out;

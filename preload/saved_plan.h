@@ -4,6 +4,7 @@
 #ifndef OPTMEM_PRELOAD_SAVED_PLAN_H
 #define OPTMEM_PRELOAD_SAVED_PLAN_H
 
+#include "replanner.h"
 #include "slots.h"
 
 #include <stddef.h>
@@ -34,6 +35,9 @@ struct om_saved_plan {
 struct om_cycle_arc {
     uint64_t slot, token, lower, upper, len, alignment;
 };
+
+/* The replanner's memory inside the preload library: mmap, never malloc. */
+extern const om_rp_allocator om_rp_mmap;
 
 int om_request_log_init(struct om_request_log *log, size_t cap);
 /* Returns index + 1 of the new entry, 0 when the log is full. */

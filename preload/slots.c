@@ -5,7 +5,6 @@
 
 #include <errno.h>
 #include <string.h>
-#include <sys/mman.h>
 
 uint64_t om_token_of(const struct om_stack *stack, size_t size)
 {
@@ -13,19 +12,6 @@ uint64_t om_token_of(const struct om_stack *stack, size_t size)
     for (unsigned i = 0; i < stack->depth; i++)
         h = (h ^ om_modmap_key(stack->frames[i])) * 0x100000001b3ull;
     return h | 1; /* 0 marks a slot that has no token */
-}
-
-static void *map_zeroed(size_t bytes)
-{
-    void *p =
-        mmap(NULL, bytes ? bytes : 1, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    return p == MAP_FAILED ? NULL : p;
-}
-
-static void unmap(void *p, size_t bytes)
-{
-    if (p)
-        munmap(p, bytes ? bytes : 1);
 }
 
 static size_t home(const struct om_slot_index *ix, uint64_t token)
@@ -44,9 +30,9 @@ static size_t entry_of(const struct om_slot_index *ix, const struct om_slot *slo
 
 void om_slot_index_free(struct om_slot_index *ix)
 {
-    unmap(ix->first, ix->cap * sizeof *ix->first);
-    unmap(ix->unused, ix->cap * sizeof *ix->unused);
-    unmap(ix->next, ix->nslots * sizeof *ix->next);
+    om_sys_unmap(ix->first, ix->cap * sizeof *ix->first);
+    om_sys_unmap(ix->unused, ix->cap * sizeof *ix->unused);
+    om_sys_unmap(ix->next, ix->nslots * sizeof *ix->next);
     memset(ix, 0, sizeof *ix);
 }
 
@@ -57,9 +43,9 @@ int om_slot_index_build(struct om_slot_index *ix, const struct om_slot *slots, s
     while (ix->cap < 2 * n)
         ix->cap *= 2;
     ix->nslots = n;
-    ix->first = map_zeroed(ix->cap * sizeof *ix->first);
-    ix->unused = map_zeroed(ix->cap * sizeof *ix->unused);
-    ix->next = map_zeroed(n * sizeof *ix->next);
+    ix->first = om_sys_map(ix->cap * sizeof *ix->first);
+    ix->unused = om_sys_map(ix->cap * sizeof *ix->unused);
+    ix->next = om_sys_map(n * sizeof *ix->next);
     if (!ix->first || !ix->unused || !ix->next) {
         om_slot_index_free(ix);
         return -ENOMEM;

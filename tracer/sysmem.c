@@ -19,9 +19,15 @@ static pthread_mutex_t sys_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct free_obj *free_lists[SMALL_CLASSES];
 static char *chunk_cur, *chunk_end;
 
+/* A size of 0 still maps a page, so that an empty table is a valid pointer. */
+static size_t map_bytes(size_t size)
+{
+    return ((size ? size : 1) + 4095) & ~(size_t)4095;
+}
+
 void *om_sys_map(size_t size)
 {
-    size = (size + 4095) & ~(size_t)4095;
+    size = map_bytes(size);
     void *p = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
                    -1, 0);
     return p == MAP_FAILED ? NULL : p;
@@ -30,7 +36,7 @@ void *om_sys_map(size_t size)
 void om_sys_unmap(void *ptr, size_t size)
 {
     if (ptr)
-        munmap(ptr, (size + 4095) & ~(size_t)4095);
+        munmap(ptr, map_bytes(size));
 }
 
 static unsigned size_class(size_t size)

@@ -23,6 +23,11 @@ struct om_stack {
     void *frames[OM_TRACER_MAX_DEPTH];
 };
 
+/* Zeroed, page-granular memory straight from mmap, never from malloc: the tables of the
+ * tracer and of the preload library. om_sys_unmap takes the size given to om_sys_map. */
+void *om_sys_map(size_t size);
+void om_sys_unmap(void *ptr, size_t size);
+
 /* Called once, with the real allocator already resolved. Returns 0 or -errno; on an error
  * the caller runs in passthrough. */
 int om_tracer_init(const struct om_tracer_options *options);

@@ -19,9 +19,6 @@
  * are mmap'd directly. Thread safe; contents are zeroed. */
 void *om_sys_alloc(size_t size);
 void om_sys_free(void *ptr, size_t size);
-/* Zeroed, page-granular, never freed: the big tables. */
-void *om_sys_map(size_t size);
-void om_sys_unmap(void *ptr, size_t size);
 void om_sys_lock(void);
 void om_sys_unlock(void);
 void om_sys_reset_lock(void);
