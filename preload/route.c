@@ -126,14 +126,14 @@ void *om_route_realloc(void *ptr, size_t size)
 {
     if (!ptr)
         return malloc(size);
-    if (OM_UNLIKELY(om_ensure_init() != 0)) {
-        void *fresh = bootstrap_or_enomem(size, 16);
-        if (fresh)
-            memcpy(fresh, ptr, size); /* only bootstrap pointers exist during init */
-        return fresh;
-    }
+    /* Before the ensure_init check: during init only bootstrap pointers exist, and they
+     * are copied by their recorded size, never by the new one. */
     if (om_is_bootstrap(ptr))
         return realloc_by_copy(ptr, size);
+    if (OM_UNLIKELY(om_ensure_init() != 0)) {
+        errno = ENOMEM;
+        return NULL;
+    }
     if (om_route_frees && (om_engine_owns(ptr) || size >= om_route_min)) {
         if (size == 0) { /* glibc: realloc(p, 0) frees p and returns NULL */
             free(ptr);
@@ -217,11 +217,7 @@ void om_route_free(void *ptr)
 
 size_t om_route_usable_size(void *ptr)
 {
-    if (!ptr)
-        return 0;
-    if (om_is_bootstrap(ptr))
-        return om_bootstrap_usable_size(ptr);
-    if (OM_UNLIKELY(om_ensure_init() != 0))
+    if (!ptr || (!om_is_bootstrap(ptr) && OM_UNLIKELY(om_ensure_init() != 0)))
         return 0;
     return usable_size_of(ptr);
 }
