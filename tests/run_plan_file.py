@@ -8,7 +8,7 @@ import subprocess
 import sys
 import tempfile
 
-from run_serving import run
+from run_serving import command, plain_env, run
 
 
 def fail(msg):
@@ -24,9 +24,8 @@ def main():
                     help="share of all managed requests the saved plan must serve")
     ap.add_argument("cmd", nargs=argparse.REMAINDER)
     args = ap.parse_args()
-    cmd = args.cmd[1:] if args.cmd[:1] == ["--"] else args.cmd
-    base = {k: v for k, v in os.environ.items() if not k.startswith("OPTMEM_")}
-    base.pop("LD_PRELOAD", None)
+    cmd = command(args)
+    base = plain_env()
     rc, plain, _ = run(cmd, base)
     if rc != 0:
         fail("the program fails without optmem")

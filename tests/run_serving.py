@@ -18,6 +18,18 @@ def run(cmd, env):
     return proc.returncode, proc.stdout, proc.stderr
 
 
+def plain_env():
+    """The environment without optmem: no LD_PRELOAD, no OPTMEM_* variable."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("OPTMEM_")}
+    env.pop("LD_PRELOAD", None)
+    return env
+
+
+def command(args):
+    """The program to run: what follows the options, with an optional leading --."""
+    return args.cmd[1:] if args.cmd[:1] == ["--"] else args.cmd
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--preload", required=True)
@@ -31,16 +43,14 @@ def main():
     ap.add_argument("--verify", type=int, default=1)
     ap.add_argument("cmd", nargs=argparse.REMAINDER)
     args = ap.parse_args()
-    cmd = args.cmd[1:] if args.cmd[:1] == ["--"] else args.cmd
-
-    plain_env = {k: v for k, v in os.environ.items() if not k.startswith("OPTMEM_")}
-    plain_env.pop("LD_PRELOAD", None)
-    rc, plain_out, plain_err = run(cmd, plain_env)
+    cmd = command(args)
+    base = plain_env()
+    rc, plain_out, plain_err = run(cmd, base)
     if rc != 0:
         sys.exit(f"FAIL: the program fails without optmem ({rc}):\n{plain_err}")
 
     with tempfile.TemporaryDirectory() as tmp:
-        env = dict(plain_env, LD_PRELOAD=args.preload, OPTMEM_MODE="plan",
+        env = dict(base, LD_PRELOAD=args.preload, OPTMEM_MODE="plan",
                    OPTMEM_VERIFY=str(args.verify), OPTMEM_REPORT=f"{tmp}/report.%p.json")
         rc, out, err = run(cmd, env)
         failures = []
