@@ -4,7 +4,6 @@ ignored with one warning line and the program runs as without them."""
 import argparse
 import json
 import os
-import subprocess
 import sys
 import tempfile
 
