@@ -68,6 +68,12 @@ int om_ensure_init(void)
     return 0;
 }
 
+/* Whether a request of this size goes to the engine (once initialised). */
+static int managed(size_t size)
+{
+    return size >= om_route_min && om_engine_accepts(size);
+}
+
 static void *bootstrap_or_enomem(size_t size, size_t alignment)
 {
     void *p = om_bootstrap_alloc(size, alignment);
@@ -80,7 +86,7 @@ void *om_route_malloc(size_t size)
 {
     if (OM_UNLIKELY(om_ensure_init() != 0))
         return bootstrap_or_enomem(size, 16);
-    if (size < om_route_min || !om_engine_accepts(size))
+    if (!managed(size))
         return om_real.malloc(size);
     return om_engine_alloc(size, 0, 0);
 }
@@ -94,7 +100,7 @@ void *om_route_calloc(size_t count, size_t size)
     }
     if (OM_UNLIKELY(om_ensure_init() != 0))
         return bootstrap_or_enomem(total, 16);
-    if (total < om_route_min || !om_engine_accepts(total))
+    if (!managed(total))
         return om_real.calloc(count, size);
     return om_engine_alloc(total, 0, 1);
 }
@@ -160,7 +166,7 @@ int om_route_posix_memalign(void **out, size_t alignment, size_t size)
         *out = p;
         return 0;
     }
-    if (size < om_route_min || !om_engine_accepts(size))
+    if (!managed(size))
         return om_real.posix_memalign(out, alignment, size);
     int saved_errno = errno;
     void *p = om_engine_alloc(size, alignment, 0);
@@ -196,8 +202,7 @@ void *om_route_aligned(size_t alignment, size_t size, int kind)
         if (kind == OM_PVALLOC && size <= SIZE_MAX - page)
             size = size ? (size + page - 1) & ~(page - 1) : page;
     }
-    if (ready && (size < om_route_min || !om_engine_accepts(size) || !is_power_of_two(alignment) ||
-                  size > PTRDIFF_MAX))
+    if (ready && (!managed(size) || !is_power_of_two(alignment) || size > PTRDIFF_MAX))
         return real_aligned(alignment, size, kind);
     if (!ready)
         return bootstrap_or_enomem(size, is_power_of_two(alignment) ? alignment : 4096);
