@@ -23,6 +23,12 @@ void optmem_step(void);
 /* Writes the lifetime report now to path (NULL: the OPTMEM_REPORT path). Returns 0 or -errno. */
 int optmem_dump(const char *path);
 
+/* PyTorch's CUDAPluggableAllocator entry points (stream is a cudaStream_t): device memory
+ * served from optmem's plan for that device, in stream order. With OPTMEM_DEVICES lacking
+ * cuda they call cudaMallocAsync and cudaFreeAsync. */
+void *optmem_cuda_malloc(long size, int device, void *stream);
+void optmem_cuda_free(void *ptr, long size, int device, void *stream);
+
 #ifdef __cplusplus
 }
 #endif

@@ -1,4 +1,4 @@
-/* The host arena: a MAP_NORESERVE reservation, its free extents, and page release. */
+/* An arena: a backend's reservation, its free extents, and page release. */
 #include "arena.h"
 
 #include <errno.h>
@@ -8,30 +8,20 @@
 
 #define EXTENTS_INITIAL 4096
 
-int om_arena_init(struct om_arena *a, size_t reserve)
+int om_arena_init(struct om_arena *a, const struct om_backend *backend, size_t reserve)
 {
     memset(a, 0, sizeof *a);
-    /* Offsets are aligned relative to the base, so the base carries the largest alignment
-     * the arena serves: map more and trim both ends. */
-    size_t mapped = reserve + OM_ARENA_ALIGNMENT;
-    unsigned char *raw = mmap(NULL, mapped, PROT_READ | PROT_WRITE,
-                              MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-    if (raw == MAP_FAILED)
-        return -errno;
-    unsigned char *base = (unsigned char *)(((uintptr_t)raw + OM_ARENA_ALIGNMENT - 1) &
-                                            ~(uintptr_t)(OM_ARENA_ALIGNMENT - 1));
-    if (base > raw)
-        munmap(raw, (size_t)(base - raw));
-    if (raw + mapped > base + reserve)
-        munmap(base + reserve, (size_t)(raw + mapped - (base + reserve)));
+    uintptr_t base;
+    int rc = backend->reserve(backend->ctx, &reserve, &base);
+    if (rc != 0)
+        return rc;
     void *extents = mmap(NULL, EXTENTS_INITIAL * sizeof(struct om_extent), PROT_READ | PROT_WRITE,
                          MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (extents == MAP_FAILED) {
-        int rc = -errno;
-        munmap(base, reserve);
-        return rc;
-    }
-    a->base = base;
+    if (extents == MAP_FAILED)
+        return -errno; /* the reservation stays: address space, or one device block */
+    a->backend = backend;
+    a->page = backend->page ? backend->page : (size_t)sysconf(_SC_PAGESIZE);
+    a->base = (unsigned char *)base;
     a->reserved = reserve;
     a->free = extents;
     a->capfree = EXTENTS_INITIAL;
@@ -133,6 +123,11 @@ int om_arena_take(struct om_arena *a, size_t off, size_t len)
         return -EBUSY;
     if (reserve_extents(a, 2) != 0)
         return -ENOMEM;
+    if (a->backend->map) {
+        size_t from = off & ~(a->page - 1), to = align_up(off + len, a->page);
+        if (a->backend->map(a->backend->ctx, (uintptr_t)a->base + from, to - from) != 0)
+            return -ENOMEM;
+    }
     size_t end = off + len;
     if (off >= a->top) {
         /* Beyond the top: the gap below becomes free (joining a free tail if any). */
@@ -188,10 +183,10 @@ int om_arena_give(struct om_arena *a, size_t off, size_t len)
 
 static size_t release_pages(struct om_arena *a, size_t from, size_t to)
 {
-    size_t page = (size_t)sysconf(_SC_PAGESIZE);
-    from = align_up(from, page);
-    to &= ~(page - 1);
-    if (to <= from || madvise(a->base + from, to - from, MADV_DONTNEED) != 0)
+    from = align_up(from, a->page);
+    to &= ~(a->page - 1);
+    if (to <= from || !a->backend->release ||
+        a->backend->release(a->backend->ctx, (uintptr_t)a->base + from, to - from) != 0)
         return 0;
     a->released += to - from;
     return to - from;
@@ -204,7 +199,7 @@ size_t om_arena_release_tail(struct om_arena *a, size_t keep)
     struct om_extent *last = &a->free[a->nfree - 1];
     if (last->off + last->len != a->top)
         return 0;
-    size_t page = (size_t)sysconf(_SC_PAGESIZE);
+    size_t page = a->page;
     size_t new_top = last->off > keep ? last->off : keep;
     size_t from = align_up(new_top, page), to = align_up(a->top, page);
     if (new_top >= a->top || to <= from || to - from < OM_ARENA_RELEASE_MIN)
@@ -227,7 +222,7 @@ size_t om_arena_release_range(struct om_arena *a, size_t off, size_t len)
     ptrdiff_t i = extent_at_or_below(a, off);
     if (i < 0 || a->free[i].off + a->free[i].len < off + len)
         return 0;
-    size_t page = (size_t)sysconf(_SC_PAGESIZE);
+    size_t page = a->page;
     /* The pages the range lies on, as far as they are free: neighbours may be free too. */
     size_t from = off & ~(page - 1), to = align_up(off + len, page);
     if (from < a->free[i].off)

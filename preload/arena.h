@@ -1,8 +1,11 @@
-/* The host arena: one large virtual reservation whose bytes are handed out by offset.
+/* An arena: one large virtual reservation (host or device, by its backend) whose bytes are
+ * handed out by offset.
  * Free space is a sorted, coalesced set of extents, so the guard ("is this range free?")
  * and every update are a binary search. Callers hold the engine lock. */
 #ifndef OPTMEM_PRELOAD_ARENA_H
 #define OPTMEM_PRELOAD_ARENA_H
+
+#include "backend.h"
 
 #include <stddef.h>
 #include <stdint.h>
@@ -12,6 +15,8 @@ struct om_extent {
 };
 
 struct om_arena {
+    const struct om_backend *backend;
+    size_t page; /* the backend's: what map and release work in */
     unsigned char *base;
     size_t reserved;
     size_t top;             /* [0, top) has been handed out at some time; beyond it all is free */
@@ -29,8 +34,8 @@ struct om_arena {
 /* The base's alignment, and so the largest alignment the arena serves. */
 #define OM_ARENA_ALIGNMENT ((size_t)2 << 20)
 
-/* Reserves `reserve` bytes of address space (MAP_NORESERVE). 0 or -errno. */
-int om_arena_init(struct om_arena *a, size_t reserve);
+/* Reserves up to `reserve` bytes through backend (which may give less). 0 or -errno. */
+int om_arena_init(struct om_arena *a, const struct om_backend *backend, size_t reserve);
 
 static inline int om_arena_contains(const struct om_arena *a, const void *p)
 {
@@ -45,8 +50,9 @@ int om_arena_is_free(const struct om_arena *a, size_t off, size_t len);
 int om_arena_best_fit(const struct om_arena *a, size_t len, size_t alignment, size_t floor,
                       size_t *off);
 
-/* Marks [off, off + len) taken. 0, -EBUSY when any byte of it is taken, -ENOMEM when it
- * lies beyond the reservation or the extent table cannot grow. */
+/* Marks [off, off + len) taken, mapping its pages first where the backend maps. 0, -EBUSY
+ * when any byte of it is taken, -ENOMEM when it lies beyond the reservation, or the extent
+ * table cannot grow, or the backend cannot map it. */
 int om_arena_take(struct om_arena *a, size_t off, size_t len);
 
 /* Marks [off, off + len) free again; the range must have been taken. 0 or -ENOMEM. */

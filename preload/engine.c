@@ -2,6 +2,7 @@
  * block, otherwise (or when the pool cannot) the real allocator does and the tracer records
  * its birth and death. */
 #include "engine.h"
+#include "cuda.h"
 #include "log.h"
 #include "pool.h"
 #include "real.h"
@@ -10,8 +11,10 @@
 
 #include <errno.h>
 #include <string.h>
+#include <unistd.h>
 
-static int engine_on, pool_on;
+static int engine_on, pool_on, cuda_on;
+static struct om_pool *host_pool;
 
 static size_t engine_min_bytes;
 static unsigned engine_depth;
@@ -21,8 +24,6 @@ static __thread int tls_in_engine;
 
 int om_engine_init(const struct om_config *cfg)
 {
-    if (cfg->devices & OM_DEVICE_CUDA)
-        om_warn("OPTMEM_DEVICES: the CUDA domain is not part of this build; managing cpu only");
     struct om_tracer_options options = {
         .min_bytes = cfg->min_bytes,
         .stack_depth = cfg->stack_depth,
@@ -33,13 +34,24 @@ int om_engine_init(const struct om_config *cfg)
     };
     tls_in_engine++;
     int rc = om_tracer_init(&options);
-    if (rc == 0 && cfg->mode == OM_MODE_PLAN) {
-        int pool_rc = om_pool_init(cfg);
+    if (rc == 0 && cfg->mode == OM_MODE_PLAN && (cfg->devices & OM_DEVICE_CPU)) {
+        /* Address space only: twice the machine's memory, which no program can fill. */
+        size_t reserve = (size_t)sysconf(_SC_PHYS_PAGES) * (size_t)sysconf(_SC_PAGESIZE) * 2;
+        if (reserve < ((size_t)1 << 32))
+            reserve = (size_t)1 << 32;
+        int pool_rc = om_pool_create(&host_pool, &om_host_backend, OM_TRACER_HOST, reserve, cfg);
         if (pool_rc != 0)
             om_warn("the pool could not be reserved (%s); recording only", strerror(-pool_rc));
         pool_on = pool_rc == 0;
         if (pool_on)
-            om_pool_range(&om_arena_lo, &om_arena_len);
+            om_pool_range(host_pool, &om_arena_lo, &om_arena_len);
+    }
+    if (rc == 0 && (cfg->devices & OM_DEVICE_CUDA)) {
+        int cuda_rc = om_cuda_init(cfg);
+        if (cuda_rc != 0)
+            om_warn("the CUDA domain could not start (%s); device memory is not managed",
+                    strerror(-cuda_rc));
+        cuda_on = cuda_rc == 0;
     }
     tls_in_engine--;
     if (rc != 0) {
@@ -55,6 +67,21 @@ int om_engine_init(const struct om_config *cfg)
 int om_engine_accepts(size_t size)
 {
     return engine_on && !tls_in_engine;
+}
+
+void om_engine_enter(void)
+{
+    tls_in_engine++;
+}
+
+void om_engine_leave(void)
+{
+    tls_in_engine--;
+}
+
+int om_engine_inside(void)
+{
+    return tls_in_engine;
 }
 
 static void *real_alloc(size_t size, size_t alignment, int zero, const struct om_stack *stack)
@@ -75,7 +102,7 @@ static void *real_alloc(size_t size, size_t alignment, int zero, const struct om
         memset(p, 0, size);
     size_t usable = om_real.malloc_usable_size ? om_real.malloc_usable_size(p) : size;
     __atomic_fetch_add(&om_real_managed, 1, __ATOMIC_RELAXED);
-    om_tracer_on_alloc(p, size, usable, alignment, stack, NULL);
+    om_tracer_on_alloc(OM_TRACER_HOST, p, size, usable, alignment, stack, NULL);
     return p;
 }
 
@@ -84,7 +111,8 @@ void *om_engine_alloc(size_t size, size_t alignment, int zero)
     struct om_stack stack;
     tls_in_engine++;
     om_stack_capture(&stack, engine_depth, 2); /* skip this frame and the route's */
-    void *p = pool_on ? om_pool_alloc(size, alignment, zero, &stack) : NULL;
+    void *p =
+        pool_on ? om_pool_alloc(host_pool, size, alignment, zero, OM_STREAM_NONE, &stack) : NULL;
     if (!p)
         p = real_alloc(size, alignment, zero, &stack);
     tls_in_engine--;
@@ -101,26 +129,35 @@ static int may_be_managed(void *ptr)
 
 int om_engine_free(void *ptr)
 {
-    if (pool_on && om_pool_contains(ptr)) {
+    if (pool_on && om_pool_contains(host_pool, ptr)) {
         tls_in_engine++;
-        om_pool_free(ptr);
+        om_pool_free(host_pool, ptr, OM_STREAM_NONE);
         tls_in_engine--;
         return 0;
     }
-    if (may_be_managed(ptr) && om_tracer_on_free(ptr))
+    if (may_be_managed(ptr) && om_tracer_on_free(OM_TRACER_HOST, ptr))
         __atomic_fetch_sub(&om_real_managed, 1, __ATOMIC_RELAXED);
     return -ENOENT;
 }
 
 int om_engine_owns(void *ptr)
 {
-    return (pool_on && om_pool_contains(ptr)) ||
-           (may_be_managed(ptr) && om_tracer_block_size(ptr) != 0);
+    return (pool_on && om_pool_contains(host_pool, ptr)) ||
+           (may_be_managed(ptr) && om_tracer_block_size(OM_TRACER_HOST, ptr) != 0);
 }
 
 size_t om_engine_usable_size(void *ptr)
 {
-    return pool_on && om_pool_contains(ptr) ? om_pool_usable_size(ptr) : 0;
+    return pool_on && om_pool_contains(host_pool, ptr) ? om_pool_usable_size(host_pool, ptr) : 0;
+}
+
+/* Every pool's counters into the tracer, before a report. */
+static void publish(void)
+{
+    if (pool_on)
+        om_pool_publish(host_pool);
+    if (cuda_on)
+        om_cuda_publish();
 }
 
 void om_engine_step(void)
@@ -134,17 +171,19 @@ int om_engine_dump(const char *path)
     if (!engine_on)
         return -ENOTSUP;
     tls_in_engine++;
-    om_pool_publish();
+    publish();
     int rc = om_tracer_dump(path);
     tls_in_engine--;
     return rc;
 }
 
-/* Lock order everywhere: the pool's, then the tracer's. */
+/* Lock order everywhere: the host pool's, the device pools', then the tracer's. */
 void om_engine_atfork_prepare(void)
 {
     if (pool_on)
-        om_pool_lock();
+        om_pool_lock(host_pool);
+    if (cuda_on)
+        om_cuda_atfork_prepare();
     if (engine_on)
         om_tracer_atfork_prepare();
 }
@@ -153,16 +192,20 @@ void om_engine_atfork_parent(void)
 {
     if (engine_on)
         om_tracer_atfork_parent();
+    if (cuda_on)
+        om_cuda_atfork_parent();
     if (pool_on)
-        om_pool_unlock();
+        om_pool_unlock(host_pool);
 }
 
 void om_engine_atfork_child(void)
 {
     if (engine_on)
         om_tracer_atfork_child();
+    if (cuda_on)
+        om_cuda_atfork_child();
     if (pool_on)
-        om_pool_atfork_child();
+        om_pool_atfork_child(host_pool);
 }
 
 void om_engine_at_signal(void)
@@ -170,7 +213,7 @@ void om_engine_at_signal(void)
     if (!engine_on)
         return;
     struct om_serving_stats stats;
-    int have = pool_on && om_pool_try_stats(&stats) == 0;
+    int have = pool_on && om_pool_try_stats(host_pool, &stats) == 0;
     om_tracer_dump_in_signal(have ? &stats : NULL);
 }
 
@@ -180,8 +223,8 @@ void om_engine_at_exit(void)
         return;
     tls_in_engine++;
     if (pool_on)
-        om_pool_save_plan();
-    om_pool_publish();
+        om_pool_save_plan(host_pool);
+    publish();
     om_tracer_at_exit();
     tls_in_engine--;
 }

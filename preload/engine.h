@@ -26,6 +26,12 @@ int om_engine_owns(void *ptr);
 /* Usable size of a block the engine placed itself; 0 for any other pointer. */
 size_t om_engine_usable_size(void *ptr);
 
+/* The re-entry guard, shared with the device domain's entry points: while a thread is
+ * inside, what it allocates goes to the real allocators unmanaged. Nests. */
+void om_engine_enter(void);
+void om_engine_leave(void);
+int om_engine_inside(void);
+
 /* optmem_step() and optmem_dump(). */
 void om_engine_step(void);
 int om_engine_dump(const char *path);

@@ -1,8 +1,10 @@
-/* Plan mode: the arena, the iteration recorder, the plan and the cursor that serves it. */
+/* Plan mode: a domain's arena, the iteration recorder, the plan and the cursor that serves
+ * it. */
 #include "pool.h"
 #include "arena.h"
 #include "blockmap.h"
 #include "log.h"
+#include "pending.h"
 #include "replanner.h"
 #include "saved_plan.h"
 #include "slots.h"
@@ -16,9 +18,18 @@
 #define REDZONE 64 /* OPTMEM_VERIFY=1: bytes after each block, checked at free */
 #define REDZONE_BYTE 0xa5
 #define MAX_PERIOD (1u << 20) /* longer iterations are served by best fit only */
-/* Freed blocks this large give their pages back at once, as glibc unmaps its mmap'd
- * chunks; blocks at planned offsets keep theirs, which the next iteration reuses. */
+/* While serving, freed blocks this large that were not planned give their pages back at
+ * once, as glibc unmaps its mmap'd chunks; blocks at planned offsets keep their pages,
+ * which the next iteration reuses. */
 #define RELEASE_BLOCK_MIN ((size_t)64 << 10)
+/* Before a plan: freed blocks of that size are remembered, and their pages given back once
+ * they add up to this share of the bytes in use. */
+#define RESIDENT_FREE_SHARE 32
+#define FREED_RANGES 4096
+/* The search stops as soon as a plan meets its lower bound; the budget bounds the one-off
+ * pause of a plan that cannot (the transformer's 1883-slot iteration needs about 30 ms to
+ * reach its bound, and stopped at 1.09 of it with the replanner's 20 ms default). */
+#define PLAN_BUDGET_MS 200
 #define NO_DEATH UINT64_MAX
 #define LOG_CAPACITY ((size_t)1 << 20) /* main-thread requests logged for a saved plan */
 /* A saved plan whose prologue misses more than half of its first requests is another
@@ -39,11 +50,17 @@ struct record {
     size_t size, len, alignment;
 };
 
-static struct {
+struct om_pool {
     pthread_mutex_t lock;
     struct om_arena arena;
     struct om_blockmap blocks;
-    int on;
+    struct om_pending pending; /* stream-ordered frees; empty on the host */
+    unsigned domain;
+    int host; /* the host domain: zeroing, red zones, saved plans */
+    /* Before a plan: blocks freed since their pages were last given back. */
+    struct om_extent *freed;
+    size_t nfreed, resident_free;
+    size_t max_request; /* larger requests go to the real allocator */
     size_t redzone;
     enum phase phase;
     uint32_t generation; /* bumped whenever recording starts again */
@@ -66,7 +83,7 @@ static struct {
     int grace;                 /* the iteration after the prologue: its misses do not count */
     struct om_request_log log; /* not loaded: this run's main-thread requests */
     uint64_t main_requests, log_cycle_start;
-} pool = {.lock = PTHREAD_MUTEX_INITIALIZER};
+};
 
 /* The process's first thread: a saved plan's prologue is its requests. */
 static unsigned fork_generation = 1;
@@ -84,85 +101,92 @@ static int on_main_thread(void)
 
 /* Serves the saved plan from the first request: its iteration's slots are the plan, its
  * prologue is walked by a cursor of its own. */
-static int install_saved_plan(void)
+static int install_saved_plan(struct om_pool *pool)
 {
-    const struct om_saved_plan *sp = &pool.saved;
-    pool.period = sp->period;
-    memcpy(pool.slots, sp->slots + sp->nprologue, sp->period * sizeof *pool.slots);
-    if (om_slot_index_build(&pool.plan_index, pool.slots, pool.period) != 0)
+    const struct om_saved_plan *sp = &pool->saved;
+    pool->period = sp->period;
+    memcpy(pool->slots, sp->slots + sp->nprologue, sp->period * sizeof *pool->slots);
+    if (om_slot_index_build(&pool->plan_index, pool->slots, pool->period) != 0)
         return -ENOMEM;
-    pool.plan_end = sp->peak;
-    pool.stats.plan_peak_bytes = sp->peak;
-    pool.stats.plan_lower_bound_bytes = sp->lower_bound;
-    pool.stats.plan_slots = sp->period;
-    pool.stats.saved_plan = 1;
-    pool.phase = sp->nprologue ? PROLOGUE : SERVE;
+    pool->plan_end = sp->peak;
+    pool->stats.plan_peak_bytes = sp->peak;
+    pool->stats.plan_lower_bound_bytes = sp->lower_bound;
+    pool->stats.plan_slots = sp->period;
+    pool->stats.saved_plan = 1;
+    pool->phase = sp->nprologue ? PROLOGUE : SERVE;
     return 0;
 }
 
-static void open_plan_file(const struct om_config *cfg)
+static void open_plan_file(struct om_pool *pool, const struct om_config *cfg)
 {
-    if (om_path_expand(cfg->plan_file, (long)getpid(), om_env_rank(), pool.plan_file,
-                       sizeof pool.plan_file) != 0) {
+    if (om_path_expand(cfg->plan_file, (long)getpid(), om_env_rank(), pool->plan_file,
+                       sizeof pool->plan_file) != 0) {
         om_warn("OPTMEM_PLAN_FILE=%s: the path is too long; no plan is saved", cfg->plan_file);
-        pool.plan_file[0] = '\0';
+        pool->plan_file[0] = '\0';
         return;
     }
     char err[128] = "";
-    int rc = om_saved_plan_read(pool.plan_file, om_saved_plan_program(), pool.arena.reserved,
-                                &pool.saved, err, sizeof err);
-    if (rc == 0 && pool.saved.period <= MAX_PERIOD && install_saved_plan() == 0) {
+    int rc = om_saved_plan_read(pool->plan_file, om_saved_plan_program(), pool->arena.reserved,
+                                &pool->saved, err, sizeof err);
+    if (rc == 0 && pool->saved.period <= MAX_PERIOD && install_saved_plan(pool) == 0) {
         om_info("serving the saved plan %s (%llu prologue requests, an iteration of %llu)",
-                pool.plan_file, (unsigned long long)pool.saved.nprologue,
-                (unsigned long long)pool.saved.period);
+                pool->plan_file, (unsigned long long)pool->saved.nprologue,
+                (unsigned long long)pool->saved.period);
         return;
     }
-    om_saved_plan_free(&pool.saved);
+    om_saved_plan_free(&pool->saved);
     if (rc == -EINVAL)
-        om_warn("OPTMEM_PLAN_FILE %s is ignored: %s; a new plan is written at exit", pool.plan_file,
-                err);
+        om_warn("OPTMEM_PLAN_FILE %s is ignored: %s; a new plan is written at exit",
+                pool->plan_file, err);
     else if (rc != 0 && rc != -ENOENT)
         om_warn("OPTMEM_PLAN_FILE %s cannot be read (%s); a new plan is written at exit",
-                pool.plan_file, strerror(-rc));
-    if (om_request_log_init(&pool.log, LOG_CAPACITY) != 0)
-        pool.plan_file[0] = '\0';
+                pool->plan_file, strerror(-rc));
+    if (om_request_log_init(&pool->log, LOG_CAPACITY) != 0)
+        pool->plan_file[0] = '\0';
 }
 
-int om_pool_init(const struct om_config *cfg)
+int om_pool_create(struct om_pool **out, const struct om_backend *backend, unsigned domain,
+                   size_t reserve, const struct om_config *cfg)
 {
-    /* Address space only: twice the machine's memory, which no program can fill. */
-    size_t reserve = (size_t)sysconf(_SC_PHYS_PAGES) * (size_t)sysconf(_SC_PAGESIZE) * 2;
-    if (reserve < ((size_t)1 << 32))
-        reserve = (size_t)1 << 32;
-    int rc = om_arena_init(&pool.arena, reserve);
+    struct om_pool *pool = om_sys_map(sizeof *pool);
+    if (!pool)
+        return -ENOMEM;
+    pthread_mutex_init(&pool->lock, NULL);
+    int rc = om_arena_init(&pool->arena, backend, reserve);
     if (rc == 0)
-        rc = om_blockmap_init(&pool.blocks);
+        rc = om_blockmap_init(&pool->blocks);
     if (rc == 0) {
-        pool.records = om_sys_map(MAX_PERIOD * sizeof *pool.records);
-        pool.slots = om_sys_map(MAX_PERIOD * sizeof *pool.slots);
-        if (!pool.records || !pool.slots)
+        pool->records = om_sys_map(MAX_PERIOD * sizeof *pool->records);
+        pool->slots = om_sys_map(MAX_PERIOD * sizeof *pool->slots);
+        pool->freed = om_sys_map(FREED_RANGES * sizeof *pool->freed);
+        if (!pool->records || !pool->slots || !pool->freed)
             rc = -ENOMEM;
     }
     if (rc != 0)
-        return rc;
-    pool.redzone = cfg->verify ? REDZONE : 0;
-    pool.log_cycle_start = UINT64_MAX;
-    if (cfg->plan_file[0])
-        open_plan_file(cfg);
-    om_tracer_set_arena(pool.arena.base, pool.arena.reserved);
-    pool.on = 1;
+        return rc; /* what was mapped stays: address space of a process that goes on */
+    pool->domain = domain;
+    pool->host = backend->host_addressable;
+    /* Host requests beyond a quarter of the reservation are the real allocator's; a device
+     * arena may be one fixed block, and all of it serves. */
+    pool->max_request = pool->host ? pool->arena.reserved / 4 : pool->arena.reserved;
+    pool->redzone = cfg->verify && pool->host ? REDZONE : 0;
+    pool->log_cycle_start = UINT64_MAX;
+    if (cfg->plan_file[0] && pool->host)
+        open_plan_file(pool, cfg);
+    om_tracer_set_arena(domain, pool->arena.base, pool->arena.reserved);
+    *out = pool;
     return 0;
 }
 
-void om_pool_range(uintptr_t *lo, size_t *len)
+void om_pool_range(const struct om_pool *pool, uintptr_t *lo, size_t *len)
 {
-    *lo = (uintptr_t)pool.arena.base;
-    *len = pool.arena.reserved;
+    *lo = (uintptr_t)pool->arena.base;
+    *len = pool->arena.reserved;
 }
 
-int om_pool_contains(const void *p)
+int om_pool_contains(const struct om_pool *pool, const void *p)
 {
-    return pool.on && om_arena_contains(&pool.arena, p);
+    return om_arena_contains(&pool->arena, p);
 }
 
 static size_t round16(size_t n)
@@ -176,17 +200,17 @@ static size_t round16(size_t n)
  * has handed out: no live block can be in the way, so the plan packs the arcs alone,
  * and the pages of the old region's holes can all go back to the kernel. Address space
  * is what this costs, and the reservation has plenty. */
-static int build_plan(void)
+static int build_plan(struct om_pool *pool)
 {
-    size_t n = 0, cap = pool.nrecords ? pool.nrecords : 1;
+    size_t n = 0, cap = pool->nrecords ? pool->nrecords : 1;
     om_rp_block *in = om_sys_map(cap * sizeof *in);
     uint64_t *offsets = om_sys_map(cap * sizeof *offsets);
     int rc = -ENOMEM;
     if (!in || !offsets)
         goto out;
-    for (size_t r = 0; r < pool.nrecords; r++) {
-        struct record *rec = &pool.records[r];
-        if (rec->upper == NO_DEATH || rec->upper > rec->lower + pool.period)
+    for (size_t r = 0; r < pool->nrecords; r++) {
+        struct record *rec = &pool->records[r];
+        if (rec->upper == NO_DEATH || rec->upper > rec->lower + pool->period)
             continue;
         in[n++] = (om_rp_block){.id = r,
                                 .lower = rec->lower,
@@ -195,37 +219,40 @@ static int build_plan(void)
                                 .align = rec->alignment};
     }
     char err[256] = "";
-    om_rp_options opt = {
-        .period = pool.period, .alloc = om_rp_mmap, .err = err, .errlen = sizeof err};
+    om_rp_options opt = {.period = pool->period,
+                         .budget_ms = PLAN_BUDGET_MS,
+                         .alloc = om_rp_mmap,
+                         .err = err,
+                         .errlen = sizeof err};
     om_rp_result res;
     rc = om_rp_plan(in, n, &opt, offsets, &res);
     if (rc != 0) {
         om_warn("plan of %zu blocks failed: %s", n, err);
         goto out;
     }
-    size_t base = (pool.arena.top + OM_ARENA_ALIGNMENT - 1) & ~(OM_ARENA_ALIGNMENT - 1);
-    if (base > pool.arena.reserved || pool.arena.reserved - base < res.peak) {
+    size_t base = (pool->arena.top + OM_ARENA_ALIGNMENT - 1) & ~(OM_ARENA_ALIGNMENT - 1);
+    if (base > pool->arena.reserved || pool->arena.reserved - base < res.peak) {
         om_warn("the arena has no room left for a plan of %.1f MiB", res.peak / 1048576.0);
         rc = -ENOMEM;
         goto out;
     }
-    memset(pool.slots, 0, pool.period * sizeof *pool.slots);
+    memset(pool->slots, 0, pool->period * sizeof *pool->slots);
     for (size_t i = 0; i < n; i++) {
-        struct record *rec = &pool.records[in[i].id];
-        pool.slots[in[i].id] =
+        struct record *rec = &pool->records[in[i].id];
+        pool->slots[in[i].id] =
             (struct om_slot){rec->token, base + offsets[i], rec->len, rec->alignment};
     }
-    rc = om_slot_index_build(&pool.plan_index, pool.slots, pool.period);
+    rc = om_slot_index_build(&pool->plan_index, pool->slots, pool->period);
     if (rc != 0)
         goto out;
-    pool.plan_end = base + res.peak;
-    pool.stats.plan_peak_bytes = res.peak;
-    pool.stats.plan_lower_bound_bytes = res.lower_bound;
-    pool.stats.plan_slots = n;
-    pool.stats.plans++;
+    pool->plan_end = base + res.peak;
+    pool->stats.plan_peak_bytes = res.peak;
+    pool->stats.plan_lower_bound_bytes = res.lower_bound;
+    pool->stats.plan_slots = n;
+    pool->stats.plans++;
     om_info("plan: %zu slots of a %llu-request iteration, peak %.1f MiB (%.3f of its lower "
             "bound) in %.1f ms",
-            n, (unsigned long long)pool.period, res.peak / 1048576.0,
+            n, (unsigned long long)pool->period, res.peak / 1048576.0,
             res.lower_bound ? (double)res.peak / (double)res.lower_bound : 1.0,
             res.elapsed_ns / 1e6);
 out:
@@ -236,335 +263,409 @@ out:
 
 /* ---- the phases ---- */
 
-static void start_recording(const struct om_block *b)
+static void start_recording(struct om_pool *pool, const struct om_block *b)
 {
-    pool.log_cycle_start = b->log ? b->log - 1 : UINT64_MAX;
-    pool.phase = RECORD;
-    pool.generation++;
-    pool.nrecords = 0;
-    pool.cursor = 0;
+    pool->log_cycle_start = b->log ? b->log - 1 : UINT64_MAX;
+    pool->phase = RECORD;
+    pool->generation++;
+    pool->nrecords = 0;
+    pool->cursor = 0;
 }
 
-static int period_failed(uint64_t period)
+static int period_failed(const struct om_pool *pool, uint64_t period)
 {
-    for (unsigned i = 0; i < pool.nfailed && i < FAILED_PERIODS; i++)
-        if (pool.failed[i] == period)
+    for (unsigned i = 0; i < pool->nfailed && i < FAILED_PERIODS; i++)
+        if (pool->failed[i] == period)
             return 1;
     return 0;
 }
 
-static void end_of_served_iteration(void)
+static void end_of_served_iteration(struct om_pool *pool)
 {
-    if (pool.grace) {
-        pool.grace = 0;
-    } else if (pool.iteration_misses * 8 > pool.period) {
+    if (pool->grace) {
+        pool->grace = 0;
+    } else if (pool->iteration_misses * 8 > pool->period) {
         om_debug("%llu misses in an iteration of %llu requests: learning again",
-                 (unsigned long long)pool.iteration_misses, (unsigned long long)pool.period);
-        pool.stats.replans++;
+                 (unsigned long long)pool->iteration_misses, (unsigned long long)pool->period);
+        pool->stats.replans++;
         /* A plan that missed at once was for a wrong period; one that held a while was
          * right until the program changed, and its period may well come back. */
-        if (pool.served_iterations < STEADY_ITERATIONS)
-            pool.failed[pool.nfailed++ % FAILED_PERIODS] = pool.period;
-        pool.phase = LEARN;
+        if (pool->served_iterations < STEADY_ITERATIONS)
+            pool->failed[pool->nfailed++ % FAILED_PERIODS] = pool->period;
+        pool->phase = LEARN;
     } else {
-        pool.stats.released_bytes += om_arena_release_tail(&pool.arena, pool.plan_end);
-        if (++pool.served_iterations == STEADY_ITERATIONS)
-            pool.nfailed = 0;
+        pool->stats.released_bytes += om_arena_release_tail(&pool->arena, pool->plan_end);
+        if (++pool->served_iterations == STEADY_ITERATIONS)
+            pool->nfailed = 0;
     }
-    pool.iteration_misses = 0;
-    pool.cursor = 0;
+    pool->iteration_misses = 0;
+    pool->cursor = 0;
 }
 
 /* Advances the phase after a request of the iteration-defining thread was placed. */
-static void after_cycle_request(struct om_block *b, uint64_t token, size_t alignment,
-                                const struct om_alloc_info *info)
+static void after_cycle_request(struct om_pool *pool, struct om_block *b, uint64_t token,
+                                size_t alignment, const struct om_alloc_info *info)
 {
-    if (pool.phase == LEARN && info->iteration_start && info->period >= MIN_PERIOD &&
-        info->period <= MAX_PERIOD && !period_failed(info->period)) {
-        pool.period = info->period;
-        start_recording(b);
+    if (pool->phase == LEARN && info->iteration_start && info->period >= MIN_PERIOD &&
+        info->period <= MAX_PERIOD && !period_failed(pool, info->period)) {
+        pool->period = info->period;
+        start_recording(pool, b);
     }
-    if (pool.phase == RECORD) {
-        pool.records[pool.nrecords] =
-            (struct record){token, pool.nrecords, NO_DEATH, b->size, b->len, alignment};
-        b->record = (uint32_t)++pool.nrecords;
-        b->generation = pool.generation;
-        if (pool.nrecords == pool.period) {
-            pool.phase = OBSERVE;
-            pool.observed = 0;
+    if (pool->phase == RECORD) {
+        pool->records[pool->nrecords] =
+            (struct record){token, pool->nrecords, NO_DEATH, b->size, b->len, alignment};
+        b->record = (uint32_t)++pool->nrecords;
+        b->generation = pool->generation;
+        if (pool->nrecords == pool->period) {
+            pool->phase = OBSERVE;
+            pool->observed = 0;
         }
-    } else if (pool.phase == OBSERVE) {
-        if (++pool.observed == pool.period) {
-            pool.phase = build_plan() == 0 ? SERVE : LEARN;
+    } else if (pool->phase == OBSERVE) {
+        if (++pool->observed == pool->period) {
+            pool->phase = build_plan(pool) == 0 ? SERVE : LEARN;
             /* Free pages come back as the plan touches them; the rest stay released. */
-            if (pool.phase == SERVE)
-                pool.stats.released_bytes += om_arena_release_free(&pool.arena);
-            pool.cursor = 0;
-            pool.iteration_misses = pool.served_iterations = 0;
+            if (pool->phase == SERVE) {
+                pool->stats.released_bytes += om_arena_release_free(&pool->arena);
+                pool->nfreed = pool->resident_free = 0;
+            }
+            pool->cursor = 0;
+            pool->iteration_misses = pool->served_iterations = 0;
         }
     }
 }
 
 /* The guard: a planned offset is handed out only when the slot holds the request and no
  * live block overlaps it. */
-static int take_planned(size_t offset, size_t slot_len, size_t len, size_t alignment)
+static int take_planned(struct om_pool *pool, size_t offset, size_t slot_len, size_t len,
+                        size_t alignment, uintptr_t stream)
 {
     if (slot_len < len || (offset & (alignment - 1)))
         return 0;
-    if (om_arena_take(&pool.arena, offset, len) != 0) {
-        pool.stats.guard_rejections++;
+    int rc = stream != OM_STREAM_NONE && pool->pending.live
+                 ? om_pending_take(&pool->pending, &pool->arena, offset, len, stream)
+                 : om_arena_take(&pool->arena, offset, len);
+    if (rc != 0) {
+        pool->stats.guard_rejections++;
         return 0;
     }
-    pool.stats.served_from_plan++;
+    pool->stats.served_from_plan++;
     return 1;
 }
 
 /* A main-thread request while a saved plan's prologue is served: the next slot of its
  * token, whatever the order the tokens come in. */
-static int place_in_prologue(size_t len, size_t alignment, uint64_t token, size_t *off)
+static int place_in_prologue(struct om_pool *pool, size_t len, size_t alignment, uint64_t token,
+                             size_t *off)
 {
-    uint64_t s = om_slot_index_take(&pool.saved.prologue, pool.saved.slots, token);
+    uint64_t s = om_slot_index_take(&pool->saved.prologue, pool->saved.slots, token);
     if (s == UINT64_MAX) {
-        pool.stats.misses++;
-        pool.prologue_misses++;
+        pool->stats.misses++;
+        pool->prologue_misses++;
     } else {
-        pool.stats.hits++;
+        pool->stats.hits++;
     }
-    const struct om_slot *slot = &pool.saved.slots[s == UINT64_MAX ? 0 : s];
-    int served = s != UINT64_MAX && take_planned(slot->offset, slot->len, len, alignment);
+    const struct om_slot *slot = &pool->saved.slots[s == UINT64_MAX ? 0 : s];
+    int served = s != UINT64_MAX &&
+                 take_planned(pool, slot->offset, slot->len, len, alignment, OM_STREAM_NONE);
     if (served)
         *off = slot->offset;
-    if (++pool.prologue_cursor >= pool.saved.nprologue) {
+    if (++pool->prologue_cursor >= pool->saved.nprologue) {
         /* The iteration's cursor finds its place by token: one iteration's grace. */
-        pool.phase = SERVE;
-        pool.cursor = pool.iteration_misses = pool.served_iterations = 0;
-        pool.grace = 1;
-    } else if (pool.prologue_cursor == PROLOGUE_PROBE &&
-               pool.prologue_misses * 2 > PROLOGUE_PROBE) {
+        pool->phase = SERVE;
+        pool->cursor = pool->iteration_misses = pool->served_iterations = 0;
+        pool->grace = 1;
+    } else if (pool->prologue_cursor == PROLOGUE_PROBE &&
+               pool->prologue_misses * 2 > PROLOGUE_PROBE) {
         om_warn("the saved plan %s does not fit this run (%llu of its first %d requests "
                 "differ); learning as usual, no plan is saved",
-                pool.plan_file, (unsigned long long)pool.prologue_misses, PROLOGUE_PROBE);
-        pool.stats.saved_plan = 0;
-        pool.phase = LEARN;
+                pool->plan_file, (unsigned long long)pool->prologue_misses, PROLOGUE_PROBE);
+        pool->stats.saved_plan = 0;
+        pool->phase = LEARN;
     }
     return served;
 }
 
 /* Picks the offset of a request: the expected slot, a slot found by token, or best fit. */
-static int place(size_t len, size_t alignment, uint64_t token, int cycle_thread, int main_thread,
-                 size_t *off, int *planned)
+static int place(struct om_pool *pool, size_t len, size_t alignment, uintptr_t stream,
+                 uint64_t token, int cycle_thread, int main_thread, size_t *off, int *planned)
 {
     *planned = 0;
-    pool.stats.serving_requests += pool.phase == SERVE || pool.phase == PROLOGUE;
-    if (pool.phase == PROLOGUE && main_thread) {
-        if ((*planned = place_in_prologue(len, alignment, token, off)))
+    pool->stats.serving_requests += pool->phase == SERVE || pool->phase == PROLOGUE;
+    if (pool->phase == PROLOGUE && main_thread) {
+        if ((*planned = place_in_prologue(pool, len, alignment, token, off)))
             return 0;
-    } else if (pool.phase == SERVE && cycle_thread) {
-        uint64_t s = pool.cursor;
-        if (pool.slots[s].token != token) {
-            s = om_slot_index_find(&pool.plan_index, pool.slots, token, pool.cursor);
-            pool.stats.misses++;
-            pool.iteration_misses++;
+    } else if (pool->phase == SERVE && cycle_thread) {
+        uint64_t s = pool->cursor;
+        if (pool->slots[s].token != token) {
+            s = om_slot_index_find(&pool->plan_index, pool->slots, token, pool->cursor);
+            pool->stats.misses++;
+            pool->iteration_misses++;
         } else {
-            pool.stats.hits++;
+            pool->stats.hits++;
         }
-        uint64_t next = s == UINT64_MAX ? pool.cursor + 1 : s + 1;
-        *planned = s != UINT64_MAX &&
-                   take_planned(pool.slots[s].offset, pool.slots[s].len, len, alignment);
+        uint64_t next = s == UINT64_MAX ? pool->cursor + 1 : s + 1;
+        *planned = s != UINT64_MAX && take_planned(pool, pool->slots[s].offset, pool->slots[s].len,
+                                                   len, alignment, stream);
         if (*planned)
-            *off = pool.slots[s].offset;
-        if (s != UINT64_MAX && s < pool.cursor) /* the iteration began anew */
-            end_of_served_iteration();
-        pool.cursor = next;
-        if (pool.cursor >= pool.period)
-            end_of_served_iteration();
+            *off = pool->slots[s].offset;
+        if (s != UINT64_MAX && s < pool->cursor) /* the iteration began anew */
+            end_of_served_iteration(pool);
+        pool->cursor = next;
+        if (pool->cursor >= pool->period)
+            end_of_served_iteration(pool);
         if (*planned)
             return 0;
     }
-    size_t floor = pool.phase == SERVE || pool.phase == PROLOGUE ? pool.plan_end : 0;
-    int rc = om_arena_best_fit(&pool.arena, len, alignment, floor, off);
+    size_t floor = pool->phase == SERVE || pool->phase == PROLOGUE ? pool->plan_end : 0;
+    int rc = om_arena_best_fit(&pool->arena, len, alignment, floor, off);
     if (rc == 0)
-        rc = om_arena_take(&pool.arena, *off, len);
+        rc = om_arena_take(&pool->arena, *off, len);
     if (rc == 0)
-        pool.stats.fallbacks += pool.phase == SERVE || pool.phase == PROLOGUE;
+        pool->stats.fallbacks += pool->phase == SERVE || pool->phase == PROLOGUE;
     return rc;
 }
 
 /* ---- the entry points ---- */
 
-void *om_pool_alloc(size_t size, size_t alignment, int zero, const struct om_stack *stack)
+void *om_pool_alloc(struct om_pool *pool, size_t size, size_t alignment, int zero, uintptr_t stream,
+                    const struct om_stack *stack)
 {
-    if (size > pool.arena.reserved / 4 || alignment > OM_ARENA_ALIGNMENT)
+    if (size > pool->max_request || alignment > OM_ARENA_ALIGNMENT)
         return NULL; /* the real allocator says what happens to such a request */
     uint64_t token = om_token_of(stack, size);
-    size_t len = round16(size) + pool.redzone;
+    size_t len = round16(size) + pool->redzone;
     if (alignment < 16)
         alignment = 16;
-    int cycle_thread = om_tracer_on_cycle_thread(), main_thread = on_main_thread();
-    pthread_mutex_lock(&pool.lock);
-    size_t touched = pool.arena.touched, off;
+    int cycle_thread = om_tracer_on_cycle_thread(pool->domain), main_thread = on_main_thread();
+    pthread_mutex_lock(&pool->lock);
+    if (pool->pending.live)
+        om_pending_settle(&pool->pending, &pool->arena);
+    size_t touched = pool->arena.touched, off;
     int planned;
-    if (place(len, alignment, token, cycle_thread, main_thread, &off, &planned) != 0)
+    if (place(pool, len, alignment, stream, token, cycle_thread, main_thread, &off, &planned) != 0)
         goto fail;
+    if (off < touched) /* a hole reused: its pages are in use again */
+        pool->resident_free -= len < pool->resident_free ? len : pool->resident_free;
     struct om_block b = {off, len, size, 0, 0, 0, planned ? OM_BLOCK_PLANNED : 0};
     /* A saved plan needs the run's main-thread requests from the start until a plan has
      * held (a plan for a wrong period may serve an iteration or two before it misses):
      * logged by index, so logging stops for good at the first gap. */
     if (main_thread) {
-        if (pool.log.n == pool.main_requests &&
-            (pool.phase != SERVE || pool.served_iterations < STEADY_ITERATIONS))
-            b.log = om_request_log_add(&pool.log, token, len, alignment);
-        pool.main_requests++;
+        if (pool->log.n == pool->main_requests &&
+            (pool->phase != SERVE || pool->served_iterations < STEADY_ITERATIONS))
+            b.log = om_request_log_add(&pool->log, token, len, alignment);
+        pool->main_requests++;
     }
-    if (om_blockmap_put(&pool.blocks, &b) != 0) {
-        om_arena_give(&pool.arena, off, len);
+    if (om_blockmap_put(&pool->blocks, &b) != 0) {
+        om_arena_give(&pool->arena, off, len);
         goto fail;
     }
-    unsigned char *p = pool.arena.base + off;
-    if (zero && off < touched) /* bytes above `touched` are fresh pages, already zero */
+    unsigned char *p = pool->arena.base + off;
+    if (zero && pool->host && off < touched) /* above `touched`: fresh pages, zero */
         memset(p, 0, touched - off < size ? touched - off : size);
-    if (pool.redzone)
-        memset(p + round16(size), REDZONE_BYTE, pool.redzone);
+    if (pool->redzone)
+        memset(p + round16(size), REDZONE_BYTE, pool->redzone);
     struct om_alloc_info info;
-    om_tracer_on_alloc(p, size, round16(size), alignment, stack, &info);
+    om_tracer_on_alloc(pool->domain, p, size, round16(size), alignment, stack, &info);
     if (cycle_thread)
-        after_cycle_request(om_blockmap_get(&pool.blocks, off), token, alignment, &info);
-    pthread_mutex_unlock(&pool.lock);
+        after_cycle_request(pool, om_blockmap_get(&pool->blocks, off), token, alignment, &info);
+    pthread_mutex_unlock(&pool->lock);
     return p;
 fail:
-    pthread_mutex_unlock(&pool.lock);
+    pthread_mutex_unlock(&pool->lock);
     return NULL;
 }
 
-static void check_redzone(const struct om_block *b)
+static void check_redzone(struct om_pool *pool, const struct om_block *b)
 {
-    const unsigned char *z = pool.arena.base + b->off + round16(b->size);
-    for (size_t i = 0; i < pool.redzone; i++) {
+    const unsigned char *z = pool->arena.base + b->off + round16(b->size);
+    for (size_t i = 0; i < pool->redzone; i++) {
         if (z[i] != REDZONE_BYTE) {
-            pool.stats.verify_violations++;
+            pool->stats.verify_violations++;
             om_warn("verify: a block of %zu bytes at %p was written past its end (byte %zu)",
-                    b->size, (void *)(pool.arena.base + b->off), round16(b->size) + i);
+                    b->size, (void *)(pool->arena.base + b->off), round16(b->size) + i);
             return;
         }
     }
 }
 
-void om_pool_free(void *p)
+/* Takes the live block at p out of the map and the recording; *found says if p was one. */
+static struct om_block take_block(struct om_pool *pool, void *p, int *found)
 {
-    size_t off = (size_t)((unsigned char *)p - pool.arena.base);
-    pthread_mutex_lock(&pool.lock);
-    struct om_block *b = om_blockmap_get(&pool.blocks, off);
+    size_t off = (size_t)((unsigned char *)p - pool->arena.base);
+    struct om_block *b = om_blockmap_get(&pool->blocks, off), gone = {0};
+    *found = b != NULL;
     if (!b) {
-        pool.stats.invalid_frees++;
-        pthread_mutex_unlock(&pool.lock);
+        pool->stats.invalid_frees++;
         om_warn("free(%p): not a live block of the pool (double free?); ignored", p);
-        return;
+        return gone;
     }
-    if (pool.redzone)
-        check_redzone(b);
-    om_tracer_on_free(p);
-    if (b->record && b->generation == pool.generation &&
-        (pool.phase == RECORD || pool.phase == OBSERVE))
-        pool.records[b->record - 1].upper =
-            pool.phase == RECORD ? pool.nrecords : pool.period + pool.observed;
-    struct om_block gone = *b;
+    if (pool->redzone)
+        check_redzone(pool, b);
+    om_tracer_on_free(pool->domain, p);
+    if (b->record && b->generation == pool->generation &&
+        (pool->phase == RECORD || pool->phase == OBSERVE))
+        pool->records[b->record - 1].upper =
+            pool->phase == RECORD ? pool->nrecords : pool->period + pool->observed;
+    gone = *b;
     if (gone.log)
-        pool.log.entries[gone.log - 1].death = pool.main_requests;
-    om_blockmap_remove(&pool.blocks, b);
-    om_arena_give(&pool.arena, gone.off, gone.len);
-    if (pool.phase == SERVE && gone.len >= RELEASE_BLOCK_MIN && !(gone.flags & OM_BLOCK_PLANNED))
-        pool.stats.released_bytes += om_arena_release_range(&pool.arena, gone.off, gone.len);
-    if (pool.redzone && om_arena_check(&pool.arena) != 0) {
-        pool.stats.verify_violations++;
-        om_warn("verify: the arena's free extents are inconsistent");
+        pool->log.entries[gone.log - 1].death = pool->main_requests;
+    om_blockmap_remove(&pool->blocks, b);
+    return gone;
+}
+
+/* A block freed on a stream: pending behind a fence; where none can be recorded, out of
+ * use for good rather than reused too early. */
+static int free_in_stream_order(struct om_pool *pool, const struct om_block *b, uintptr_t stream)
+{
+    const struct om_backend *be = pool->arena.backend;
+    uintptr_t fence;
+    if (be->fence_record(be->ctx, stream, &fence) != 0)
+        return -EIO;
+    if (om_pending_add(&pool->pending, b->off, b->len, stream, fence) != 0) {
+        be->fence_drop(be->ctx, fence);
+        return -ENOMEM;
     }
-    pthread_mutex_unlock(&pool.lock);
-}
-
-size_t om_pool_usable_size(const void *p)
-{
-    size_t off = (size_t)((const unsigned char *)p - pool.arena.base);
-    pthread_mutex_lock(&pool.lock);
-    struct om_block *b = om_blockmap_get(&pool.blocks, off);
-    size_t usable = b ? round16(b->size) : 0;
-    pthread_mutex_unlock(&pool.lock);
-    return usable;
-}
-
-int om_pool_try_stats(struct om_serving_stats *stats)
-{
-    if (!pool.on || pthread_mutex_trylock(&pool.lock) != 0)
-        return -EBUSY;
-    pool.stats.arena_top_bytes = pool.arena.top;
-    *stats = pool.stats;
-    pthread_mutex_unlock(&pool.lock);
     return 0;
 }
 
-void om_pool_publish(void)
+/* Before a plan, best fit leaves holes whose pages stay resident. Once the blocks freed
+ * since the last release add up to a share of the bytes in use, the pages of those still
+ * free go back: the peak stays near the live bytes, and holes that were reused meanwhile
+ * are not faulted in again. */
+static void release_before_plan(struct om_pool *pool, size_t off, size_t len)
 {
-    if (!pool.on)
+    if (len < RELEASE_BLOCK_MIN || !pool->freed)
         return;
-    pthread_mutex_lock(&pool.lock);
-    pool.stats.arena_top_bytes = pool.arena.top;
-    om_tracer_set_serving(&pool.stats);
-    pthread_mutex_unlock(&pool.lock);
+    pool->freed[pool->nfreed++] = (struct om_extent){off, len};
+    pool->resident_free += len;
+    if (pool->nfreed < FREED_RANGES &&
+        pool->resident_free <= pool->arena.used_bytes / RESIDENT_FREE_SHARE)
+        return;
+    for (size_t i = 0; i < pool->nfreed; i++)
+        pool->stats.released_bytes +=
+            om_arena_release_range(&pool->arena, pool->freed[i].off, pool->freed[i].len);
+    pool->nfreed = pool->resident_free = 0;
 }
 
-void om_pool_save_plan(void)
+void om_pool_free(struct om_pool *pool, void *p, uintptr_t stream)
 {
-    if (!pool.on || !pool.plan_file[0] || !pool.log.entries)
+    int found;
+    pthread_mutex_lock(&pool->lock);
+    struct om_block gone = take_block(pool, p, &found);
+    if (!found)
+        goto out;
+    if (stream != OM_STREAM_NONE && pool->arena.backend->fence_record) {
+        if (free_in_stream_order(pool, &gone, stream) != 0)
+            pool->stats.retired_blocks++;
+        goto out;
+    }
+    om_arena_give(&pool->arena, gone.off, gone.len);
+    if (pool->phase == SERVE) {
+        if (gone.len >= RELEASE_BLOCK_MIN && !(gone.flags & OM_BLOCK_PLANNED))
+            pool->stats.released_bytes += om_arena_release_range(&pool->arena, gone.off, gone.len);
+    } else if (pool->host) {
+        release_before_plan(pool, gone.off, gone.len);
+    }
+    if (pool->redzone && om_arena_check(&pool->arena) != 0) {
+        pool->stats.verify_violations++;
+        om_warn("verify: the arena's free extents are inconsistent");
+    }
+out:
+    pthread_mutex_unlock(&pool->lock);
+}
+
+void om_pool_retire(struct om_pool *pool, void *p)
+{
+    int found;
+    pthread_mutex_lock(&pool->lock);
+    take_block(pool, p, &found);
+    pool->stats.retired_blocks += found;
+    pthread_mutex_unlock(&pool->lock);
+}
+
+size_t om_pool_usable_size(struct om_pool *pool, const void *p)
+{
+    size_t off = (size_t)((const unsigned char *)p - pool->arena.base);
+    pthread_mutex_lock(&pool->lock);
+    struct om_block *b = om_blockmap_get(&pool->blocks, off);
+    size_t usable = b ? round16(b->size) : 0;
+    pthread_mutex_unlock(&pool->lock);
+    return usable;
+}
+
+int om_pool_try_stats(struct om_pool *pool, struct om_serving_stats *stats)
+{
+    if (pthread_mutex_trylock(&pool->lock) != 0)
+        return -EBUSY;
+    pool->stats.arena_top_bytes = pool->arena.top;
+    *stats = pool->stats;
+    pthread_mutex_unlock(&pool->lock);
+    return 0;
+}
+
+void om_pool_publish(struct om_pool *pool)
+{
+    pthread_mutex_lock(&pool->lock);
+    pool->stats.arena_top_bytes = pool->arena.top;
+    om_tracer_set_serving(pool->domain, &pool->stats);
+    pthread_mutex_unlock(&pool->lock);
+}
+
+void om_pool_save_plan(struct om_pool *pool)
+{
+    if (!pool->plan_file[0] || !pool->log.entries)
         return;
-    pthread_mutex_lock(&pool.lock);
-    uint64_t n0 = pool.log_cycle_start;
+    pthread_mutex_lock(&pool->lock);
+    uint64_t n0 = pool->log_cycle_start;
     struct om_cycle_arc *arcs = NULL;
-    size_t narcs = 0, bytes = (pool.nrecords ? pool.nrecords : 1) * sizeof *arcs;
+    size_t narcs = 0, bytes = (pool->nrecords ? pool->nrecords : 1) * sizeof *arcs;
     struct om_saved_plan plan = {0};
     char err[256] = "";
     int rc = -ENOENT;
-    if (pool.phase != SERVE || n0 == UINT64_MAX || n0 >= pool.log.n) {
+    if (pool->phase != SERVE || n0 == UINT64_MAX || n0 >= pool->log.n) {
         snprintf(err, sizeof err, "no steady iteration of the main thread was learnt");
         goto out;
     }
     rc = -ENOMEM;
     if (!(arcs = om_sys_map(bytes)))
         goto out;
-    for (size_t r = 0; r < pool.nrecords; r++) {
-        const struct record *rec = &pool.records[r];
-        if (rec->upper != NO_DEATH && rec->upper <= rec->lower + pool.period)
+    for (size_t r = 0; r < pool->nrecords; r++) {
+        const struct record *rec = &pool->records[r];
+        if (rec->upper != NO_DEATH && rec->upper <= rec->lower + pool->period)
             arcs[narcs++] = (struct om_cycle_arc){r,          rec->token, rec->lower,
                                                   rec->upper, rec->len,   rec->alignment};
     }
-    rc = om_saved_plan_build(&pool.log, n0, arcs, narcs, pool.period, &plan, err, sizeof err);
-    if (rc == 0 && (rc = om_saved_plan_write(pool.plan_file, om_saved_plan_program(), &plan)))
+    rc = om_saved_plan_build(&pool->log, n0, arcs, narcs, pool->period, &plan, err, sizeof err);
+    if (rc == 0 && (rc = om_saved_plan_write(pool->plan_file, om_saved_plan_program(), &plan)))
         snprintf(err, sizeof err, "%s", strerror(-rc));
 out:
     if (rc == 0)
         om_info("plan saved to %s: %llu prologue requests and an iteration of %llu, peak %.1f "
                 "MiB (%.3f of its lower bound)",
-                pool.plan_file, (unsigned long long)n0, (unsigned long long)pool.period,
+                pool->plan_file, (unsigned long long)n0, (unsigned long long)pool->period,
                 plan.peak / 1048576.0,
                 plan.lower_bound ? (double)plan.peak / (double)plan.lower_bound : 1.0);
     else
-        om_warn("no plan saved to %s: %s", pool.plan_file, err);
+        om_warn("no plan saved to %s: %s", pool->plan_file, err);
     om_saved_plan_free(&plan);
     om_sys_unmap(arcs, bytes);
-    pthread_mutex_unlock(&pool.lock);
+    pthread_mutex_unlock(&pool->lock);
 }
 
-void om_pool_lock(void)
+void om_pool_lock(struct om_pool *pool)
 {
-    pthread_mutex_lock(&pool.lock);
+    pthread_mutex_lock(&pool->lock);
 }
 
-void om_pool_unlock(void)
+void om_pool_unlock(struct om_pool *pool)
 {
-    pthread_mutex_unlock(&pool.lock);
+    pthread_mutex_unlock(&pool->lock);
 }
 
-void om_pool_atfork_child(void)
+void om_pool_atfork_child(struct om_pool *pool)
 {
     fork_generation++;
-    pool.plan_file[0] = '\0'; /* the parent saves the plan; a child's run is another */
-    pthread_mutex_unlock(&pool.lock);
+    pool->plan_file[0] = '\0'; /* the parent saves the plan; a child's run is another */
+    pthread_mutex_unlock(&pool->lock);
 }

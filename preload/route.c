@@ -39,7 +39,9 @@ static void init_once(void)
         abort();
     }
     om_config_load(&om_cfg, env_lookup);
-    int managed = om_cfg.mode != OM_MODE_OFF && om_engine_init(&om_cfg) == 0;
+    int engine = om_cfg.mode != OM_MODE_OFF && om_engine_init(&om_cfg) == 0;
+    /* OPTMEM_DEVICES=cuda: the engine runs for the device, host requests pass through. */
+    int managed = engine && (om_cfg.devices & OM_DEVICE_CPU);
     om_route_min = managed ? om_cfg.min_bytes : SIZE_MAX;
     /* Bootstrap pointers are still told apart by the shim itself, so in passthrough
      * frees and reallocs go straight to the real allocator. */

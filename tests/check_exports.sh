@@ -5,7 +5,12 @@ set -u
 lib=$1
 expected="_Exit _exit aligned_alloc calloc cfree free free_aligned_sized free_sized malloc
 malloc_usable_size memalign optmem_dump optmem_mode optmem_step optmem_version
-posix_memalign pvalloc realloc reallocarray valloc"
+posix_memalign pvalloc realloc reallocarray valloc
+cudaFree cudaFreeAsync cudaFreeAsync_ptsz cudaGetDriverEntryPoint
+cudaGetDriverEntryPoint_ptsz cudaGetDriverEntryPointByVersion
+cudaGetDriverEntryPointByVersion_ptsz cudaMalloc cudaMallocAsync cudaMallocAsync_ptsz
+cudaMallocFromPoolAsync cudaMallocFromPoolAsync_ptsz cudaMallocManaged
+cuGetProcAddress cuGetProcAddress_v2 dlsym optmem_cuda_free optmem_cuda_malloc"
 actual=$(nm -D --defined-only "$lib" | awk '$2 == "T" || $2 == "W" {print $3}' | sort)
 status=0
 for sym in $expected; do

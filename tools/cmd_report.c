@@ -1,7 +1,7 @@
 /* `optmem report`: reads lifetime reports and renders them as text, JSON, Chrome trace
  * events, folded stacks, SVG or HTML. */
 #include "commands.h"
-#include "report.h"
+#include "report_domain.h"
 
 #include <errno.h>
 #include <getopt.h>
@@ -13,18 +13,26 @@
 #define DEFAULT_TOP 10
 #define DEFAULT_MAX_SLICES 20000
 
+/* Folded stacks carry no labels: the domain changes only which sites they weigh. */
+static int render_folded(const struct om_merged *m, const struct om_render *o,
+                         const struct om_domain_view *v)
+{
+    return om_render_folded(m, o);
+}
+
 static const struct {
     const char *name;
-    int (*render)(const struct om_merged *m, const struct om_render *o);
+    int (*render)(const struct om_merged *m, const struct om_render *o,
+                  const struct om_domain_view *v);
 } formats[] = {
-    {"text", om_render_text},     {"json", om_render_json}, {"chrome", om_render_chrome},
-    {"folded", om_render_folded}, {"svg", om_render_svg},   {"html", om_render_html},
+    {"text", om_render_text_in}, {"json", om_render_json_in}, {"chrome", om_render_chrome_in},
+    {"folded", render_folded},   {"svg", om_render_svg_in},   {"html", om_render_html_in},
 };
 
 static void usage(FILE *f)
 {
     fprintf(f,
-            "usage: optmem report FILE... [--format FORMAT] [-o OUT] [--top N]\n"
+            "usage: optmem report FILE... [--format FORMAT] [-o OUT] [--top N] [--domain NAME]\n"
             "Summarises optmem lifetime reports (OPTMEM_REPORT files). Several files (ranks,\n"
             "forked workers) are merged: one row per process, totals, and call sites merged\n"
             "by their stacks.\n\n"
@@ -36,6 +44,9 @@ static void usage(FILE *f)
             "                              bytes live at the peak\n"
             "                      svg:    block offsets against time, live bytes, lower bound\n"
             "                      html:   one offline page with the pictures and tables\n"
+            "  --domain NAME       the memory domain shown, in every format: cpu (default)\n"
+            "                      or a device domain the report lists (cuda:0, ...); the\n"
+            "                      text summary of cpu names the device domains there are\n"
             "  -o, --output OUT    write to OUT instead of standard output\n"
             "  --top N             call sites shown (default %d)\n"
             "  --max-slices N      lifetimes drawn in chrome and svg output (default %d)\n"
@@ -43,8 +54,8 @@ static void usage(FILE *f)
             "  -h, --help          this text\n\n"
             "Frames are symbolized from the modules named in the report (function, file:line,\n"
             "inlined frames) when those files are still there.\n"
-            "Exit status: 0 success, 1 a report is missing or invalid or OUT cannot be\n"
-            "written, 2 bad usage.\n",
+            "Exit status: 0 success, 1 a report is missing or invalid, lacks the domain, or\n"
+            "OUT cannot be written, 2 bad usage.\n",
             DEFAULT_TOP, DEFAULT_MAX_SLICES);
 }
 
@@ -62,7 +73,7 @@ static int parse_count(const char *s, size_t *out)
 }
 
 static int render(int fmt, struct om_report *reports, size_t n, const char *outpath,
-                  struct om_render *o, bool symbolize)
+                  struct om_render *o, bool symbolize, const struct om_domain_view *v)
 {
     struct om_merged m;
     int rc = om_merge(reports, n, &m);
@@ -78,7 +89,7 @@ static int render(int fmt, struct om_report *reports, size_t n, const char *outp
     }
     rc = om_sym_open(symbolize, &o->sym);
     if (rc == 0)
-        rc = formats[fmt].render(&m, o);
+        rc = formats[fmt].render(&m, o, v);
     om_sym_close(o->sym);
     if (fflush(o->out) != 0 && rc == 0)
         rc = -errno;
@@ -99,18 +110,19 @@ out_merged:
 
 int om_cmd_report(int argc, char **argv)
 {
-    enum { OPT_FORMAT = 256, OPT_TOP, OPT_SLICES, OPT_NOSYM };
+    enum { OPT_FORMAT = 256, OPT_TOP, OPT_SLICES, OPT_NOSYM, OPT_DOMAIN };
     static const struct option options[] = {
         {"format", required_argument, NULL, OPT_FORMAT},
         {"output", required_argument, NULL, 'o'},
         {"top", required_argument, NULL, OPT_TOP},
         {"max-slices", required_argument, NULL, OPT_SLICES},
         {"no-symbolize", no_argument, NULL, OPT_NOSYM},
+        {"domain", required_argument, NULL, OPT_DOMAIN},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
     struct om_render o = {.top = DEFAULT_TOP, .max_slices = DEFAULT_MAX_SLICES};
-    const char *outpath = NULL;
+    const char *outpath = NULL, *domain = OM_HOST_DOMAIN;
     bool symbolize = true;
     int fmt = 0, opt;
     size_t v;
@@ -148,6 +160,9 @@ int om_cmd_report(int argc, char **argv)
         case OPT_NOSYM:
             symbolize = false;
             break;
+        case OPT_DOMAIN:
+            domain = optarg;
+            break;
         case 'h':
             usage(stdout);
             return OM_EXIT_OK;
@@ -172,24 +187,29 @@ int om_cmd_report(int argc, char **argv)
         }
     }
     struct om_report *reports = calloc(n, sizeof *reports);
-    if (!reports) {
-        fprintf(stderr, "optmem report: out of memory\n");
-        return OM_EXIT_FAILURE;
-    }
-    int status = OM_EXIT_OK;
+    struct om_rdomains *devices = calloc(n, sizeof *devices);
+    int status = OM_EXIT_FAILURE;
     size_t loaded = 0;
+    if (!reports || !devices) {
+        fprintf(stderr, "optmem report: out of memory\n");
+        goto out;
+    }
     for (; loaded < n; loaded++) {
         char err[1024];
-        if (om_report_load(argv[optind + (int)loaded], &reports[loaded], err, sizeof err) != 0) {
+        if (om_report_load_domain(argv[optind + (int)loaded], domain, &reports[loaded],
+                                  &devices[loaded], err, sizeof err) != 0) {
             fprintf(stderr, "optmem report: %s\n", err);
-            status = OM_EXIT_FAILURE;
-            break;
+            goto out;
         }
     }
-    if (status == OM_EXIT_OK)
-        status = render(fmt, reports, n, outpath, &o, symbolize);
-    for (size_t i = 0; i < loaded; i++)
+    const struct om_domain_view view = {domain, devices};
+    status = render(fmt, reports, n, outpath, &o, symbolize, &view);
+out:
+    for (size_t i = 0; i < loaded; i++) {
         om_report_free(&reports[i]);
+        om_rdomains_free(&devices[i]);
+    }
     free(reports);
+    free(devices);
     return status;
 }

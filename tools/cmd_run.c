@@ -29,7 +29,10 @@ static void run_usage(FILE *out)
         "  --warmup auto|N          OPTMEM_WARMUP\n"
         "  --plan-file PATH         OPTMEM_PLAN_FILE\n"
         "  --devices LIST           OPTMEM_DEVICES: cpu, cuda or cpu,cuda\n"
-        "  --cuda                   also set PYTORCH_CUDA_ALLOC_CONF=backend:cudaMallocAsync\n"
+        "  --cuda                   manage device memory too (OPTMEM_DEVICES=cpu,cuda unless\n"
+        "                           set) and add backend:cudaMallocAsync to\n"
+        "                           PYTORCH_CUDA_ALLOC_CONF (PyTorch then allocates and\n"
+        "                           frees each tensor through cudaMallocAsync)\n"
         "  --log quiet|info|debug   OPTMEM_LOG\n"
         "  --verify                 OPTMEM_VERIFY=1 (checking mode)\n"
         "  --library PATH           the liboptmem.so to preload\n\n"
@@ -143,6 +146,28 @@ static void print_summary(const char *report)
     om_report_free(&r);
 }
 
+
+/* --cuda: the device domain on (unless OPTMEM_DEVICES says otherwise), and PyTorch's
+ * stream-ordered backend, keeping the rest of the user's allocator settings. A backend the
+ * user chose is left as it is. 0 or -1 with errno. */
+static int set_cuda_env(void)
+{
+    if (!getenv("OPTMEM_DEVICES") && setenv("OPTMEM_DEVICES", "cpu,cuda", 1) != 0)
+        return -1;
+    const char *conf = getenv("PYTORCH_CUDA_ALLOC_CONF");
+    if (!conf || !*conf)
+        return setenv("PYTORCH_CUDA_ALLOC_CONF", "backend:cudaMallocAsync", 1);
+    if (strstr(conf, "backend:"))
+        return 0;
+    char merged[4096];
+    if (snprintf(merged, sizeof merged, "%s,backend:cudaMallocAsync", conf) >=
+        (int)sizeof merged) {
+        errno = ENAMETOOLONG;
+        return -1;
+    }
+    return setenv("PYTORCH_CUDA_ALLOC_CONF", merged, 1);
+}
+
 int om_cmd_run(int argc, char **argv)
 {
     enum {
@@ -184,12 +209,13 @@ int om_cmd_run(int argc, char **argv)
         {OPT_DEV, "OPTMEM_DEVICES"},   {OPT_LOG, "OPTMEM_LOG"},
     };
     char library[PATH_MAX] = "";
+    int cuda = 0;
     optind = 1;
     int opt;
     while ((opt = getopt_long(argc, argv, "+o:h", options, NULL)) != -1) {
         switch (opt) {
         case OPT_CUDA:
-            setenv("PYTORCH_CUDA_ALLOC_CONF", "backend:cudaMallocAsync", 1);
+            cuda = 1;
             break;
         case OPT_VERIFY:
             setenv("OPTMEM_VERIFY", "1", 1);
@@ -225,6 +251,10 @@ int om_cmd_run(int argc, char **argv)
     }
     if (!getenv("OPTMEM_REPORT"))
         setenv("OPTMEM_REPORT", "optmem.%p.json", 1);
+    if (cuda && set_cuda_env() != 0) {
+        fprintf(stderr, "optmem: cannot set PYTORCH_CUDA_ALLOC_CONF: %s\n", strerror(errno));
+        return OM_EXIT_FAILURE;
+    }
     if (set_preload(library) != 0) {
         fprintf(stderr, "optmem: cannot set LD_PRELOAD: %s\n", strerror(errno));
         return OM_EXIT_FAILURE;

@@ -1,6 +1,6 @@
 /* optmem report --format chrome and --format folded: the trace-event JSON that Perfetto
  * and chrome://tracing open, and the folded stacks that flamegraph.pl and speedscope read. */
-#include "report.h"
+#include "report_domain.h"
 
 #include <errno.h>
 #include <string.h>
@@ -36,11 +36,12 @@ static const char *site_name(struct om_symbolizer *sym, const struct om_rsite *s
     return om_dframe_label(&f[0], buf, len);
 }
 
-static void process_meta(FILE *out, const struct om_report *r)
+static void process_meta(FILE *out, const struct om_report *r, const char *domain)
 {
     char name[512];
-    int len =
-        snprintf(name, sizeof name, "pid %lld rank %lld:", (long long)r->pid, (long long)r->rank);
+    int len = snprintf(name, sizeof name, "pid %lld rank %lld%s%s:", (long long)r->pid,
+                       (long long)r->rank, om_domain_is_host(domain) ? "" : " ",
+                       om_domain_is_host(domain) ? "" : domain);
     for (size_t i = 0; i < r->argc && len > 0 && (size_t)len < sizeof name; i++)
         len += snprintf(name + len, sizeof name - (size_t)len, " %s", r->argv[i]);
     fprintf(out,
@@ -72,7 +73,7 @@ static uint64_t sample_end_ns(const struct om_report *r)
 
 /* Returns the number of slices written, at most cap. */
 static size_t process_events(FILE *out, const struct om_report *r, const struct om_render *o,
-                             size_t cap)
+                             size_t cap, const char *domain)
 {
     long long pid = r->pid;
     uint64_t end_ns = sample_end_ns(r);
@@ -82,8 +83,11 @@ static size_t process_events(FILE *out, const struct om_report *r, const struct 
             continue;
         fprintf(out, "{\"ph\":\"C\",\"pid\":%lld,\"tid\":0,\"name\":\"live bytes\",\"ts\":", pid);
         ts(out, l->birth_ns);
-        fprintf(out, ",\"args\":{\"cpu\":%llu,\"lower bound\":%llu}},\n",
-                (unsigned long long)r->live_after[i], (unsigned long long)r->lower_bound);
+        /* The series is named by the domain: Perfetto shows its name next to the curve. */
+        fputs(",\"args\":{", out);
+        json_str(out, domain);
+        fprintf(out, ":%llu,\"lower bound\":%llu}},\n", (unsigned long long)r->live_after[i],
+                (unsigned long long)r->lower_bound);
     }
     size_t written = 0;
     char buf[512];
@@ -119,15 +123,22 @@ static size_t process_events(FILE *out, const struct om_report *r, const struct 
 
 int om_render_chrome(const struct om_merged *m, const struct om_render *o)
 {
+    const struct om_domain_view host = {OM_HOST_DOMAIN, NULL};
+    return om_render_chrome_in(m, o, &host);
+}
+
+int om_render_chrome_in(const struct om_merged *m, const struct om_render *o,
+                        const struct om_domain_view *v)
+{
     FILE *out = o->out;
     size_t total = 0, written = 0;
     fputs("{\"displayTimeUnit\":\"ns\",\"traceEvents\":[\n", out);
     for (size_t i = 0; i < m->nreports; i++) {
         const struct om_report *r = &m->reports[i];
-        process_meta(out, r);
+        process_meta(out, r, v->shown);
         for (size_t k = 0; k < r->nlife; k++)
             total += r->life[k].site != OM_NO_VALUE;
-        written += process_events(out, r, o, o->max_slices - written);
+        written += process_events(out, r, o, o->max_slices - written, v->shown);
     }
     /* A last event, so that every event above may end with a comma. */
     fputs("{\"ph\":\"M\",\"pid\":0,\"tid\":0,\"name\":\"process_name\",\"args\":{\"name\":"

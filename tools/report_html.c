@@ -1,6 +1,6 @@
 /* optmem report --format html: one self-contained page (inline CSS and SVG, nothing fetched)
  * with the pictures and the tables of the text summary. */
-#include "report.h"
+#include "report_domain.h"
 
 #include <errno.h>
 #include <string.h>
@@ -74,6 +74,33 @@ static void processes(FILE *out, const struct om_merged *m)
         cell_bytes(out, m->peak_live);
         cell_bytes(out, m->lower_bound);
         fputs("<td colspan=\"5\"></td></tr>\n", out);
+    }
+    fputs("</table>\n", out);
+}
+
+/* On the host's page, the device domains the reports also hold. */
+static void devices(FILE *out, const struct om_merged *m, const struct om_domain_view *v)
+{
+    size_t any = 0;
+    for (size_t i = 0; v->devices && om_domain_is_host(v->shown) && i < m->nreports; i++)
+        any += v->devices[i].n;
+    if (!any)
+        return;
+    fputs("<h2>Device domains</h2>\n<p class=\"note\">Shown by <code>optmem report FILE "
+          "--domain NAME</code>.</p>\n<table><tr><th>pid</th><th>domain</th><th>managed "
+          "requests</th><th>lower bound</th><th>peak live</th></tr>\n",
+          out);
+    for (size_t i = 0; i < m->nreports; i++) {
+        for (size_t k = 0; k < v->devices[i].n; k++) {
+            const struct om_rdomain *d = &v->devices[i].v[k];
+            fprintf(out, "<tr><td class=\"n\">%lld</td><td>", (long long)m->reports[i].pid);
+            om_xml_escape(out, d->name);
+            fputs("</td>", out);
+            cell_u64(out, d->managed_requests);
+            cell_bytes(out, d->lower_bound);
+            cell_bytes(out, d->peak_live);
+            fputs("</tr>\n", out);
+        }
     }
     fputs("</table>\n", out);
 }
@@ -191,6 +218,13 @@ static int sites(FILE *out, const struct om_merged *m, const struct om_render *o
 
 int om_render_html(const struct om_merged *m, const struct om_render *o)
 {
+    const struct om_domain_view host = {OM_HOST_DOMAIN, NULL};
+    return om_render_html_in(m, o, &host);
+}
+
+int om_render_html_in(const struct om_merged *m, const struct om_render *o,
+                      const struct om_domain_view *v)
+{
     FILE *out = o->out;
     fprintf(out,
             "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
@@ -202,7 +236,13 @@ int om_render_html(const struct om_merged *m, const struct om_render *o)
         om_xml_escape(out, m->reports[i].path);
     }
     fputs("</p>\n", out);
+    if (!om_domain_is_host(v->shown)) {
+        fputs("<p>Memory domain <b>", out);
+        om_xml_escape(out, v->shown);
+        fputs("</b>: every figure and picture below is this domain's.</p>\n", out);
+    }
     processes(out, m);
+    devices(out, m, v);
     serving(out, m);
     int rc = sites(out, m, o);
     if (rc != 0)
@@ -213,7 +253,7 @@ int om_render_html(const struct om_merged *m, const struct om_render *o)
           "site; the black line is the live bytes, the red dashed line the lower bound.</p>\n",
           out);
     for (size_t i = 0; i < m->nreports && rc == 0; i++)
-        rc = om_svg_panel(out, &m->reports[i], o, false);
+        rc = om_svg_panel_in(out, &m->reports[i], o, false, v->shown);
     fputs("</body></html>\n", out);
     return rc ? rc : ferror(out) ? -EIO : 0;
 }

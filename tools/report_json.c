@@ -1,5 +1,5 @@
 /* optmem report --format json: the merged summary for scripts (docs/report-formats.md). */
-#include "report.h"
+#include "report_domain.h"
 
 #include <errno.h>
 #include <jansson.h>
@@ -52,7 +52,18 @@ static json_t *categories(const uint64_t *bytes, const uint64_t *blocks)
     return o;
 }
 
-static json_t *process(const struct om_report *r)
+static json_t *devices(const struct om_rdomains *d)
+{
+    json_t *a = json_array();
+    for (size_t k = 0; d && k < d->n; k++)
+        json_array_append_new(a, json_pack("{s:s,s:I,s:I,s:I}", "name", d->v[k].name,
+                                           "managed_requests", (json_int_t)d->v[k].managed_requests,
+                                           "lower_bound_bytes", (json_int_t)d->v[k].lower_bound,
+                                           "peak_live_bytes", (json_int_t)d->v[k].peak_live));
+    return a;
+}
+
+static json_t *process(const struct om_report *r, const struct om_rdomains *devs)
 {
     json_t *cat = json_null();
     if (r->have_categories) {
@@ -63,7 +74,7 @@ static json_t *process(const struct om_report *r)
         json_object_set_new(cat, "lower_bound_bytes", json_integer((json_int_t)r->cat_lower_bound));
     }
     return json_pack("{s:s,s:I,s:I,s:I,s:s?,s:o,s:s,s:I,s:I,s:I,s:I,s:o,s:o,s:{s:s,s:b,s:o,s:o},"
-                     "s:o,s:o}",
+                     "s:o,s:o,s:o}",
                      "file", r->path, "pid", (json_int_t)r->pid, "ppid", (json_int_t)r->ppid,
                      "rank", (json_int_t)r->rank, "exe", r->exe, "argv", strings(r->argv, r->argc),
                      "mode", r->mode, "managed_requests", (json_int_t)r->managed_requests,
@@ -73,7 +84,7 @@ static json_t *process(const struct om_report *r)
                      ratio(om_served_fraction(r)), "iterations", "method", r->method, "found",
                      r->found, "period_requests", num_or_null(r->period), "first_steady_request",
                      num_or_null(r->first_steady), "categories", cat, "serving",
-                     serving(&r->serving));
+                     serving(&r->serving), "device_domains", devices(devs));
 }
 
 static int site(struct om_symbolizer *sym, const struct om_msite *s, uint64_t at_peak, json_t **out)
@@ -102,20 +113,31 @@ static int site(struct om_symbolizer *sym, const struct om_msite *s, uint64_t at
 
 int om_render_json(const struct om_merged *m, const struct om_render *o)
 {
+    const struct om_domain_view host = {OM_HOST_DOMAIN, NULL};
+    return om_render_json_in(m, o, &host);
+}
+
+int om_render_json_in(const struct om_merged *m, const struct om_render *o,
+                      const struct om_domain_view *v)
+{
     json_t *procs = json_array(), *sites = json_array();
     int rc = 0;
+    /* Device domains are listed on the host's summary only, as in the text. */
+    bool host = om_domain_is_host(v->shown);
     for (size_t i = 0; i < m->nreports; i++)
-        json_array_append_new(procs, process(&m->reports[i]));
+        json_array_append_new(procs,
+                              process(&m->reports[i], host && v->devices ? &v->devices[i] : NULL));
     for (size_t i = 0; i < m->nsites && i < o->top && rc == 0; i++) {
         json_t *s = NULL;
         rc = site(o->sym, &m->sites[i], m->lower_bound, &s);
         json_array_append_new(sites, s);
     }
-    json_t *root = json_pack(
-        "{s:s,s:i,s:o,s:{s:I,s:I,s:I,s:o},s:o}", "schema", "optmem-report-summary", "version", 1,
-        "processes", procs, "totals", "processes", (json_int_t)m->nreports, "peak_live_bytes",
-        (json_int_t)m->peak_live, "lower_bound_bytes", (json_int_t)m->lower_bound, "categories",
-        categories(m->cat_bytes, NULL), "peak_sites", sites);
+    json_t *root =
+        json_pack("{s:s,s:i,s:s,s:o,s:{s:I,s:I,s:I,s:o},s:o}", "schema", "optmem-report-summary",
+                  "version", 1, "domain", v->shown, "processes", procs, "totals", "processes",
+                  (json_int_t)m->nreports, "peak_live_bytes", (json_int_t)m->peak_live,
+                  "lower_bound_bytes", (json_int_t)m->lower_bound, "categories",
+                  categories(m->cat_bytes, NULL), "peak_sites", sites);
     if (rc == 0 && !root)
         rc = -ENOMEM;
     if (rc == 0 && json_dumpf(root, o->out, JSON_INDENT(2) | JSON_REAL_PRECISION(6)) != 0)

@@ -1,5 +1,5 @@
 /* optmem report: reads a lifetime report (docs/report-schema.md) with jansson and checks it. */
-#include "report.h"
+#include "report_domain.h"
 
 #include <errno.h>
 #include <jansson.h>
@@ -15,6 +15,8 @@ struct loader {
     char *err;
     size_t errlen;
     int failed;
+    int code;           /* -errno of the failure: -EINVAL unless said otherwise */
+    const char *domain; /* a device domain whose sections are being read, for the message */
 };
 
 static void fail(struct loader *l, const char *fmt, ...)
@@ -27,8 +29,10 @@ static void fail(struct loader *l, const char *fmt, ...)
         return;
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(l->err + n, l->errlen - (size_t)n, fmt, ap);
+    int m = vsnprintf(l->err + n, l->errlen - (size_t)n, fmt, ap);
     va_end(ap);
+    if (l->domain && m >= 0 && (size_t)(n + m) < l->errlen)
+        snprintf(l->err + n + m, l->errlen - (size_t)(n + m), " (domain %s)", l->domain);
 }
 
 static json_t *get(struct loader *l, json_t *obj, const char *where, const char *key,
@@ -339,7 +343,85 @@ static void load_sample(struct loader *l, json_t *root, struct om_report *r)
     r->timeline = u64_array(l, pts, "timeline.max_live_bytes", &r->ntimeline);
 }
 
-static void load_root(struct loader *l, json_t *root, struct om_report *r)
+bool om_domain_is_host(const char *name)
+{
+    return !name || strcmp(name, OM_HOST_DOMAIN) == 0;
+}
+
+void om_rdomains_free(struct om_rdomains *d)
+{
+    for (size_t i = 0; d && i < d->n; i++)
+        free(d->v[i].name);
+    if (d) {
+        free(d->v);
+        d->v = NULL;
+        d->n = 0;
+    }
+}
+
+/* The device domains' names and headline figures; fills out when it is not NULL. */
+static void load_devices(struct loader *l, json_t *devs, struct om_rdomains *out)
+{
+    if (!devs)
+        return; /* a report written before there were device domains */
+    if (!json_is_array(devs)) {
+        fail(l, "not a valid optmem report: device_domains has the wrong type");
+        return;
+    }
+    size_t n = json_array_size(devs);
+    if (out) {
+        out->v = calloc(n ? n : 1, sizeof *out->v);
+        if (!out->v) {
+            fail(l, "out of memory");
+            return;
+        }
+    }
+    for (size_t i = 0; i < n && !l->failed; i++) {
+        json_t *d = json_array_get(devs, i);
+        json_t *name = json_is_object(d) ? json_object_get(d, "name") : NULL;
+        if (!json_is_string(name) || om_domain_is_host(json_string_value(name))) {
+            fail(l, "not a valid optmem report: device_domains[%zu].name is missing", i);
+            return;
+        }
+        json_t *counters = get(l, d, "device_domains[].", "counters", JSON_OBJECT);
+        struct om_rdomain v = {NULL, 0, 0, 0};
+        if (counters)
+            v.managed_requests =
+                get_u64(l, counters, "device_domains[].counters.", "managed_requests", false);
+        v.lower_bound = get_u64(l, d, "device_domains[].", "lower_bound_bytes", false);
+        v.peak_live = get_u64(l, d, "device_domains[].", "peak_live_bytes", false);
+        if (!out || l->failed)
+            continue;
+        v.name = dup_str(l, name);
+        out->v[out->n++] = v;
+    }
+}
+
+/* The object that holds the sections of domain: the top level for the host. */
+static json_t *domain_sections(struct loader *l, json_t *root, const char *domain)
+{
+    if (om_domain_is_host(domain))
+        return root;
+    json_t *devs = json_object_get(root, "device_domains");
+    for (size_t i = 0; i < json_array_size(devs); i++) {
+        json_t *d = json_array_get(devs, i);
+        if (strcmp(json_string_value(json_object_get(d, "name")), domain) == 0)
+            return d;
+    }
+    /* Names are printable ASCII without spaces (the tracer checks them): listed as they are. */
+    char have[512];
+    size_t len = (size_t)snprintf(have, sizeof have, "%s", OM_HOST_DOMAIN);
+    for (size_t i = 0; i < json_array_size(devs) && len < sizeof have; i++)
+        len +=
+            (size_t)snprintf(have + len, sizeof have - len, ", %s",
+                             json_string_value(json_object_get(json_array_get(devs, i), "name")));
+    fail(l, "no memory domain '%s' in this report (it has %s)", domain, have);
+    l->code = -ENOENT;
+    return NULL;
+}
+
+static void load_root(struct loader *l, json_t *root, const char *domain, struct om_report *r,
+                      struct om_rdomains *devices)
 {
     json_t *schema = json_object_get(root, "schema");
     if (!json_is_object(root) || !json_is_string(schema) ||
@@ -361,22 +443,31 @@ static void load_root(struct loader *l, json_t *root, struct om_report *r)
     if (cfg)
         r->mode = dup_str(l, get(l, cfg, "configuration.", "mode", JSON_STRING));
     r->duration_ns = get_u64(l, root, "", "duration_ns", false);
-    json_t *counters = get(l, root, "", "counters", JSON_OBJECT);
+    load_devices(l, json_object_get(root, "device_domains"), devices);
+    json_t *sec = l->failed ? NULL : domain_sections(l, root, domain);
+    if (!sec)
+        return;
+    if (sec != root)
+        l->domain = domain;
+    json_t *counters = get(l, sec, "", "counters", JSON_OBJECT);
     if (counters)
         r->managed_requests = get_u64(l, counters, "counters.", "managed_requests", false);
-    r->lower_bound = get_u64(l, root, "", "lower_bound_bytes", false);
-    r->peak_live = get_u64(l, root, "", "peak_live_bytes", false);
-    load_peak(l, root, r);
-    load_serving(l, root, r);
-    load_iterations(l, root, r);
-    load_sites(l, root, r);
-    load_sample(l, root, r);
+    r->lower_bound = get_u64(l, sec, "", "lower_bound_bytes", false);
+    r->peak_live = get_u64(l, sec, "", "peak_live_bytes", false);
+    load_peak(l, sec, r);
+    load_serving(l, sec, r);
+    load_iterations(l, sec, r);
+    load_sites(l, sec, r);
+    load_sample(l, sec, r);
 }
 
-int om_report_load(const char *path, struct om_report *r, char *err, size_t errlen)
+int om_report_load_domain(const char *path, const char *domain, struct om_report *r,
+                          struct om_rdomains *devices, char *err, size_t errlen)
 {
-    struct loader l = {.path = path, .err = err, .errlen = errlen};
+    struct loader l = {.path = path, .err = err, .errlen = errlen, .code = -EINVAL};
     memset(r, 0, sizeof *r);
+    if (devices)
+        *devices = (struct om_rdomains){NULL, 0};
     FILE *f = fopen(path, "r");
     if (!f) {
         int e = errno;
@@ -400,15 +491,21 @@ int om_report_load(const char *path, struct om_report *r, char *err, size_t errl
     r->path = strdup(path);
     if (!r->path)
         fail(&l, "out of memory");
-    load_root(&l, root, r);
+    load_root(&l, root, domain, r, devices);
     if (l.failed) {
-        rc = -EINVAL;
+        rc = l.code;
         om_report_free(r);
+        om_rdomains_free(devices);
     }
 out:
     json_decref(root);
     fclose(f);
     return rc;
+}
+
+int om_report_load(const char *path, struct om_report *r, char *err, size_t errlen)
+{
+    return om_report_load_domain(path, OM_HOST_DOMAIN, r, NULL, err, errlen);
 }
 
 void om_report_free(struct om_report *r)

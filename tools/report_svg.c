@@ -1,6 +1,6 @@
 /* optmem report --format svg: the picture of the plan, offset against time, one rectangle
  * per sampled block at the offset the report records, with live bytes and the lower bound. */
-#include "report.h"
+#include "report_domain.h"
 
 #include <errno.h>
 #include <string.h>
@@ -187,6 +187,12 @@ static void legend(FILE *out, const struct om_report *r, const struct om_render 
 
 int om_svg_panel(FILE *out, const struct om_report *r, const struct om_render *o, bool standalone)
 {
+    return om_svg_panel_in(out, r, o, standalone, OM_HOST_DOMAIN);
+}
+
+int om_svg_panel_in(FILE *out, const struct om_report *r, const struct om_render *o,
+                    bool standalone, const char *domain)
+{
     struct frame f = {r->sample_first, r->sample_end, r->lower_bound};
     if (f.x1 <= f.x0)
         f.x1 = f.x0 + 1;
@@ -210,8 +216,9 @@ int om_svg_panel(FILE *out, const struct om_report *r, const struct om_render *o
     size_t drawn = with_offset < o->max_slices ? with_offset : o->max_slices;
     const char *note = title_note(r, drawn, with_offset);
     char head[1024];
-    int len =
-        snprintf(head, sizeof head, "pid %lld rank %lld:", (long long)r->pid, (long long)r->rank);
+    int len = snprintf(head, sizeof head, "pid %lld rank %lld%s%s:", (long long)r->pid,
+                       (long long)r->rank, om_domain_is_host(domain) ? "" : " ",
+                       om_domain_is_host(domain) ? "" : domain);
     for (size_t i = 0; i < r->argc && len > 0 && (size_t)len < sizeof head; i++)
         len += snprintf(head + len, sizeof head - (size_t)len, " %s", r->argv[i]);
     fputs("<title>", out);
@@ -248,11 +255,18 @@ int om_svg_panel(FILE *out, const struct om_report *r, const struct om_render *o
 
 int om_render_svg(const struct om_merged *m, const struct om_render *o)
 {
+    const struct om_domain_view host = {OM_HOST_DOMAIN, NULL};
+    return om_render_svg_in(m, o, &host);
+}
+
+int om_render_svg_in(const struct om_merged *m, const struct om_render *o,
+                     const struct om_domain_view *v)
+{
     FILE *out = o->out;
     int rc = 0;
     fprintf(out, "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n");
     if (m->nreports == 1)
-        return om_svg_panel(out, &m->reports[0], o, true);
+        return om_svg_panel_in(out, &m->reports[0], o, true, v->shown);
     /* Several processes: one panel each, stacked. */
     fprintf(out,
             "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%d\" height=\"%zu\" "
@@ -260,7 +274,7 @@ int om_render_svg(const struct om_merged *m, const struct om_render *o)
             W, (size_t)PANEL_H * m->nreports, m->nreports);
     for (size_t i = 0; i < m->nreports && rc == 0; i++) {
         fprintf(out, "<g transform=\"translate(0 %zu)\">\n", (size_t)PANEL_H * i);
-        rc = om_svg_panel(out, &m->reports[i], o, false);
+        rc = om_svg_panel_in(out, &m->reports[i], o, false, v->shown);
         fputs("</g>\n", out);
     }
     fputs("</svg>\n", out);

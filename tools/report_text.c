@@ -1,5 +1,5 @@
 /* optmem report: the terminal summary (the default format). */
-#include "report.h"
+#include "report_domain.h"
 
 #include <errno.h>
 #include <string.h>
@@ -77,6 +77,26 @@ static void print_process(FILE *out, const struct om_report *r)
         print_serving(out, r);
 }
 
+/* Device domains are summarised on the host's page, so that nobody misses them. */
+static void print_devices(FILE *out, const struct om_merged *m, const struct om_domain_view *v)
+{
+    char hb[2][32];
+    if (!v->devices || !om_domain_is_host(v->shown))
+        return;
+    for (size_t i = 0; i < m->nreports; i++) {
+        const struct om_rdomains *d = &v->devices[i];
+        for (size_t k = 0; k < d->n; k++) {
+            fprintf(out,
+                    "  device domain      %s: %llu managed requests, lower bound %s, peak live %s",
+                    d->v[k].name, (unsigned long long)d->v[k].managed_requests,
+                    HB(d->v[k].lower_bound, 0), HB(d->v[k].peak_live, 1));
+            if (m->nreports > 1)
+                fprintf(out, " (pid %lld)", (long long)m->reports[i].pid);
+            fprintf(out, "; --domain %s shows it\n", d->v[k].name);
+        }
+    }
+}
+
 static void print_categories(FILE *out, const uint64_t *bytes, const uint64_t *blocks,
                              const char *where)
 {
@@ -116,15 +136,25 @@ static void print_table(FILE *out, const struct om_merged *m)
 
 int om_render_text(const struct om_merged *m, const struct om_render *o)
 {
+    const struct om_domain_view host = {OM_HOST_DOMAIN, NULL};
+    return om_render_text_in(m, o, &host);
+}
+
+int om_render_text_in(const struct om_merged *m, const struct om_render *o,
+                      const struct om_domain_view *v)
+{
     FILE *out = o->out;
     char hb[2][32];
     for (size_t i = 0; i < m->nreports; i++)
         fprintf(out, "%s%s", i ? ", " : "optmem report: ", m->reports[i].path);
+    if (!om_domain_is_host(v->shown))
+        fprintf(out, "\nmemory domain %s", v->shown);
     fputs("\n\n", out);
     if (m->nreports == 1)
         print_process(out, &m->reports[0]);
     else
         print_table(out, m);
+    print_devices(out, m, v);
 
     uint64_t at_peak = 0;
     for (size_t i = 0; i < m->nreports; i++)

@@ -42,7 +42,7 @@ static size_t read_proc(const char *path, char *buf, size_t cap)
     return len;
 }
 
-static void write_process(struct om_json *w, const struct om_tracer_state *st)
+static void write_process(struct om_json *w, const struct om_domain *host)
 {
     enum { CMDLINE_MAX = 64 * 1024 };
     om_json_key(w, "process");
@@ -72,30 +72,30 @@ static void write_process(struct om_json *w, const struct om_tracer_state *st)
     }
     om_json_end(w, ']');
     om_json_key(w, "forked_at_request");
-    if (st->fork_seq)
-        om_json_u64(w, st->fork_seq);
+    if (host->fork_seq)
+        om_json_u64(w, host->fork_seq);
     else
         om_json_null(w);
     om_json_end(w, '}');
 }
 
-static void write_configuration(struct om_json *w, const struct om_tracer_state *st)
+static void write_configuration(struct om_json *w, const struct om_tracer_config *cfg)
 {
     om_json_key(w, "configuration");
     om_json_begin(w, '{');
-    kv_str(w, "mode", st->mode_name);
-    kv_u64(w, "min_bytes", st->min_bytes);
-    kv_u64(w, "stack_depth", st->stack_depth);
+    kv_str(w, "mode", cfg->mode_name);
+    kv_u64(w, "min_bytes", cfg->min_bytes);
+    kv_u64(w, "stack_depth", cfg->stack_depth);
     om_json_key(w, "warmup");
-    if (st->warmup)
-        om_json_u64(w, st->warmup);
+    if (cfg->warmup)
+        om_json_u64(w, cfg->warmup);
     else
         om_json_str(w, "auto");
     kv_u64(w, "sample_capacity", OM_SAMPLE_RECORDS);
     om_json_end(w, '}');
 }
 
-static uint64_t site_peak_bytes(const struct om_tracer_state *st, const struct om_site *s,
+static uint64_t site_peak_bytes(const struct om_domain *st, const struct om_site *s,
                                 uint64_t *blocks)
 {
     if (s->mod_event <= st->peak_event) {
@@ -110,7 +110,7 @@ static uint64_t site_peak_bytes(const struct om_tracer_state *st, const struct o
     return 0;
 }
 
-static void write_peak(struct om_json *w, const struct om_tracer_state *st)
+static void write_peak(struct om_json *w, const struct om_domain *st)
 {
     const struct om_site *top[PEAK_TOP];
     uint64_t top_bytes[PEAK_TOP], top_blocks[PEAK_TOP];
@@ -148,7 +148,7 @@ static void write_peak(struct om_json *w, const struct om_tracer_state *st)
     om_json_end(w, '}');
 }
 
-static uint64_t sample_first(const struct om_tracer_state *st)
+static uint64_t sample_first(const struct om_domain *st)
 {
     uint64_t first = st->fork_seq;
     if (st->seq - first > OM_SAMPLE_RECORDS)
@@ -165,16 +165,17 @@ static uint64_t sample_first(const struct om_tracer_state *st)
     return first;
 }
 
-static void write_iterations(struct om_json *w, const struct om_tracer_state *st, uint64_t first)
+static void write_iterations(struct om_json *w, const struct om_tracer_config *cfg,
+                             const struct om_domain *st, uint64_t first)
 {
-    const struct om_iter_acct *a = st->warmup ? &st->acct : &st->best_acct;
+    const struct om_iter_acct *a = cfg->warmup ? &st->acct : &st->best_acct;
     om_json_key(w, "iterations");
     om_json_begin(w, '{');
-    kv_str(w, "method", st->warmup ? "marked" : "auto");
+    kv_str(w, "method", cfg->warmup ? "marked" : "auto");
     om_json_key(w, "found");
     om_json_bool(w, st->have_steady);
     om_json_key(w, "period_requests");
-    uint64_t period = st->warmup ? st->period_fixed : st->best_period;
+    uint64_t period = cfg->warmup ? st->period_fixed : st->best_period;
     if (st->have_steady && period)
         om_json_u64(w, period);
     else
@@ -193,7 +194,7 @@ static void write_iterations(struct om_json *w, const struct om_tracer_state *st
             om_json_u64(w, st->starts[k % OM_STARTS]);
     om_json_end(w, ']');
     om_json_key(w, "detector");
-    if (st->warmup) {
+    if (cfg->warmup) {
         om_json_null(w);
     } else {
         om_json_begin(w, '{');
@@ -281,7 +282,7 @@ static void write_lifetime(struct om_json *w, const char *key, uint64_t min, uin
     om_json_end(w, '}');
 }
 
-static void write_sites(struct om_json *w, struct om_tracer_state *st)
+static void write_sites(struct om_json *w, struct om_domain *st)
 {
     for (uint32_t i = 0; i < st->sites.count; i++)
         memset(st->sites.by_id[i]->live_cat_bytes, 0, sizeof st->sites.by_id[i]->live_cat_bytes);
@@ -334,7 +335,7 @@ static void write_sites(struct om_json *w, struct om_tracer_state *st)
     om_json_end(w, ']');
 }
 
-static void write_sample(struct om_json *w, const struct om_tracer_state *st, uint64_t first)
+static void write_sample(struct om_json *w, const struct om_domain *st, uint64_t first)
 {
     om_json_key(w, "sample");
     om_json_begin(w, '{');
@@ -409,47 +410,69 @@ static void write_serving(struct om_json *w, const struct om_serving_stats *v)
     kv_u64(w, "verify_violations", v->verify_violations);
     kv_u64(w, "invalid_frees", v->invalid_frees);
     kv_u64(w, "saved_plan", v->saved_plan);
+    kv_u64(w, "retired_blocks", v->retired_blocks);
     om_json_end(w, '}');
 }
 
-static void write_report(struct om_json *w, struct om_tracer_state *st)
+/* The sections every domain has, with the same keys at the top level (the host) and in
+ * each entry of device_domains. */
+static void write_domain(struct om_json *w, const struct om_tracer_config *cfg, struct om_domain *d)
+{
+    uint64_t first = sample_first(d);
+    om_json_key(w, "counters");
+    om_json_begin(w, '{');
+    kv_u64(w, "managed_requests", d->seq - d->fork_seq);
+    kv_u64(w, "managed_frees", d->frees);
+    kv_u64(w, "live_blocks", d->live_blocks);
+    kv_u64(w, "live_bytes", d->live_bytes);
+    kv_u64(w, "call_sites", d->sites.count);
+    om_json_end(w, '}');
+    kv_u64(w, "lower_bound_bytes", d->lower_bound);
+    kv_u64(w, "peak_live_bytes", d->peak_usable);
+    write_peak(w, d);
+    if (d->have_serving)
+        write_serving(w, &d->serving);
+    write_iterations(w, cfg, d, first);
+    write_sites(w, d);
+    write_sample(w, d, first);
+}
+
+static void write_report(struct om_json *w, const struct om_tracer_config *cfg,
+                         struct om_domain *const *doms, unsigned n)
 {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     uint64_t now = (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-    uint64_t first = sample_first(st);
     om_json_begin(w, '{');
     kv_str(w, "schema", "optmem-report");
     kv_u64(w, "version", REPORT_VERSION);
-    write_process(w, st);
-    write_configuration(w, st);
+    write_process(w, doms[OM_TRACER_HOST]);
+    write_configuration(w, cfg);
     om_json_key(w, "domains");
     om_json_begin(w, '[');
-    om_json_str(w, "cpu");
+    for (unsigned i = 0; i < n; i++)
+        om_json_str(w, doms[i]->name);
     om_json_end(w, ']');
-    kv_u64(w, "duration_ns", now - st->t0_ns);
-    om_json_key(w, "counters");
-    om_json_begin(w, '{');
-    kv_u64(w, "managed_requests", st->seq - st->fork_seq);
-    kv_u64(w, "managed_frees", st->frees);
-    kv_u64(w, "live_blocks", st->live_blocks);
-    kv_u64(w, "live_bytes", st->live_bytes);
-    kv_u64(w, "call_sites", st->sites.count);
-    om_json_end(w, '}');
-    kv_u64(w, "lower_bound_bytes", st->lower_bound);
-    kv_u64(w, "peak_live_bytes", st->peak_usable);
-    write_peak(w, st);
-    if (st->have_serving)
-        write_serving(w, &st->serving);
-    write_iterations(w, st, first);
-    write_sites(w, st);
-    write_sample(w, st, first);
+    kv_u64(w, "duration_ns", now - cfg->t0_ns);
+    /* The host stays at the top level, where readers of earlier reports look for it. */
+    write_domain(w, cfg, doms[OM_TRACER_HOST]);
+    om_json_key(w, "device_domains");
+    om_json_begin(w, '[');
+    for (unsigned i = OM_TRACER_HOST + 1; i < n; i++) {
+        om_json_begin(w, '{');
+        kv_str(w, "name", doms[i]->name);
+        write_domain(w, cfg, doms[i]);
+        om_json_end(w, '}');
+    }
+    om_json_end(w, ']');
     om_json_end(w, '}');
     om_json_raw(w, "\n", 1);
 }
 
 struct report_job {
-    struct om_tracer_state *st;
+    const struct om_tracer_config *cfg;
+    struct om_domain *const *doms;
+    unsigned ndoms;
     char *buf;
 };
 
@@ -458,13 +481,14 @@ static int fill_report(int fd, void *ctx)
     struct report_job *job = ctx;
     struct om_json w;
     om_json_init(&w, fd, job->buf, WRITE_BUF);
-    write_report(&w, job->st);
+    write_report(&w, job->cfg, job->doms, job->ndoms);
     return om_json_flush(&w);
 }
 
-int om_report_write(struct om_tracer_state *st, const char *path)
+int om_report_write(const struct om_tracer_config *cfg, struct om_domain *const *domains,
+                    unsigned ndomains, const char *path)
 {
-    struct report_job job = {st, om_sys_map(WRITE_BUF)};
+    struct report_job job = {cfg, domains, ndomains, om_sys_map(WRITE_BUF)};
     if (!job.buf)
         return -ENOMEM;
     int rc = om_file_replace(path, fill_report, &job);

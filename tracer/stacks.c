@@ -2,6 +2,7 @@
 #include "tracer_internal.h"
 
 #include <dlfcn.h>
+#include <errno.h>
 #include <link.h>
 #include <string.h>
 #include <time.h>
@@ -236,23 +237,17 @@ static const char *function_of(uintptr_t a, uint64_t deadline)
     return name;
 }
 
-void om_sites_symbolize(struct om_sites *sites, uint32_t from, uint32_t to)
+static int symbolize_table(struct om_sites *sites, uint64_t deadline)
 {
-    if (!modules)
-        modules = om_sys_map(MAX_MODULES * sizeof *modules);
-    if (!modules)
-        return;
-    nmodules = 0;
-    dl_iterate_phdr(module_cb, NULL);
-    uint64_t deadline = now_ns() + NAME_BUDGET_NS;
+    uint32_t n = __atomic_load_n(&sites->count, __ATOMIC_ACQUIRE);
     struct om_site **by_id = __atomic_load_n(&sites->by_id, __ATOMIC_ACQUIRE);
-    for (uint32_t i = from; i < to; i++) {
+    for (uint32_t i = 0; i < n; i++) {
         struct om_site *s = by_id[i];
         if (s->info)
             continue;
         struct om_frame_info *info = om_sys_alloc((s->depth ? s->depth : 1) * sizeof *info);
         if (!info)
-            return;
+            return -ENOMEM;
         for (uint32_t f = 0; f < s->depth; f++) {
             uintptr_t a = (uintptr_t)s->frames[f];
             const struct module *m = module_of(a);
@@ -264,6 +259,22 @@ void om_sites_symbolize(struct om_sites *sites, uint32_t from, uint32_t to)
         }
         __atomic_store_n(&s->info, info, __ATOMIC_RELEASE);
     }
+    return 0;
+}
+
+void om_sites_symbolize(struct om_sites *const *tables, unsigned n)
+{
+    if (!modules)
+        modules = om_sys_map(MAX_MODULES * sizeof *modules);
+    if (!modules)
+        return;
+    nmodules = 0;
+    dl_iterate_phdr(module_cb, NULL);
+    /* One budget for all domains: a report waits for names at most this long. */
+    uint64_t deadline = now_ns() + NAME_BUDGET_NS;
+    for (unsigned t = 0; t < n; t++)
+        if (symbolize_table(tables[t], deadline) != 0)
+            return;
 }
 
 const char *om_category_name(int category)

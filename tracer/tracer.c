@@ -1,4 +1,5 @@
-/* The tracer's state and API: births and deaths of managed blocks, iterations, fork, exit. */
+/* The tracer's state and API: births and deaths of managed blocks per memory domain,
+ * iterations, fork, exit. */
 #include "log.h"
 #include "tracer_internal.h"
 
@@ -9,7 +10,11 @@
 #include <time.h>
 #include <unistd.h>
 
-static struct om_tracer_state st;
+static struct om_tracer_config cfg;
+/* Domains are mapped when opened and never unmapped: a pointer read once stays valid, so
+ * the API finds a domain without the lock (the lock then guards its contents). */
+static struct om_domain *doms[OM_TRACER_DOMAINS];
+static unsigned ndoms;
 static int tracer_on;
 /* Order: dump_lock, then lock, then the sysmem lock (fork takes all three). */
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
@@ -43,6 +48,18 @@ static uint64_t token_of(uint32_t site, uint64_t size)
     return h ^ (h >> 29);
 }
 
+static struct om_domain *domain_at(unsigned domain)
+{
+    if (!tracer_on || domain >= OM_TRACER_DOMAINS)
+        return NULL;
+    return __atomic_load_n(&doms[domain], __ATOMIC_ACQUIRE);
+}
+
+static unsigned domain_count(void)
+{
+    return __atomic_load_n(&ndoms, __ATOMIC_ACQUIRE);
+}
+
 /* ---- live blocks: open addressing with linear probing, deletion by backward shift ---- */
 
 static uint64_t slot_of(uintptr_t ptr, uint64_t cap)
@@ -50,16 +67,16 @@ static uint64_t slot_of(uintptr_t ptr, uint64_t cap)
     return ((uint64_t)(ptr >> 4) * 0x9e3779b97f4a7c15ull >> 20) & (cap - 1);
 }
 
-static struct om_live *live_find(uintptr_t ptr)
+static struct om_live *live_find(struct om_domain *d, uintptr_t ptr)
 {
-    uint64_t i = slot_of(ptr, st.live_cap);
+    uint64_t i = slot_of(ptr, d->live_cap);
     for (;;) {
-        struct om_live *e = &st.live[i];
+        struct om_live *e = &d->live[i];
         if (e->ptr == ptr)
             return e;
         if (e->ptr == 0)
             return NULL;
-        i = (i + 1) & (st.live_cap - 1);
+        i = (i + 1) & (d->live_cap - 1);
     }
 }
 
@@ -71,59 +88,59 @@ static struct om_live *live_slot(struct om_live *table, uint64_t cap, uintptr_t 
     return &table[i];
 }
 
-static int live_grow(void)
+static int live_grow(struct om_domain *d)
 {
-    uint64_t cap = st.live_cap * 2;
+    uint64_t cap = d->live_cap * 2;
     struct om_live *fresh = om_sys_map(cap * sizeof *fresh);
     if (!fresh)
         return -ENOMEM;
-    for (uint64_t i = 0; i < st.live_cap; i++)
-        if (st.live[i].ptr)
-            *live_slot(fresh, cap, st.live[i].ptr) = st.live[i];
-    om_sys_unmap(st.live, st.live_cap * sizeof *st.live);
-    st.live = fresh;
-    st.live_cap = cap;
+    for (uint64_t i = 0; i < d->live_cap; i++)
+        if (d->live[i].ptr)
+            *live_slot(fresh, cap, d->live[i].ptr) = d->live[i];
+    om_sys_unmap(d->live, d->live_cap * sizeof *d->live);
+    d->live = fresh;
+    d->live_cap = cap;
     return 0;
 }
 
-static void live_remove(struct om_live *e)
+static void live_remove(struct om_domain *d, struct om_live *e)
 {
-    uint64_t mask = st.live_cap - 1, i = (uint64_t)(e - st.live), j = i;
+    uint64_t mask = d->live_cap - 1, i = (uint64_t)(e - d->live), j = i;
     for (;;) {
         j = (j + 1) & mask;
-        if (st.live[j].ptr == 0)
+        if (d->live[j].ptr == 0)
             break;
-        uint64_t home = slot_of(st.live[j].ptr, st.live_cap);
+        uint64_t home = slot_of(d->live[j].ptr, d->live_cap);
         /* Move j back into the hole unless its home lies cyclically in (i, j]. */
         if (((j - home) & mask) >= ((j - i) & mask)) {
-            st.live[i] = st.live[j];
+            d->live[i] = d->live[j];
             i = j;
         }
     }
-    st.live[i].ptr = 0;
-    st.live_used--;
+    d->live[i].ptr = 0;
+    d->live_used--;
 }
 
 /* ---- call-site totals and the live set at the peak ---- */
 
 /* A site's live bytes at the peak are its current ones if it has not changed since; the
  * first change after a peak saves them, so keeping the peak's live set is O(1). */
-static void site_change(struct om_site *s, int64_t bytes, int64_t blocks)
+static void site_change(struct om_domain *d, struct om_site *s, int64_t bytes, int64_t blocks)
 {
-    if (s->mod_event <= st.peak_event && s->snap_for != st.peak_event + 1) {
+    if (s->mod_event <= d->peak_event && s->snap_for != d->peak_event + 1) {
         s->snap_bytes = s->live_bytes;
         s->snap_blocks = s->live_blocks;
-        s->snap_for = st.peak_event + 1;
+        s->snap_for = d->peak_event + 1;
     }
     s->live_bytes += (uint64_t)bytes;
     s->live_blocks += (uint64_t)blocks;
-    s->mod_event = st.events;
+    s->mod_event = d->events;
 }
 
-static void timeline_add(uint64_t seq, uint64_t live)
+static void timeline_add(struct om_domain *d, uint64_t seq, uint64_t live)
 {
-    struct om_timeline *t = &st.timeline;
-    uint64_t idx = (seq - st.fork_seq) / t->width;
+    struct om_timeline *t = &d->timeline;
+    uint64_t idx = (seq - d->fork_seq) / t->width;
     while (idx >= OM_TIMELINE) {
         for (uint32_t k = 0; k < OM_TIMELINE / 2; k++) {
             uint64_t a = t->max[2 * k], b = t->max[2 * k + 1];
@@ -131,7 +148,7 @@ static void timeline_add(uint64_t seq, uint64_t live)
         }
         memset(t->max + OM_TIMELINE / 2, 0, sizeof t->max / 2);
         t->width *= 2;
-        idx = (seq - st.fork_seq) / t->width;
+        idx = (seq - d->fork_seq) / t->width;
     }
     if (live > t->max[idx])
         t->max[idx] = live;
@@ -141,198 +158,329 @@ static void timeline_add(uint64_t seq, uint64_t live)
 
 /* ---- iterations ---- */
 
-static void push_start(uint64_t seq)
+static void push_start(struct om_domain *d, uint64_t seq)
 {
-    st.starts[st.nstarts % OM_STARTS] = seq;
-    st.nstarts++;
+    d->starts[d->nstarts % OM_STARTS] = seq;
+    d->nstarts++;
 }
 
 static void on_period_start(void *ctx, uint64_t tag, int kind)
 {
+    struct om_domain *d = ctx;
     if (kind == OM_START_LOCK) {
-        while (st.nstarts && st.starts[(st.nstarts - 1) % OM_STARTS] >= tag)
-            st.nstarts--;
-        om_acct_restart(&st.acct, st.seq);
-        st.lock_first = tag;
-        st.lock_starts = 0;
-        st.lock_period = 0;
+        while (d->nstarts && d->starts[(d->nstarts - 1) % OM_STARTS] >= tag)
+            d->nstarts--;
+        om_acct_restart(&d->acct, d->seq);
+        d->lock_first = tag;
+        d->lock_starts = 0;
+        d->lock_period = 0;
     } else {
-        st.lock_period = tag - st.starts[(st.nstarts - 1) % OM_STARTS];
+        d->lock_period = tag - d->starts[(d->nstarts - 1) % OM_STARTS];
     }
-    push_start(tag);
-    st.lock_starts++;
-    if (tag == st.seq)
-        st.start_now = 1;
+    push_start(d, tag);
+    d->lock_starts++;
+    if (tag == d->seq)
+        d->start_now = 1;
     if (kind == OM_START_LIVE)
-        om_acct_boundary(&st.acct, tag);
-    else if (tag == st.seq)
-        st.acct.partial = 0; /* the start found after the fact is this very request */
+        om_acct_boundary(&d->acct, tag);
+    else if (tag == d->seq)
+        d->acct.partial = 0; /* the start found after the fact is this very request */
     /* Requests covered, not iterations: a run of equal requests at start-up locks a tiny
      * period for a few dozen "iterations" that the steady period outweighs at once. */
-    uint64_t covered = tag + st.lock_period - st.lock_first;
-    if (covered >= st.best_covered) {
-        st.best_covered = covered;
-        st.best_first = st.lock_first;
-        st.best_starts = st.lock_starts;
-        st.best_period = st.lock_period;
-        st.best_acct = st.acct;
-        st.first_steady_seq = st.lock_first;
-        st.have_steady = 1;
+    uint64_t covered = tag + d->lock_period - d->lock_first;
+    if (covered >= d->best_covered) {
+        d->best_covered = covered;
+        d->best_first = d->lock_first;
+        d->best_starts = d->lock_starts;
+        d->best_period = d->lock_period;
+        d->best_acct = d->acct;
+        d->first_steady_seq = d->lock_first;
+        d->have_steady = 1;
     }
+}
+
+/* A forked child's record restarts from its parent's request count: it keeps the live
+ * blocks it inherited (it may free them) and the call sites. */
+static void domain_restart(struct om_domain *d)
+{
+    d->fork_seq = d->seq;
+    d->frees = 0;
+    d->lower_bound = d->live_bytes;
+    d->lower_bound_seq = d->seq;
+    d->peak_usable = d->live_usable;
+    d->peak_event = d->events;
+    memset(&d->timeline, 0, sizeof d->timeline);
+    d->timeline.width = 1;
+    for (uint32_t i = 0; i < d->sites.count; i++) {
+        struct om_site *s = d->sites.by_id[i];
+        s->count = s->total_bytes = s->freed = 0;
+        s->life_req_sum = s->life_req_max = s->life_ns_sum = s->life_ns_max = 0;
+        s->life_req_min = s->life_ns_min = s->min_size = UINT64_MAX;
+        s->max_size = 0;
+        memset(s->cat_bytes, 0, sizeof s->cat_bytes);
+        s->mod_event = d->events;
+    }
+    struct om_iter_acct fresh = {.iter_no = d->acct.iter_no,
+                                 .live_bytes = d->acct.live_bytes,
+                                 .live_blocks = d->acct.live_blocks};
+    d->acct = fresh;
+    om_acct_restart(&d->acct, d->seq);
+    if (cfg.warmup == 0)
+        d->acct.iter_no = 0; /* no category before the child finds its own iterations */
+    om_period_reset(&d->det);
+    memset(&d->threads, 0, sizeof d->threads);
+    d->nstarts = d->nmarks = 0;
+    d->have_steady = 0;
+    d->first_steady_seq = d->period_fixed = 0;
+    d->lock_first = d->lock_starts = d->lock_period = 0;
+    d->best_first = d->best_starts = d->best_period = d->best_covered = 0;
+    if (cfg.warmup)
+        push_start(d, d->seq);
+}
+
+static void domain_unmap(struct om_domain *d)
+{
+    om_sys_unmap(d->det.hist, OM_PERIOD_HISTORY * sizeof *d->det.hist);
+    om_sys_unmap(d->det.tag, OM_PERIOD_HISTORY * sizeof *d->det.tag);
+    om_sys_unmap(d->det.kgram_last, OM_PERIOD_KGRAM_SLOTS * sizeof *d->det.kgram_last);
+    om_sys_unmap(d->records, OM_SAMPLE_RECORDS * sizeof *d->records);
+    om_sys_unmap(d->live, d->live_cap * sizeof *d->live);
+    om_sys_unmap(d, sizeof *d);
+}
+
+static int domain_new(const char *name, size_t len, struct om_domain **out)
+{
+    struct om_domain *d = om_sys_map(sizeof *d);
+    if (!d)
+        return -ENOMEM;
+    memcpy(d->name, name, len);
+    d->name[len] = '\0';
+    d->live_cap = 1u << 12; /* grows by doubling: most programs keep few blocks live */
+    d->live = om_sys_map(d->live_cap * sizeof *d->live);
+    d->records = om_sys_map(OM_SAMPLE_RECORDS * sizeof *d->records);
+    int rc = om_period_init(&d->det);
+    if (!d->live || !d->records || rc != 0)
+        goto fail;
+    d->timeline.width = 1;
+    if (cfg.warmup)
+        push_start(d, 0); /* marked iterations: the first one begins with the domain */
+    *out = d;
+    return 0;
+fail:
+    domain_unmap(d);
+    return -ENOMEM;
+}
+
+/* A name is written into the report and given to `optmem report --domain`: printable
+ * ASCII without spaces, so that it needs no quoting anywhere. */
+static int name_check(const char *name, size_t *len)
+{
+    if (!name)
+        return -EINVAL;
+    size_t n = strnlen(name, OM_DOMAIN_NAME);
+    if (n == 0 || n >= OM_DOMAIN_NAME)
+        return -EINVAL;
+    for (size_t i = 0; i < n; i++)
+        if ((unsigned char)name[i] <= 0x20 || (unsigned char)name[i] >= 0x7f)
+            return -EINVAL;
+    *len = n;
+    return 0;
 }
 
 /* ---- the API ---- */
 
 int om_tracer_init(const struct om_tracer_options *options)
 {
-    memset(&st, 0, sizeof st);
-    st.min_bytes = options->min_bytes;
-    st.stack_depth = options->stack_depth;
-    st.warmup = options->warmup;
-    st.mode_name = options->mode_name ? options->mode_name : "?";
+    memset(&cfg, 0, sizeof cfg);
+    cfg.min_bytes = options->min_bytes;
+    cfg.stack_depth = options->stack_depth;
+    cfg.warmup = options->warmup;
+    cfg.mode_name = options->mode_name ? options->mode_name : "?";
     if (options->report_template) {
         size_t len = strlen(options->report_template);
-        if (len >= sizeof st.report_template)
+        if (len >= sizeof cfg.report_template)
             return -ENAMETOOLONG;
-        memcpy(st.report_template, options->report_template, len + 1);
+        memcpy(cfg.report_template, options->report_template, len + 1);
     }
-    st.t0_ns = mono_ns();
-    st.pid = getpid();
-    st.timeline.width = 1;
-    st.live_cap = 1u << 12; /* grows by doubling: most programs keep few blocks live */
-    st.live = om_sys_map(st.live_cap * sizeof *st.live);
-    st.records = om_sys_map(OM_SAMPLE_RECORDS * sizeof *st.records);
-    if (!st.live || !st.records || om_period_init(&st.det) != 0)
-        return -ENOMEM;
-    if (st.warmup)
-        push_start(0); /* marked iterations: the first one begins with the program */
+    cfg.t0_ns = mono_ns();
+    struct om_domain *host;
+    int rc = domain_new("cpu", 3, &host);
+    if (rc != 0)
+        return rc;
+    __atomic_store_n(&doms[OM_TRACER_HOST], host, __ATOMIC_RELEASE);
+    for (unsigned i = 1; i < OM_TRACER_DOMAINS; i++)
+        __atomic_store_n(&doms[i], NULL, __ATOMIC_RELEASE);
+    __atomic_store_n(&ndoms, 1, __ATOMIC_RELEASE);
     om_stack_set_self((const void *)om_tracer_init);
     tracer_on = 1;
-    om_debug("tracer: min_bytes %zu, stack depth %u, %s iterations", st.min_bytes, st.stack_depth,
-             st.warmup ? "marked" : "detected");
+    om_debug("tracer: min_bytes %zu, stack depth %u, %s iterations", cfg.min_bytes, cfg.stack_depth,
+             cfg.warmup ? "marked" : "detected");
     return 0;
 }
 
-int om_tracer_on_cycle_thread(void)
+int om_tracer_domain_open(const char *name)
 {
-    return tracer_on && (st.warmup || current_tid() == st.threads.det_tid);
+    size_t len;
+    int rc = name_check(name, &len);
+    if (rc != 0)
+        return rc;
+    if (!tracer_on)
+        return -ENOTSUP;
+    pthread_mutex_lock(&lock);
+    unsigned n = ndoms;
+    for (unsigned i = 0; i < n; i++) {
+        if (strcmp(doms[i]->name, name) == 0) {
+            pthread_mutex_unlock(&lock);
+            return (int)i;
+        }
+    }
+    struct om_domain *d = NULL;
+    rc = n == OM_TRACER_DOMAINS ? -ENOSPC : domain_new(name, len, &d);
+    if (rc == 0) {
+        __atomic_store_n(&doms[n], d, __ATOMIC_RELEASE);
+        __atomic_store_n(&ndoms, n + 1, __ATOMIC_RELEASE);
+        rc = (int)n;
+    }
+    pthread_mutex_unlock(&lock);
+    if (rc >= 0)
+        om_debug("tracer: domain %s is %d", name, rc);
+    return rc;
 }
 
-void om_tracer_set_serving(const struct om_serving_stats *stats)
+const struct om_domain *om_tracer_domain(unsigned domain)
 {
+    return domain_at(domain);
+}
+
+int om_tracer_on_cycle_thread(unsigned domain)
+{
+    const struct om_domain *d = domain_at(domain);
+    return d && (cfg.warmup || current_tid() == d->threads.det_tid);
+}
+
+void om_tracer_set_serving(unsigned domain, const struct om_serving_stats *stats)
+{
+    struct om_domain *d = domain_at(domain);
+    if (!d)
+        return;
     pthread_mutex_lock(&lock);
-    st.serving = *stats;
-    st.have_serving = 1;
+    d->serving = *stats;
+    d->have_serving = 1;
     pthread_mutex_unlock(&lock);
 }
 
-void om_tracer_set_arena(const void *base, size_t size)
+void om_tracer_set_arena(unsigned domain, const void *base, size_t size)
 {
+    struct om_domain *d = domain_at(domain);
+    if (!d)
+        return;
     pthread_mutex_lock(&lock);
-    st.arena_base = (uintptr_t)base;
-    st.arena_size = size;
+    d->arena_base = (uintptr_t)base;
+    d->arena_size = size;
     pthread_mutex_unlock(&lock);
 }
 
-void om_tracer_on_alloc(void *ptr, size_t size, size_t usable, size_t alignment,
+void om_tracer_on_alloc(unsigned domain, void *ptr, size_t size, size_t usable, size_t alignment,
                         const struct om_stack *stack, struct om_alloc_info *info)
 {
     if (info)
         *info = (struct om_alloc_info){0};
-    if (!tracer_on)
+    struct om_domain *d = domain_at(domain);
+    if (!d)
         return;
-    uint64_t now = mono_ns() - st.t0_ns;
+    uint64_t now = mono_ns() - cfg.t0_ns;
     uint32_t tid = current_tid();
     pthread_mutex_lock(&lock);
-    struct om_site *site = om_sites_intern(&st.sites, stack);
-    if (!site || (st.live_used + 1) * 2 > st.live_cap) {
-        if (!site || live_grow() != 0) {
+    struct om_site *site = om_sites_intern(&d->sites, stack);
+    if (!site || (d->live_used + 1) * 2 > d->live_cap) {
+        if (!site || live_grow(d) != 0) {
             pthread_mutex_unlock(&lock);
             return; /* out of memory: the block is simply not recorded */
         }
     }
-    uint64_t seq = st.seq;
-    if (st.warmup == 0) {
-        if (om_threads_note(&st.threads, tid)) {
-            om_debug("iterations are now detected on thread %u", st.threads.det_tid);
-            om_period_reset(&st.det);
+    uint64_t seq = d->seq;
+    if (cfg.warmup == 0) {
+        if (om_threads_note(&d->threads, tid)) {
+            om_debug("%s: iterations are now detected on thread %u", d->name, d->threads.det_tid);
+            om_period_reset(&d->det);
         }
-        if (tid == st.threads.det_tid) {
-            st.start_now = 0;
-            om_period_push(&st.det, token_of(site->id, size), seq, on_period_start, NULL);
+        if (tid == d->threads.det_tid) {
+            d->start_now = 0;
+            om_period_push(&d->det, token_of(site->id, size), seq, on_period_start, d);
             if (info) {
-                info->iteration_start = st.start_now;
-                info->period = st.det.p;
+                info->iteration_start = d->start_now;
+                info->period = d->det.p;
             }
         }
-    } else if (info && st.nmarks >= st.warmup) {
-        info->iteration_start = st.marks[(st.nmarks - 1) % OM_MARKS] == seq;
-        info->period = st.period_fixed;
+    } else if (info && d->nmarks >= cfg.warmup) {
+        info->iteration_start = d->marks[(d->nmarks - 1) % OM_MARKS] == seq;
+        info->period = d->period_fixed;
     }
     if (info)
         info->seq = seq;
-    st.seq++;
-    st.events++;
-    om_acct_birth(&st.acct, size);
+    d->seq++;
+    d->events++;
+    om_acct_birth(&d->acct, size);
 
-    struct om_live *e = live_slot(st.live, st.live_cap, (uintptr_t)ptr);
+    struct om_live *e = live_slot(d->live, d->live_cap, (uintptr_t)ptr);
     if (e->ptr == 0)
-        st.live_used++;
+        d->live_used++;
     else /* a block we missed the free of: its memory is being handed out again */
-        site_change(e->site, -(int64_t)e->size, -1);
+        site_change(d, e->site, -(int64_t)e->size, -1);
     *e = (struct om_live){(uintptr_t)ptr,  size, usable, alignment, seq, now,
-                          st.acct.iter_no, site, tid};
+                          d->acct.iter_no, site, tid};
 
-    site_change(site, (int64_t)size, 1);
+    site_change(d, site, (int64_t)size, 1);
     site->count++;
     site->total_bytes += size;
     if (size < site->min_size)
         site->min_size = size;
     if (size > site->max_size)
         site->max_size = size;
-    st.live_bytes += size;
-    st.live_blocks++;
-    st.live_usable += usable;
-    if (st.live_bytes > st.lower_bound) {
-        st.lower_bound = st.live_bytes;
-        st.lower_bound_seq = seq;
-        st.peak_event = st.events;
+    d->live_bytes += size;
+    d->live_blocks++;
+    d->live_usable += usable;
+    if (d->live_bytes > d->lower_bound) {
+        d->lower_bound = d->live_bytes;
+        d->lower_bound_seq = seq;
+        d->peak_event = d->events;
     }
-    if (st.live_usable > st.peak_usable)
-        st.peak_usable = st.live_usable;
+    if (d->live_usable > d->peak_usable)
+        d->peak_usable = d->live_usable;
 
-    struct om_record *r = &st.records[seq % OM_SAMPLE_RECORDS];
+    struct om_record *r = &d->records[seq % OM_SAMPLE_RECORDS];
     *r = (struct om_record){seq,           size,           OM_NO_DEATH, now, 0,
-                            st.live_bytes, (uintptr_t)ptr, site->id,    tid};
-    timeline_add(seq, st.live_bytes);
+                            d->live_bytes, (uintptr_t)ptr, site->id,    tid};
+    timeline_add(d, seq, d->live_bytes);
     pthread_mutex_unlock(&lock);
 }
 
-int om_tracer_on_free(void *ptr)
+int om_tracer_on_free(unsigned domain, void *ptr)
 {
-    if (!tracer_on)
+    struct om_domain *d = domain_at(domain);
+    if (!d)
         return 0;
-    uint64_t now = mono_ns() - st.t0_ns;
+    uint64_t now = mono_ns() - cfg.t0_ns;
     pthread_mutex_lock(&lock);
-    struct om_live *e = live_find((uintptr_t)ptr);
+    struct om_live *e = live_find(d, (uintptr_t)ptr);
     if (!e) {
         pthread_mutex_unlock(&lock);
         return 0;
     }
     struct om_live b = *e;
-    live_remove(e);
-    st.events++;
-    st.frees++;
-    st.live_bytes -= b.size;
-    st.live_blocks--;
-    st.live_usable -= b.usable;
-    int cat = om_acct_death(&st.acct, b.size, b.birth_iter);
+    live_remove(d, e);
+    d->events++;
+    d->frees++;
+    d->live_bytes -= b.size;
+    d->live_blocks--;
+    d->live_usable -= b.usable;
+    int cat = om_acct_death(&d->acct, b.size, b.birth_iter);
 
     struct om_site *s = b.site;
-    site_change(s, -(int64_t)b.size, -1);
-    if (st.acct.iter_no > 0) /* before any iteration is known, a lifetime has no category */
+    site_change(d, s, -(int64_t)b.size, -1);
+    if (d->acct.iter_no > 0) /* before any iteration is known, a lifetime has no category */
         s->cat_bytes[cat] += b.size;
-    uint64_t life = st.seq - b.birth_seq, life_ns = now - b.birth_ns;
+    uint64_t life = d->seq - b.birth_seq, life_ns = now - b.birth_ns;
     s->freed++;
     s->life_req_sum += life;
     s->life_ns_sum += life_ns;
@@ -345,24 +493,41 @@ int om_tracer_on_free(void *ptr)
     if (life_ns > s->life_ns_max)
         s->life_ns_max = life_ns;
 
-    struct om_record *r = &st.records[b.birth_seq % OM_SAMPLE_RECORDS];
-    if (r->birth_seq == b.birth_seq && st.seq - b.birth_seq <= OM_SAMPLE_RECORDS) {
-        r->death_seq = st.seq;
+    struct om_record *r = &d->records[b.birth_seq % OM_SAMPLE_RECORDS];
+    if (r->birth_seq == b.birth_seq && d->seq - b.birth_seq <= OM_SAMPLE_RECORDS) {
+        r->death_seq = d->seq;
         r->death_ns = now;
     }
     pthread_mutex_unlock(&lock);
     return 1;
 }
 
-size_t om_tracer_block_size(const void *ptr)
+size_t om_tracer_block_size(unsigned domain, const void *ptr)
 {
-    if (!tracer_on)
+    struct om_domain *d = domain_at(domain);
+    if (!d)
         return 0;
     pthread_mutex_lock(&lock);
-    struct om_live *e = live_find((uintptr_t)ptr);
+    struct om_live *e = live_find(d, (uintptr_t)ptr);
     size_t size = e ? e->size : 0;
     pthread_mutex_unlock(&lock);
     return size;
+}
+
+static void step_domain(struct om_domain *d)
+{
+    uint64_t prev = d->nmarks ? d->marks[(d->nmarks - 1) % OM_MARKS] : d->fork_seq;
+    d->marks[d->nmarks % OM_MARKS] = d->seq;
+    d->nmarks++;
+    if (cfg.warmup) {
+        push_start(d, d->seq);
+        om_acct_boundary(&d->acct, d->seq);
+        if (d->nmarks == cfg.warmup) {
+            d->period_fixed = d->seq - prev;
+            d->first_steady_seq = d->seq;
+            d->have_steady = 1;
+        }
+    }
 }
 
 void om_tracer_step(void)
@@ -370,19 +535,18 @@ void om_tracer_step(void)
     if (!tracer_on)
         return;
     pthread_mutex_lock(&lock);
-    uint64_t prev = st.nmarks ? st.marks[(st.nmarks - 1) % OM_MARKS] : 0;
-    st.marks[st.nmarks % OM_MARKS] = st.seq;
-    st.nmarks++;
-    if (st.warmup) {
-        push_start(st.seq);
-        om_acct_boundary(&st.acct, st.seq);
-        if (st.nmarks == st.warmup) {
-            st.period_fixed = st.seq - prev;
-            st.first_steady_seq = st.seq;
-            st.have_steady = 1;
-        }
-    }
+    for (unsigned i = 0; i < ndoms; i++)
+        step_domain(doms[i]);
     pthread_mutex_unlock(&lock);
+}
+
+/* Names of the call sites of every open domain, resolved outside the tracer's lock. */
+static void symbolize_all(unsigned n)
+{
+    struct om_sites *tables[OM_TRACER_DOMAINS];
+    for (unsigned i = 0; i < n; i++)
+        tables[i] = &doms[i]->sites;
+    om_sites_symbolize(tables, n);
 }
 
 int om_tracer_dump(const char *path)
@@ -390,17 +554,17 @@ int om_tracer_dump(const char *path)
     if (!tracer_on)
         return -ENOTSUP;
     char expanded[4096];
-    const char *tmpl = path ? path : st.report_template;
+    const char *tmpl = path ? path : cfg.report_template;
     if (!*tmpl)
         return -EINVAL;
     pthread_mutex_lock(&dump_lock);
     /* %p is read now: after fork the child writes its own report. */
     int rc = om_path_expand(tmpl, (long)getpid(), om_env_rank(), expanded, sizeof expanded);
     if (rc == 0) {
-        uint32_t n = __atomic_load_n(&st.sites.count, __ATOMIC_ACQUIRE);
-        om_sites_symbolize(&st.sites, 0, n);
+        symbolize_all(domain_count());
         pthread_mutex_lock(&lock);
-        rc = om_report_write(&st, expanded);
+        /* Domains opened since the names were resolved are written with addresses only. */
+        rc = om_report_write(&cfg, doms, ndoms, expanded);
         pthread_mutex_unlock(&lock);
     }
     pthread_mutex_unlock(&dump_lock);
@@ -430,7 +594,7 @@ void om_tracer_atfork_parent(void)
 }
 
 /* The child keeps the live blocks it inherited (it may free them) and the call sites,
- * and starts its own lifetimes, iterations and report. */
+ * and starts its own lifetimes, iterations and report, in every domain. */
 void om_tracer_atfork_child(void)
 {
     if (!tracer_on)
@@ -439,47 +603,15 @@ void om_tracer_atfork_child(void)
     pthread_mutex_init(&lock, NULL);
     pthread_mutex_init(&dump_lock, NULL);
     fork_gen++;
-    st.pid = getpid();
-    st.fork_seq = st.seq;
-    st.frees = 0;
-    st.lower_bound = st.live_bytes;
-    st.lower_bound_seq = st.seq;
-    st.peak_usable = st.live_usable;
-    st.peak_event = st.events;
-    memset(&st.timeline, 0, sizeof st.timeline);
-    st.timeline.width = 1;
-    for (uint32_t i = 0; i < st.sites.count; i++) {
-        struct om_site *s = st.sites.by_id[i];
-        s->count = s->total_bytes = s->freed = 0;
-        s->life_req_sum = s->life_req_max = s->life_ns_sum = s->life_ns_max = 0;
-        s->life_req_min = s->life_ns_min = s->min_size = UINT64_MAX;
-        s->max_size = 0;
-        memset(s->cat_bytes, 0, sizeof s->cat_bytes);
-        s->mod_event = st.events;
-    }
-    struct om_iter_acct fresh = {.iter_no = st.acct.iter_no,
-                                 .live_bytes = st.acct.live_bytes,
-                                 .live_blocks = st.acct.live_blocks};
-    st.acct = fresh;
-    om_acct_restart(&st.acct, st.seq);
-    if (st.warmup == 0)
-        st.acct.iter_no = 0; /* no category before the child finds its own iterations */
-    om_period_reset(&st.det);
-    memset(&st.threads, 0, sizeof st.threads);
-    st.nstarts = st.nmarks = 0;
-    st.have_steady = 0;
-    st.first_steady_seq = st.period_fixed = 0;
-    st.lock_first = st.lock_starts = st.lock_period = 0;
-    st.best_first = st.best_starts = st.best_period = st.best_covered = 0;
-    if (st.warmup)
-        push_start(st.seq);
+    for (unsigned i = 0; i < ndoms; i++)
+        domain_restart(doms[i]);
 }
 
 int om_tracer_dump_in_signal(const struct om_serving_stats *serving)
 {
     char expanded[4096];
-    if (!tracer_on || !st.report_template[0] ||
-        om_path_expand(st.report_template, (long)getpid(), om_env_rank(), expanded,
+    if (!tracer_on || !cfg.report_template[0] ||
+        om_path_expand(cfg.report_template, (long)getpid(), om_env_rank(), expanded,
                        sizeof expanded) != 0)
         return -ENOTSUP;
     if (pthread_mutex_trylock(&dump_lock) != 0)
@@ -487,10 +619,10 @@ int om_tracer_dump_in_signal(const struct om_serving_stats *serving)
     int rc = -EBUSY;
     if (pthread_mutex_trylock(&lock) == 0) {
         if (serving) {
-            st.serving = *serving;
-            st.have_serving = 1;
+            doms[OM_TRACER_HOST]->serving = *serving;
+            doms[OM_TRACER_HOST]->have_serving = 1;
         }
-        rc = om_report_write(&st, expanded);
+        rc = om_report_write(&cfg, doms, ndoms, expanded);
         pthread_mutex_unlock(&lock);
     }
     pthread_mutex_unlock(&dump_lock);
@@ -499,6 +631,6 @@ int om_tracer_dump_in_signal(const struct om_serving_stats *serving)
 
 void om_tracer_at_exit(void)
 {
-    if (tracer_on && st.report_template[0])
+    if (tracer_on && cfg.report_template[0])
         om_tracer_dump(NULL);
 }

@@ -32,6 +32,17 @@ void om_sys_unmap(void *ptr, size_t size);
  * the caller runs in passthrough. */
 int om_tracer_init(const struct om_tracer_options *options);
 
+/* Memory domains: 0 is the host ("cpu"), always open once the tracer started; each device
+ * opens its own ("cuda:0", ...). Each domain has its own blocks, call sites, iterations,
+ * serving counters and report section; one lock covers them all. */
+#define OM_TRACER_HOST 0u
+#define OM_TRACER_DOMAINS 17u
+
+/* Opens the domain called name (1 to 15 printable ASCII characters, no spaces), or finds
+ * it if it is open. Returns its index, or -ENOSPC (all OM_TRACER_DOMAINS are open),
+ * -ENOMEM, -EINVAL (a bad name), -ENOTSUP (the tracer is not running). */
+int om_tracer_domain_open(const char *name);
+
 /* Captures the caller's stack, skipping `skip` innermost frames. Takes no lock and does
  * not allocate through malloc, so it is called before any lock is taken. */
 void om_stack_capture(struct om_stack *stack, unsigned depth, unsigned skip);
@@ -45,12 +56,12 @@ struct om_alloc_info {
 
 /* Records the birth of a managed block; usable is what its allocator really holds for it
  * (the report's peak_live_bytes). info, when not NULL, receives what the tracer knows. */
-void om_tracer_on_alloc(void *ptr, size_t size, size_t usable, size_t alignment,
+void om_tracer_on_alloc(unsigned domain, void *ptr, size_t size, size_t usable, size_t alignment,
                         const struct om_stack *stack, struct om_alloc_info *info);
 
 /* Whether the calling thread makes the requests that define iterations (the busiest
  * thread when iterations are detected; every thread when they are marked). */
-int om_tracer_on_cycle_thread(void);
+int om_tracer_on_cycle_thread(unsigned domain);
 
 /* What the pool did, for the report's "serving" section. */
 struct om_serving_stats {
@@ -64,23 +75,24 @@ struct om_serving_stats {
     uint64_t plan_slots, plan_peak_bytes, plan_lower_bound_bytes;
     uint64_t arena_top_bytes, released_bytes;
     uint64_t verify_violations, invalid_frees;
-    uint64_t saved_plan; /* 1 while a plan loaded from OPTMEM_PLAN_FILE is served */
+    uint64_t saved_plan;     /* 1 while a plan loaded from OPTMEM_PLAN_FILE is served */
+    uint64_t retired_blocks; /* device blocks freed inside a graph capture: never reused */
 };
 
 /* The pool's arena: sample records of blocks inside it carry their offset. */
-void om_tracer_set_arena(const void *base, size_t size);
+void om_tracer_set_arena(unsigned domain, const void *base, size_t size);
 
 /* Keeps a copy of stats for the next report. */
-void om_tracer_set_serving(const struct om_serving_stats *stats);
+void om_tracer_set_serving(unsigned domain, const struct om_serving_stats *stats);
 
 /* Records the death of ptr if it is a live managed block, before its memory is handed
  * back. Returns 1 when it was one, 0 otherwise. */
-int om_tracer_on_free(void *ptr);
+int om_tracer_on_free(unsigned domain, void *ptr);
 
 /* Size requested for a live managed block; 0 when ptr is not one. */
-size_t om_tracer_block_size(const void *ptr);
+size_t om_tracer_block_size(unsigned domain, const void *ptr);
 
-/* One iteration ended (optmem_step()). */
+/* One iteration ended (optmem_step()): marked in every domain. */
 void om_tracer_step(void);
 
 /* Writes the report atomically to path (NULL: the configured template). 0 or -errno. */
@@ -95,8 +107,9 @@ void om_tracer_atfork_child(void);
 /* Process exit: writes the report. Later frees keep working. */
 void om_tracer_at_exit(void);
 
-/* From a signal handler: writes the report (with serving, when not NULL) only if no lock
- * it needs is held, and resolves no new symbols (dladdr is not async-signal-safe).
+/* From a signal handler: writes the report (with the host domain's serving, when not NULL;
+ * other domains keep what was last set) only if no lock it needs is held, and resolves no
+ * new symbols (dladdr is not async-signal-safe).
  * 0, -EBUSY (a lock was held: nothing written), or -errno. */
 int om_tracer_dump_in_signal(const struct om_serving_stats *serving);
 

@@ -67,9 +67,10 @@ struct om_site *om_sites_intern(struct om_sites *sites, const struct om_stack *s
 void om_stack_trim_self(struct om_stack *stack);
 /* Records which address range is "this library": the module containing addr. */
 void om_stack_set_self(const void *addr);
-/* Resolves module, offset and function of the frames of sites [from, to); takes the
- * loader's lock (dladdr), so never call it under the tracer's lock. */
-void om_sites_symbolize(struct om_sites *sites, uint32_t from, uint32_t to);
+/* Resolves module, offset and function of the frames of the sites of n tables (one scan
+ * of the loaded modules for all); takes the loader's lock (dladdr), so never call it under
+ * the tracer's lock. */
+void om_sites_symbolize(struct om_sites *const *tables, unsigned n);
 
 /* ---- period.c: iteration detection over a token stream ---- */
 
@@ -204,13 +205,20 @@ struct om_timeline {
     uint64_t max[OM_TIMELINE];
 };
 
-struct om_tracer_state {
+/* What every domain shares: the options and the start of the record. */
+struct om_tracer_config {
     size_t min_bytes;
     unsigned stack_depth, warmup;
     char report_template[4096];
     const char *mode_name;
     uint64_t t0_ns;
-    long pid;
+};
+
+#define OM_DOMAIN_NAME 16 /* bytes of a domain's name, with its terminating NUL */
+
+/* One memory domain's record: everything the report shows per domain. */
+struct om_domain {
+    char name[OM_DOMAIN_NAME];
     uint64_t fork_seq; /* requests made before this process forked from its parent */
 
     uint64_t seq, frees, events;
@@ -242,9 +250,15 @@ struct om_tracer_state {
     uint64_t marks[OM_MARKS], nmarks;
 };
 
+/* The state of an open domain, NULL for one that is not open. Readers of its counters
+ * hold the tracer's lock, or are single-threaded (the unit tests). */
+const struct om_domain *om_tracer_domain(unsigned domain);
+
 /* ---- report.c ---- */
 
-/* Writes the report of st to path (already expanded) atomically. Called under the lock. */
-int om_report_write(struct om_tracer_state *st, const char *path);
+/* Writes the report of the domains (the host first) to path (already expanded)
+ * atomically. Called under the lock. */
+int om_report_write(const struct om_tracer_config *cfg, struct om_domain *const *domains,
+                    unsigned ndomains, const char *path);
 
 #endif

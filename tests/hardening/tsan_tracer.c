@@ -1,5 +1,5 @@
 /* ThreadSanitizer test of the tracer: births, deaths, lookups, steps and dumps from several
- * threads at once, as the preload library makes them. */
+ * threads at once, in the host domain and a device domain opened while they run. */
 #include "tracer.h"
 
 #include <errno.h>
@@ -16,28 +16,36 @@
 static char report_path[64];
 
 /* Distinct call sites, so that interning runs concurrently too. */
-static __attribute__((noinline)) void record(void *p, size_t size)
+static __attribute__((noinline)) void record(unsigned domain, void *p, size_t size)
 {
     struct om_stack stack;
     struct om_alloc_info info;
     om_stack_capture(&stack, 8, 0);
-    om_tracer_on_alloc(p, size, size, 0, &stack, &info);
+    om_tracer_on_alloc(domain, p, size, size, 0, &stack, &info);
 }
 
-static __attribute__((noinline)) void record_other(void *p, size_t size)
+static __attribute__((noinline)) void record_other(unsigned domain, void *p, size_t size)
 {
-    record(p, size);
+    record(domain, p, size);
 }
 
 static void *worker(void *arg)
 {
     unsigned seed = (unsigned)(uintptr_t)arg;
+    /* Even threads record on the host, odd ones in a device domain they all open. */
+    int opened = (seed & 1) ? om_tracer_domain_open("cuda:0") : (int)OM_TRACER_HOST;
+    if (opened < 0) {
+        fprintf(stderr, "tsan_tracer: domain: %s\n", strerror(-opened));
+        exit(1);
+    }
+    unsigned domain = (unsigned)opened;
     void *live[LIVE] = {0};
     size_t sizes[LIVE] = {0};
     for (int r = 0; r < ROUNDS; r++) {
         int k = r % LIVE;
         if (live[k]) {
-            if (om_tracer_block_size(live[k]) != sizes[k] || om_tracer_on_free(live[k]) != 1) {
+            if (om_tracer_block_size(domain, live[k]) != sizes[k] ||
+                om_tracer_on_free(domain, live[k]) != 1) {
                 fprintf(stderr, "tsan_tracer: block %p lost\n", live[k]);
                 exit(1);
             }
@@ -48,15 +56,15 @@ static void *worker(void *arg)
         if (!live[k])
             exit(1);
         if (k & 1)
-            record(live[k], sizes[k]);
+            record(domain, live[k], sizes[k]);
         else
-            record_other(live[k], sizes[k]);
+            record_other(domain, live[k], sizes[k]);
         if (k == LIVE - 1)
-            (void)om_tracer_on_cycle_thread();
+            (void)om_tracer_on_cycle_thread(domain);
     }
     for (int k = 0; k < LIVE; k++) {
         if (live[k]) {
-            om_tracer_on_free(live[k]);
+            om_tracer_on_free(domain, live[k]);
             free(live[k]);
         }
     }
@@ -70,7 +78,10 @@ static void *observer(void *arg)
     for (int i = 0; i < 20; i++) {
         om_tracer_step();
         struct om_serving_stats st = {.serving_requests = (uint64_t)i, .hits = (uint64_t)i};
-        om_tracer_set_serving(&st);
+        om_tracer_set_serving(OM_TRACER_HOST, &st);
+        int device = om_tracer_domain_open("cuda:0");
+        if (device > 0)
+            om_tracer_set_serving((unsigned)device, &st);
         int rc = om_tracer_dump(report_path);
         if (rc != 0) {
             fprintf(stderr, "tsan_tracer: dump: %s\n", strerror(-rc));

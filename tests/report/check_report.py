@@ -1,7 +1,7 @@
 """Checks of `optmem report` (tests/report/CMakeLists.txt runs one subcommand per test).
 
 Usage: check_report.py --optmem CLI [--preload LIB] SUBCOMMAND [ARGS...]
-Subcommands: golden NAME FIXTURE... (with --update to rewrite the golden file), chrome, svg, html, errors, merge, symbolize PROGRAM, run PROGRAM, help."""
+Subcommands: golden NAME FIXTURE... (with --update to rewrite the golden file), chrome, svg, html, errors, merge, symbolize PROGRAM, run PROGRAM, domains PROGRAM, help."""
 import argparse
 import json
 import os
@@ -13,6 +13,8 @@ import tempfile
 import xml.etree.ElementTree as ET
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "tracer"))
+import report_schema  # noqa: E402
 FIXTURES = os.path.join(HERE, "fixtures")
 GOLDEN = os.path.join(HERE, "golden")
 LOOP = os.path.join(FIXTURES, "train_loop.json")
@@ -287,13 +289,167 @@ def run(args, rest, tmp):
     err = proc.stderr.decode()
     missing = [l for l in err.splitlines() if "no report" in l]
     expect(proc.returncode == 0 and len(missing) == 1, "missing report:\n" + err)
+    # --cuda: the device domain on unless the user chose, PyTorch's stream-ordered backend
+    # added to the user's allocator settings unless they chose a backend.
+    show = ["/bin/sh", "-c", 'echo "$OPTMEM_DEVICES|$PYTORCH_CUDA_ALLOC_CONF"']
+    for env, want in (({}, "cpu,cuda|backend:cudaMallocAsync"),
+                      ({"OPTMEM_DEVICES": "cuda",
+                        "PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"},
+                       "cuda|expandable_segments:True,backend:cudaMallocAsync"),
+                      ({"PYTORCH_CUDA_ALLOC_CONF": "backend:native"},
+                       "cpu,cuda|backend:native")):
+        full = {k: v for k, v in os.environ.items()
+                if k not in ("OPTMEM_DEVICES", "PYTORCH_CUDA_ALLOC_CONF")}
+        full.update(env)
+        proc = subprocess.run([args.optmem, "run", "-o", os.path.join(tmp, "cuda.%p.json"),
+                               "--cuda", "--"] + show, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, timeout=60, env=full)
+        got = proc.stdout.decode().strip()
+        expect(proc.returncode == 0 and got == want,
+               "optmem run --cuda with %s: %r, expected %r" % (env, got, want))
+
+
+def human(n):
+    """om_human_bytes."""
+    v, units = float(n), ["B", "KiB", "MiB", "GiB", "TiB"]
+    u = 0
+    while v >= 1024 and u + 1 < len(units):
+        v /= 1024
+        u += 1
+    return "%d B" % n if u == 0 else "%.1f %s" % (v, units[u])
+
+
+def domains(args, rest, tmp):
+    """A report with a device domain (written by tests/tracer/domains_report.c, which prints
+    the figures it recorded): valid, and every format shows the domain --domain names."""
+    path = os.path.join(tmp, "domains.json")
+    proc = subprocess.run([rest[0], path], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                          timeout=120)
+    expect(proc.returncode == 0, "domains_report: exit %d: %s" % (proc.returncode,
+                                                                 proc.stderr.decode()))
+    want = json.loads(proc.stdout.decode())
+    with open(path) as f:
+        report = json.load(f)
+    report_schema.validate(report)
+    expect(report["domains"] == ["cpu", "cuda:0"], "domains %s" % report["domains"])
+    expect(len(report["device_domains"]) == 1 and "serving" not in report,
+           "expected one device domain and no host serving")
+    sections = {"cpu": report, "cuda:0": report["device_domains"][0]}
+    expect(sections["cuda:0"]["name"] == "cuda:0", "device domain name")
+    for name, sec in sections.items():
+        w = want[name]
+        for key in ("managed_requests", "managed_frees", "live_blocks", "live_bytes",
+                    "call_sites"):
+            expect(sec["counters"][key] == w[key], "%s counters.%s: %s, expected %s" %
+                   (name, key, sec["counters"][key], w[key]))
+        for key in ("lower_bound_bytes", "peak_live_bytes"):
+            expect(sec[key] == w[key], "%s %s: %s, expected %s" % (name, key, sec[key], w[key]))
+        expect(sec["iterations"]["period_requests"] == w["period_requests"],
+               "%s period %s, expected %s" % (name, sec["iterations"]["period_requests"],
+                                              w["period_requests"]))
+        expect(sec["iterations"]["marks"]["count"] == w["marks"], "%s marks" % name)
+        prefix = "gpu_" if name == "cuda:0" else "host_"
+        funcs = {s["frames"][0]["function"] for s in sec["sites"]}
+        expect(all(f and f.startswith(prefix) for f in funcs), "%s sites %s" % (name, funcs))
+    dev, dw = sections["cuda:0"], want["cuda:0"]
+    for key, v in dw["serving"].items():
+        expect(dev["serving"][key] == v, "cuda:0 serving.%s: %s" % (key, dev["serving"][key]))
+    expect(any(r and r[6] is not None for r in dev["sample"]["lifetimes"]),
+           "no device block has an arena offset")
+
+    # Text: the device domain's own numbers, and the host's page names it.
+    text, _ = rep(args, [path, "--domain", "cuda:0", "--no-symbolize"])
+    for pattern, value in ((r"managed requests\s+(\d+) in", dw["managed_requests"]),
+                           (r"peak live .*\((\d+) bytes held", dw["peak_live_bytes"]),
+                           (r"lower bound .*\((\d+) bytes live", dw["lower_bound_bytes"]),
+                           (r"period (\d+) requests", dw["period_requests"]),
+                           (r"served from plan\s+(\d+) of", dw["serving"]["served_from_plan"])):
+        m = re.search(pattern, text)
+        expect(m and int(m.group(1)) == value, "--domain cuda:0 text: %r is not %s in\n%s" %
+               (pattern, value, text))
+    expect(text.splitlines()[1] == "memory domain cuda:0", "the text does not say the domain")
+    expect("host_" not in text and "gpu_act" in text, "the text shows the wrong call sites")
+    text, _ = rep(args, [path, "--no-symbolize"])
+    m = re.search(r"^  device domain\s+cuda:0: (\d+) managed requests, lower bound (.+), "
+                  r"peak live (.+); --domain cuda:0 shows it$", text, re.M)
+    expect(m and int(m.group(1)) == dw["managed_requests"] and
+           m.group(2) == human(dw["lower_bound_bytes"]) and
+           m.group(3) == human(dw["peak_live_bytes"]),
+           "the host's summary lacks the device domain line:\n" + text)
+    m = re.search(r"managed requests\s+(\d+) in", text)
+    expect(m and int(m.group(1)) == want["cpu"]["managed_requests"], "host text:\n" + text)
+    expect("memory domain" not in text and "gpu_act" not in text, "host text shows the device")
+    plain, _ = rep(args, [path, "--domain", "cpu", "--no-symbolize"])
+    expect(plain == text, "--domain cpu differs from the default")
+
+    # Every other format works on the domain's sections.
+    records = [r for r in dev["sample"]["lifetimes"] if r]
+    out = os.path.join(tmp, "trace.json")
+    rep(args, [path, "--domain", "cuda:0", "--format", "chrome", "-o", out])
+    with open(out) as f:
+        events = json.load(f)["traceEvents"]
+    counters = [e for e in events if e["ph"] == "C"]
+    expect(len(counters) == len(records) and
+           all("cuda:0" in e["args"] and "cpu" not in e["args"] for e in counters),
+           "chrome: %d counters of the cuda:0 series for %d records" %
+           (len(counters), len(records)))
+    names = {e["name"] for e in events if e["ph"] == "b"}
+    expect(names and all(n.startswith("gpu_") for n in names), "chrome slices %s" % names)
+    expect(any(e["ph"] == "M" and e["name"] == "process_name" and "cuda:0" in e["args"]["name"]
+               for e in events), "chrome: the process name lacks the domain")
+    folded, _ = rep(args, [path, "--domain", "cuda:0", "--format", "folded", "--no-symbolize"])
+    lines = folded.splitlines()
+    expect(lines and all(l.rsplit(";", 1)[-1].startswith("gpu_") for l in lines),
+           "folded:\n" + folded)
+    expect(sum(int(l.rsplit(" ", 1)[1]) for l in lines) == dw["lower_bound_bytes"],
+           "folded weights do not add up to the device lower bound")
+    root = svg_tree(args, [path, "--domain", "cuda:0"], tmp)
+    rects = root.find(".//%sg[@class='blocks']" % SVG_NS).findall(SVG_NS + "rect")
+    placed = [r for r in records if r[6] is not None]
+    expect(len(rects) == len(placed), "svg: %d rects for %d placed blocks" %
+           (len(rects), len(placed)))
+    expect("cuda:0" in root.find(SVG_NS + "title").text, "svg title lacks the domain")
+    summary = json.loads(rep(args, [path, "--domain", "cuda:0", "--format", "json"])[0])
+    p = summary["processes"][0]
+    expect(summary["domain"] == "cuda:0" and p["managed_requests"] == dw["managed_requests"] and
+           p["lower_bound_bytes"] == dw["lower_bound_bytes"] and p["device_domains"] == [],
+           "json --domain cuda:0: %s" % p)
+    summary = json.loads(rep(args, [path, "--format", "json"])[0])
+    expect(summary["domain"] == "cpu" and summary["processes"][0]["device_domains"] ==
+           [{"name": "cuda:0", "managed_requests": dw["managed_requests"],
+             "lower_bound_bytes": dw["lower_bound_bytes"],
+             "peak_live_bytes": dw["peak_live_bytes"]}], "json: %s" % summary["processes"][0])
+    page, _ = rep(args, [path, "--domain", "cuda:0", "--format", "html"])
+    expect("Memory domain <b>cuda:0</b>" in page and "gpu_act" in page and "host_act" not in page,
+           "html --domain cuda:0 does not show the domain")
+    page, _ = rep(args, [path, "--format", "html"])
+    expect("<h2>Device domains</h2>" in page and "<td>cuda:0</td>" in page,
+           "the host's html page lacks the device domains")
+
+    # A domain the report lacks: one line, status 1, for the new report and an old one.
+    for report_path, have in ((path, "cpu, cuda:0"), (LOOP, "cpu")):
+        for fmt in ("text", "chrome", "svg"):
+            out, err = rep(args, [report_path, "--domain", "cuda:7", "--format", fmt], status=1)
+            expect(out == "" and err == "optmem report: %s: no memory domain 'cuda:7' in this "
+                   "report (it has %s)\n" % (report_path, have), "unknown domain: %r" % err)
+    # A damaged device section fails when it is shown, and only then.
+    del report["device_domains"][0]["sites"]
+    broken = os.path.join(tmp, "broken.json")
+    with open(broken, "w") as f:
+        json.dump(report, f)
+    _, err = rep(args, [broken, "--domain", "cuda:0"], status=1)
+    expect(re.fullmatch(r"optmem report: \S+: not a valid optmem report: sites is missing "
+                        r"\(domain cuda:0\)\n",
+                        err), "damaged device domain: %r" % err)
+    rep(args, [broken])
 
 
 def help_(args, rest, tmp):
     out, _ = cli(args, ["--help"])
     expect(re.search(r"^\s+report\s", out, re.M), "optmem --help lacks report:\n" + out)
     out, _ = cli(args, ["report", "--help"])
-    for needle in ("--format", "chrome", "folded", "svg", "html", "--top", "Exit status"):
+    for needle in ("--format", "chrome", "folded", "svg", "html", "--top", "--domain",
+                   "Exit status"):
         expect(needle in out, "optmem report --help lacks %r" % needle)
 
 
@@ -307,7 +463,7 @@ def main():
     args = ap.parse_args()
     commands = {"golden": golden, "chrome": chrome, "svg": svg,
                 "html": html, "errors": errors, "merge": merge, "symbolize": symbolize,
-                "run": run, "help": help_}
+                "run": run, "domains": domains, "help": help_}
     tmp = tempfile.mkdtemp(prefix="optmem-report-test.")
     try:
         commands[args.command](args, args.rest, tmp)

@@ -65,42 +65,19 @@ def _lifetime(v, path):
 SERVING_KEYS = ("serving_requests", "hits", "misses", "served_from_plan", "fallbacks",
                 "guard_rejections", "plans", "replans", "plan_slots", "plan_peak_bytes",
                 "plan_lower_bound_bytes", "arena_top_bytes", "released_bytes",
-                "verify_violations", "invalid_frees", "saved_plan")
+                "verify_violations", "invalid_frees", "saved_plan", "retired_blocks")
 
 
-def validate(r):
-    """Raise SchemaError unless r (parsed JSON) is a valid version-1 report."""
-    top = ("schema", "version", "process", "configuration", "domains", "duration_ns",
-           "counters", "lower_bound_bytes", "peak_live_bytes", "peak", "iterations",
-           "categories", "sites", "sample", "timeline")
-    _obj(r, "$", top + (("serving",) if "serving" in r else ()))
+DOMAIN_KEYS = ("counters", "lower_bound_bytes", "peak_live_bytes", "peak", "iterations",
+               "categories", "sites", "sample", "timeline")
+
+
+def _domain(r, c, forked):
+    """The sections of one memory domain: the host's at the top level, or a device's."""
     if "serving" in r:  # plan mode only
         _obj(r["serving"], "serving", SERVING_KEYS)
         for k in SERVING_KEYS:
             _uint(r["serving"][k], "serving." + k)
-    if r["schema"] != "optmem-report" or r["version"] != 1:
-        _fail("$", "not an optmem-report version 1")
-    p = r["process"]
-    _obj(p, "process", ("pid", "ppid", "rank", "exe", "argv", "forked_at_request"))
-    _uint(p["pid"], "process.pid")
-    _uint(p["ppid"], "process.ppid")
-    _uint(p["rank"], "process.rank")
-    _str(p["exe"], "process.exe", nullable=True)
-    for i, a in enumerate(_list(p["argv"], "process.argv")):
-        _str(a, "process.argv[%d]" % i)
-    _uint(p["forked_at_request"], "process.forked_at_request", nullable=True)
-    c = r["configuration"]
-    _obj(c, "configuration", ("mode", "min_bytes", "stack_depth", "warmup", "sample_capacity"))
-    if c["mode"] not in ("off", "trace", "plan"):
-        _fail("configuration.mode", "unknown mode")
-    _uint(c["min_bytes"], "configuration.min_bytes")
-    _uint(c["stack_depth"], "configuration.stack_depth")
-    if c["warmup"] != "auto":
-        _uint(c["warmup"], "configuration.warmup")
-    _uint(c["sample_capacity"], "configuration.sample_capacity")
-    if r["domains"] != ["cpu"]:
-        _fail("domains", "expected [\"cpu\"]")
-    _uint(r["duration_ns"], "duration_ns")
     k = r["counters"]
     _obj(k, "counters", ("managed_requests", "managed_frees", "live_blocks", "live_bytes",
                          "call_sites"))
@@ -250,5 +227,53 @@ def validate(r):
         _uint(v, "timeline.max_live_bytes[%d]" % i)
     # A forked child's lower bound starts with what it inherited, before any point.
     if pts and (max(pts) > r["lower_bound_bytes"] or
-                (p["forked_at_request"] is None and max(pts) != r["lower_bound_bytes"])):
+                (not forked and max(pts) != r["lower_bound_bytes"])):
         _fail("timeline", "its maximum disagrees with lower_bound_bytes")
+
+
+def validate(r):
+    """Raise SchemaError unless r (parsed JSON) is a valid version-1 report."""
+    top = ("schema", "version", "process", "configuration", "domains", "duration_ns",
+           "device_domains") + DOMAIN_KEYS
+    _obj(r, "$", top + (("serving",) if "serving" in r else ()))
+    if r["schema"] != "optmem-report" or r["version"] != 1:
+        _fail("$", "not an optmem-report version 1")
+    p = r["process"]
+    _obj(p, "process", ("pid", "ppid", "rank", "exe", "argv", "forked_at_request"))
+    _uint(p["pid"], "process.pid")
+    _uint(p["ppid"], "process.ppid")
+    _uint(p["rank"], "process.rank")
+    _str(p["exe"], "process.exe", nullable=True)
+    for i, a in enumerate(_list(p["argv"], "process.argv")):
+        _str(a, "process.argv[%d]" % i)
+    _uint(p["forked_at_request"], "process.forked_at_request", nullable=True)
+    forked = p["forked_at_request"] is not None
+    c = r["configuration"]
+    _obj(c, "configuration", ("mode", "min_bytes", "stack_depth", "warmup", "sample_capacity"))
+    if c["mode"] not in ("off", "trace", "plan"):
+        _fail("configuration.mode", "unknown mode")
+    _uint(c["min_bytes"], "configuration.min_bytes")
+    _uint(c["stack_depth"], "configuration.stack_depth")
+    if c["warmup"] != "auto":
+        _uint(c["warmup"], "configuration.warmup")
+    _uint(c["sample_capacity"], "configuration.sample_capacity")
+    _uint(r["duration_ns"], "duration_ns")
+    _domain(r, c, forked)
+
+    devices = _list(r["device_domains"], "device_domains")
+    names = ["cpu"]
+    for i, d in enumerate(devices):
+        path = "device_domains[%d]" % i
+        _obj(d, path, ("name",) + DOMAIN_KEYS + (("serving",) if "serving" in d else ()))
+        _str(d["name"], path + ".name")
+        if not 1 <= len(d["name"]) <= 15 or not all("!" <= ch <= "~" for ch in d["name"]):
+            _fail(path + ".name", "expected 1 to 15 printable ASCII characters, no spaces")
+        names.append(d["name"])
+        try:
+            _domain(d, c, forked)
+        except SchemaError as e:
+            raise SchemaError("%s.%s" % (path, e))
+    if len(set(names)) != len(names):
+        _fail("device_domains", "a name appears twice (or is \"cpu\")")
+    if r["domains"] != names:
+        _fail("domains", "expected %r: \"cpu\", then the device domains in order" % names)

@@ -19,7 +19,7 @@ static unsigned char model[MODEL_BYTES]; /* 1: taken */
 static int setup(void **state)
 {
     memset(model, 0, sizeof model);
-    return om_arena_init(&arena, (size_t)1 << 30);
+    return om_arena_init(&arena, &om_host_backend, (size_t)1 << 30);
 }
 
 static int model_free(size_t off, size_t len)
@@ -109,12 +109,83 @@ static void test_release_tail(void **state)
     assert_int_equal(arena.base[4096 + 5 * mib], 0);
 }
 
+/* A backend like a device's: 2 MiB chunks mapped before use and unmapped when wholly
+ * free, over host memory so that the test can see what is mapped. */
+#define CHUNK ((size_t)2 << 20)
+#define CHUNKS 64
+static int chunk_mapped[CHUNKS];
+static uintptr_t chunk_base;
+static int fail_map;
+
+static int chunk_reserve(void *ctx, size_t *len, uintptr_t *base)
+{
+    if (*len > CHUNKS * CHUNK)
+        *len = CHUNKS * CHUNK; /* may give less than asked, as one fixed device block does */
+    return om_host_backend.reserve(ctx, len, base) == 0 ? (chunk_base = *base, 0) : -ENOMEM;
+}
+
+static int chunk_map(void *ctx, uintptr_t addr, size_t len)
+{
+    assert_int_equal((addr - chunk_base) % CHUNK, 0);
+    assert_int_equal(len % CHUNK, 0);
+    if (fail_map)
+        return -ENOMEM;
+    for (size_t c = (addr - chunk_base) / CHUNK; c < (addr - chunk_base + len) / CHUNK; c++)
+        chunk_mapped[c] = 1;
+    return 0;
+}
+
+static int chunk_release(void *ctx, uintptr_t addr, size_t len)
+{
+    assert_int_equal((addr - chunk_base) % CHUNK, 0);
+    assert_int_equal(len % CHUNK, 0);
+    for (size_t c = (addr - chunk_base) / CHUNK; c < (addr - chunk_base + len) / CHUNK; c++)
+        chunk_mapped[c] = 0;
+    return 0;
+}
+
+static const struct om_backend chunk_backend = {
+    .name = "chunks",
+    .page = CHUNK,
+    .reserve = chunk_reserve,
+    .map = chunk_map,
+    .release = chunk_release,
+};
+
+static void test_backend_maps_before_use_and_releases_whole_chunks(void **state)
+{
+    struct om_arena a;
+    memset(chunk_mapped, 0, sizeof chunk_mapped);
+    fail_map = 0;
+    assert_int_equal(om_arena_init(&a, &chunk_backend, (size_t)1 << 40), 0);
+    assert_int_equal(a.reserved, CHUNKS * CHUNK);
+    /* A block straddling chunks 0 and 1 maps both; one in chunk 3 maps only it. */
+    assert_int_equal(om_arena_take(&a, CHUNK - 4096, 8192), 0);
+    assert_int_equal(om_arena_take(&a, 3 * CHUNK + 100, 1000), 0);
+    assert_true(chunk_mapped[0] && chunk_mapped[1] && !chunk_mapped[2] && chunk_mapped[3]);
+    /* A failing map leaves the arena unchanged. */
+    fail_map = 1;
+    assert_int_equal(om_arena_take(&a, 10 * CHUNK, 4096), -ENOMEM);
+    assert_int_equal(om_arena_is_free(&a, 10 * CHUNK, 4096), 1);
+    fail_map = 0;
+    /* Freeing the first block releases chunks 0 and 1 (wholly free now), not chunk 3,
+     * which another block still uses. */
+    assert_int_equal(om_arena_give(&a, CHUNK - 4096, 8192), 0);
+    om_arena_release_range(&a, CHUNK - 4096, 8192);
+    assert_true(!chunk_mapped[0] && !chunk_mapped[1] && chunk_mapped[3]);
+    /* Beyond the reservation the backend gave, nothing is handed out. */
+    size_t off;
+    assert_int_equal(om_arena_best_fit(&a, CHUNKS * CHUNK, 1, 0, &off), -ENOMEM);
+    assert_int_equal(om_arena_check(&a), 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup(test_take_and_give_match_model, setup),
         cmocka_unit_test_setup(test_best_fit_prefers_smallest_hole, setup),
         cmocka_unit_test_setup(test_release_tail, setup),
+        cmocka_unit_test(test_backend_maps_before_use_and_releases_whole_chunks),
     };
     return cmocka_run_group_tests_name("arena", tests, NULL, NULL);
 }

@@ -1,0 +1,343 @@
+/* Unit tests of the tracer's memory domains: opening, separate records interleaved, marks,
+ * fork, serving and the report's domain sections. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <cmocka.h>
+
+#include "tracer_internal.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+static int init_tracer(unsigned warmup)
+{
+    struct om_tracer_options opt = {.min_bytes = 4096,
+                                    .stack_depth = 4,
+                                    .warmup = warmup,
+                                    .report_template = "",
+                                    .mode_name = "trace"};
+    return om_tracer_init(&opt);
+}
+
+static struct om_stack stack_of(unsigned site)
+{
+    struct om_stack s = {2, {(void *)(uintptr_t)(0x10000 + 16 * site), (void *)0x4242}};
+    return s;
+}
+
+static uint64_t rnd_state = 0x2545f4914f6cdd1dull;
+static uint64_t rnd(void)
+{
+    rnd_state ^= rnd_state << 13;
+    rnd_state ^= rnd_state >> 7;
+    rnd_state ^= rnd_state << 17;
+    return rnd_state;
+}
+
+/* ---- opening ---- */
+
+static void test_open_idempotent_and_bounded(void **state)
+{
+    assert_int_equal(om_tracer_domain_open("cuda:0"), -ENOTSUP); /* before init */
+    assert_int_equal(init_tracer(0), 0);
+    assert_int_equal(om_tracer_domain_open("cpu"), OM_TRACER_HOST);
+    assert_int_equal(om_tracer_domain_open("cuda:0"), 1);
+    assert_int_equal(om_tracer_domain_open("cuda:0"), 1);
+    assert_string_equal(om_tracer_domain(1)->name, "cuda:0");
+    assert_int_equal(om_tracer_domain_open("0123456789abcdef"), -EINVAL); /* 16 characters */
+    assert_int_equal(om_tracer_domain_open(""), -EINVAL);
+    assert_int_equal(om_tracer_domain_open(NULL), -EINVAL);
+    assert_int_equal(om_tracer_domain_open("cuda 1"), -EINVAL);
+    assert_int_equal(om_tracer_domain_open("cuda\n1"), -EINVAL);
+    assert_int_equal(om_tracer_domain_open("0123456789abcde"), 2); /* 15: the longest */
+    char name[16];
+    for (unsigned i = 3; i < OM_TRACER_DOMAINS; i++) {
+        snprintf(name, sizeof name, "cuda:%u", i);
+        assert_int_equal(om_tracer_domain_open(name), (int)i);
+    }
+    /* All 17 are open: a new name has no room, an open one is still found. */
+    assert_int_equal(om_tracer_domain_open("cuda:99"), -ENOSPC);
+    assert_int_equal(om_tracer_domain_open("cuda:16"), 16);
+    assert_int_equal(om_tracer_domain_open("cuda:0"), 1);
+    assert_int_equal(om_tracer_domain_open("cpu"), 0);
+    for (unsigned i = 0; i < OM_TRACER_DOMAINS; i++)
+        assert_non_null(om_tracer_domain(i));
+    assert_null(om_tracer_domain(OM_TRACER_DOMAINS));
+}
+
+/* Indices of domains that are not open are ignored, whatever the caller passes. */
+static void test_closed_domain_ignored(void **state)
+{
+    assert_int_equal(init_tracer(0), 0);
+    struct om_stack s = stack_of(1);
+    struct om_alloc_info info = {.seq = 99};
+    char block[16];
+    for (unsigned d = 1; d <= OM_TRACER_DOMAINS; d += OM_TRACER_DOMAINS - 1) {
+        om_tracer_on_alloc(d, block, 8192, 8192, 0, &s, &info);
+        assert_int_equal(info.seq, 0);
+        assert_int_equal(om_tracer_block_size(d, block), 0);
+        assert_int_equal(om_tracer_on_free(d, block), 0);
+        assert_false(om_tracer_on_cycle_thread(d));
+        om_tracer_set_arena(d, block, sizeof block);
+    }
+    assert_int_equal(om_tracer_domain(OM_TRACER_HOST)->seq, 0);
+    assert_null(om_tracer_domain(1));
+}
+
+/* ---- two domains recorded interleaved ---- */
+
+/* A model of one domain's iteration: NSITES requests, freed in order after `hold`. */
+struct stream {
+    unsigned domain, nsites, site_base;
+    size_t sizes[8];
+    size_t slack; /* usable minus size */
+    uintptr_t base;
+    unsigned pos; /* requests made */
+    /* The model. */
+    uint64_t live, lower_bound, live_usable, peak_usable, frees;
+    uintptr_t held[8];
+    size_t held_size[8];
+};
+
+/* One step of a stream: frees the block of the same slot one iteration ago, then
+ * allocates. Each iteration thus holds nsites blocks at most, a period of nsites. */
+static void stream_step(struct stream *s, uint64_t *period)
+{
+    unsigned k = s->pos % s->nsites;
+    if (s->held[k]) {
+        assert_int_equal(om_tracer_block_size(s->domain, (void *)s->held[k]), s->held_size[k]);
+        assert_int_equal(om_tracer_on_free(s->domain, (void *)s->held[k]), 1);
+        s->live -= s->held_size[k];
+        s->live_usable -= s->held_size[k] + s->slack;
+        s->frees++;
+    }
+    uintptr_t p = s->base + 0x100000 * (uintptr_t)(s->pos % (2 * s->nsites));
+    struct om_stack st = stack_of(s->site_base + k);
+    struct om_alloc_info info;
+    om_tracer_on_alloc(s->domain, (void *)p, s->sizes[k], s->sizes[k] + s->slack, 0, &st, &info);
+    assert_int_equal(info.seq, s->pos);
+    if (info.period)
+        *period = info.period;
+    s->held[k] = p;
+    s->held_size[k] = s->sizes[k];
+    s->live += s->sizes[k];
+    s->live_usable += s->sizes[k] + s->slack;
+    if (s->live > s->lower_bound)
+        s->lower_bound = s->live;
+    if (s->live_usable > s->peak_usable)
+        s->peak_usable = s->live_usable;
+    s->pos++;
+}
+
+static void test_two_domains_interleaved(void **state)
+{
+    assert_int_equal(init_tracer(0), 0);
+    int dev = om_tracer_domain_open("cuda:0");
+    assert_int_equal(dev, 1);
+    /* The same addresses in both domains: a device pointer may equal a host one. */
+    struct stream host = {.domain = OM_TRACER_HOST,
+                          .nsites = 7,
+                          .site_base = 0,
+                          .sizes = {4096, 8192, 12288, 4096, 65536, 20480, 8192},
+                          .slack = 16,
+                          .base = 0x7f0000000000};
+    struct stream gpu = {.domain = (unsigned)dev,
+                         .nsites = 5,
+                         .site_base = 3, /* sites 3..7: stacks the host uses too */
+                         .sizes = {1 << 20, 2 << 20, 1 << 20, 512 << 10, 3 << 20},
+                         .slack = 512,
+                         .base = 0x7f0000000000};
+    uint64_t host_period = 0, gpu_period = 0;
+    /* Random interleaving: the merged stream has no period, each domain's has. */
+    while (host.pos < 7 * 40 || gpu.pos < 5 * 40) {
+        if (gpu.pos >= 5 * 40 || (host.pos < 7 * 40 && rnd() % 2))
+            stream_step(&host, &host_period);
+        else
+            stream_step(&gpu, &gpu_period);
+    }
+    assert_int_equal(host_period, 7);
+    assert_int_equal(gpu_period, 5);
+    const struct om_domain *h = om_tracer_domain(OM_TRACER_HOST), *g = om_tracer_domain(1);
+    const struct stream *want[2] = {&host, &gpu};
+    const struct om_domain *got[2] = {h, g};
+    for (int i = 0; i < 2; i++) {
+        assert_int_equal(got[i]->seq, want[i]->pos);
+        assert_int_equal(got[i]->frees, want[i]->frees);
+        assert_int_equal(got[i]->live_bytes, want[i]->live);
+        assert_int_equal(got[i]->live_blocks, want[i]->nsites);
+        assert_int_equal(got[i]->lower_bound, want[i]->lower_bound);
+        assert_int_equal(got[i]->peak_usable, want[i]->peak_usable);
+        assert_int_equal(got[i]->sites.count, want[i]->nsites);
+        assert_true(got[i]->have_steady);
+        assert_int_equal(got[i]->best_period, want[i]->nsites);
+        assert_true(got[i]->nstarts >= 30);
+        for (uint32_t k = 0; k < got[i]->sites.count; k++)
+            assert_int_equal(got[i]->sites.by_id[k]->count, want[i]->pos / want[i]->nsites);
+    }
+    /* Shared stacks are separate sites in each domain, numbered from 0 in each. */
+    assert_ptr_equal(g->sites.by_id[0]->frames[0], h->sites.by_id[3]->frames[0]);
+    assert_int_equal(g->sites.by_id[0]->total_bytes, (gpu.pos / 5) * gpu.sizes[0]);
+    /* A pointer live in one domain is not a block of the other. */
+    uintptr_t only_gpu = 0;
+    for (unsigned k = 0; k < 5; k++) {
+        int in_host = 0;
+        for (unsigned j = 0; j < 7; j++)
+            in_host |= host.held[j] == gpu.held[k];
+        if (!in_host)
+            only_gpu = gpu.held[k];
+    }
+    assert_true(only_gpu != 0);
+    /* Blocks at the same address in both domains keep their own sizes. */
+    assert_int_equal(host.held[0], gpu.held[2]);
+    assert_int_equal(om_tracer_block_size(OM_TRACER_HOST, (void *)host.held[0]), host.held_size[0]);
+    assert_int_equal(om_tracer_block_size((unsigned)dev, (void *)gpu.held[2]), gpu.held_size[2]);
+    assert_int_equal(om_tracer_block_size(OM_TRACER_HOST, (void *)only_gpu), 0);
+    assert_int_equal(om_tracer_on_free(OM_TRACER_HOST, (void *)only_gpu), 0);
+    assert_int_equal(g->live_blocks, 5);
+    assert_true(om_tracer_on_cycle_thread(OM_TRACER_HOST));
+    assert_true(om_tracer_on_cycle_thread((unsigned)dev));
+}
+
+/* optmem_step() marks an iteration in every open domain; each fixes its own period. */
+static void test_step_marks_every_domain(void **state)
+{
+    assert_int_equal(init_tracer(2), 0);
+    int dev = om_tracer_domain_open("cuda:0");
+    assert_true(dev > 0);
+    char a[4], b[4];
+    struct om_stack s = stack_of(0);
+    struct om_alloc_info info;
+    for (int it = 0; it < 3; it++) {
+        for (int k = 0; k < 3; k++) {
+            om_tracer_on_alloc(OM_TRACER_HOST, a + k, 4096, 4096, 0, &s, &info);
+            om_tracer_on_free(OM_TRACER_HOST, a + k);
+        }
+        om_tracer_on_alloc((unsigned)dev, b, 1 << 20, 1 << 20, 0, &s, &info);
+        assert_int_equal(info.seq, 2 * (uint64_t)it);
+        assert_int_equal(info.iteration_start, it == 2);
+        assert_int_equal(info.period, it == 2 ? 2 : 0);
+        om_tracer_on_alloc((unsigned)dev, b + 1, 1 << 20, 1 << 20, 0, &s, NULL);
+        om_tracer_on_free((unsigned)dev, b);
+        om_tracer_on_free((unsigned)dev, b + 1);
+        if (it < 2)
+            om_tracer_step();
+    }
+    const struct om_domain *h = om_tracer_domain(OM_TRACER_HOST), *g = om_tracer_domain(1);
+    assert_int_equal(h->nmarks, 2);
+    assert_int_equal(g->nmarks, 2);
+    assert_int_equal(h->period_fixed, 3);
+    assert_int_equal(g->period_fixed, 2);
+    assert_int_equal(h->first_steady_seq, 6);
+    assert_int_equal(g->first_steady_seq, 4);
+    assert_true(h->have_steady && g->have_steady);
+    assert_int_equal(g->acct.last_start, 2);
+    assert_int_equal(g->acct.last_end, 4);
+    assert_int_equal(g->acct.last_peak, 2 << 20);
+    assert_int_equal(h->acct.last_peak, 4096);
+    assert_true(om_tracer_on_cycle_thread((unsigned)dev)); /* marked: every thread */
+}
+
+/* A forked child starts its own record in every domain and keeps the blocks it inherited. */
+static void test_fork_child_restarts_every_domain(void **state)
+{
+    assert_int_equal(init_tracer(0), 0);
+    int dev = om_tracer_domain_open("cuda:0");
+    char a[2], b[2];
+    struct om_stack s = stack_of(0);
+    om_tracer_on_alloc(OM_TRACER_HOST, a, 4096, 4096, 0, &s, NULL);
+    om_tracer_on_alloc(OM_TRACER_HOST, a + 1, 4096, 4096, 0, &s, NULL);
+    om_tracer_on_free(OM_TRACER_HOST, a + 1);
+    om_tracer_on_alloc((unsigned)dev, b, 1 << 20, 1 << 20, 0, &s, NULL);
+    om_tracer_atfork_prepare();
+    om_tracer_atfork_child();
+    const struct om_domain *h = om_tracer_domain(OM_TRACER_HOST), *g = om_tracer_domain(1);
+    assert_int_equal(h->fork_seq, 2);
+    assert_int_equal(g->fork_seq, 1);
+    assert_int_equal(h->frees, 0);
+    assert_int_equal(h->lower_bound, 4096);
+    assert_int_equal(g->lower_bound, 1 << 20);
+    assert_int_equal(g->sites.by_id[0]->count, 0);
+    assert_int_equal(om_tracer_block_size((unsigned)dev, b), 1 << 20);
+    assert_int_equal(om_tracer_on_free((unsigned)dev, b), 1);
+    assert_int_equal(g->frees, 1);
+    assert_int_equal(om_tracer_domain_open("cuda:0"), dev); /* the locks work again */
+}
+
+/* ---- the report ---- */
+
+static char *read_all(const char *path)
+{
+    FILE *f = fopen(path, "r");
+    assert_non_null(f);
+    static char buf[1 << 20];
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    return buf;
+}
+
+static void test_report_sections(void **state)
+{
+    assert_int_equal(init_tracer(0), 0);
+    char path[] = "/tmp/optmem-domains-XXXXXX";
+    int fd = mkstemp(path);
+    assert_true(fd >= 0);
+    close(fd);
+    char a[1];
+    struct om_stack s = stack_of(0);
+    om_tracer_on_alloc(OM_TRACER_HOST, a, 5000, 5008, 0, &s, NULL);
+    assert_int_equal(om_tracer_dump(path), 0);
+    char *r = read_all(path);
+    assert_non_null(strstr(r, "\"domains\":[\"cpu\"],"));
+    assert_non_null(strstr(r, "\"device_domains\":[]}"));
+
+    int dev = om_tracer_domain_open("cuda:0");
+    om_tracer_on_alloc((unsigned)dev, a, 3 << 20, 3 << 20, 0, &s, NULL);
+    struct om_serving_stats gpu = {.serving_requests = 77, .retired_blocks = 5};
+    om_tracer_set_serving((unsigned)dev, &gpu);
+    assert_int_equal(om_tracer_dump(path), 0);
+    r = read_all(path);
+    assert_non_null(strstr(r, "\"domains\":[\"cpu\",\"cuda:0\"],"));
+    assert_non_null(strstr(r, "\"device_domains\":[{\"name\":\"cuda:0\",\"counters\":{"
+                              "\"managed_requests\":1,"));
+    assert_non_null(strstr(r, "\"lower_bound_bytes\":3145728,"));
+    /* The host's section has no serving (none was set); the device's has its own. */
+    char *dd = strstr(r, "\"device_domains\"");
+    char *serving = strstr(r, "\"serving\":{\"serving_requests\":77,");
+    assert_non_null(serving);
+    assert_true(serving > dd);
+    assert_non_null(strstr(serving, "\"retired_blocks\":5}"));
+
+    /* From a signal handler, serving is the host's; the device keeps what was set. */
+    struct om_tracer_options opt = {.min_bytes = 4096, .stack_depth = 4, .mode_name = "plan"};
+    opt.report_template = path;
+    assert_int_equal(om_tracer_init(&opt), 0);
+    dev = om_tracer_domain_open("cuda:0");
+    om_tracer_set_serving((unsigned)dev, &gpu);
+    struct om_serving_stats host = {.serving_requests = 11};
+    assert_int_equal(om_tracer_dump_in_signal(&host), 0);
+    r = read_all(path);
+    serving = strstr(r, "\"serving\":{\"serving_requests\":11,");
+    assert_non_null(serving);
+    assert_true(serving < strstr(r, "\"device_domains\""));
+    assert_non_null(strstr(r, "\"serving\":{\"serving_requests\":77,"));
+    unlink(path);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_open_idempotent_and_bounded),
+        cmocka_unit_test(test_closed_domain_ignored),
+        cmocka_unit_test(test_two_domains_interleaved),
+        cmocka_unit_test(test_step_marks_every_domain),
+        cmocka_unit_test(test_fork_child_restarts_every_domain),
+        cmocka_unit_test(test_report_sections),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
