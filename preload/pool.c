@@ -561,12 +561,12 @@ void om_pool_free(struct om_pool *pool, void *p, uintptr_t stream)
         goto out;
     }
     om_arena_give(&pool->arena, gone.off, gone.len);
-    if (pool->phase == SERVE) {
-        if (gone.len >= RELEASE_BLOCK_MIN && !(gone.flags & OM_BLOCK_PLANNED))
-            pool->stats.released_bytes += om_arena_release_range(&pool->arena, gone.off, gone.len);
-    } else if (pool->host) {
+    /* A planned block's pages serve its slot again (a saved plan's prologue's too). */
+    int planned = gone.flags & OM_BLOCK_PLANNED;
+    if (!planned && pool->phase == SERVE && gone.len >= RELEASE_BLOCK_MIN)
+        pool->stats.released_bytes += om_arena_release_range(&pool->arena, gone.off, gone.len);
+    else if (!planned && pool->phase != SERVE && pool->host)
         release_before_plan(pool, gone.off, gone.len);
-    }
     if (pool->redzone && om_arena_check(&pool->arena) != 0) {
         pool->stats.verify_violations++;
         om_warn("verify: the arena's free extents are inconsistent");

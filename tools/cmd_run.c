@@ -146,7 +146,6 @@ static void print_summary(const char *report)
     om_report_free(&r);
 }
 
-
 /* --cuda: the device domain on (unless OPTMEM_DEVICES says otherwise), and PyTorch's
  * stream-ordered backend, keeping the rest of the user's allocator settings. A backend the
  * user chose is left as it is. 0 or -1 with errno. */
@@ -160,8 +159,7 @@ static int set_cuda_env(void)
     if (strstr(conf, "backend:"))
         return 0;
     char merged[4096];
-    if (snprintf(merged, sizeof merged, "%s,backend:cudaMallocAsync", conf) >=
-        (int)sizeof merged) {
+    if (snprintf(merged, sizeof merged, "%s,backend:cudaMallocAsync", conf) >= (int)sizeof merged) {
         errno = ENAMETOOLONG;
         return -1;
     }
