@@ -27,7 +27,7 @@
 #define RESIDENT_FREE_SHARE 32
 #define FREED_RANGES 4096
 /* The search stops as soon as a plan meets its lower bound; the budget bounds the one-off
- * pause of a plan that cannot (the transformer's 1883-slot iteration needs about 30 ms to
+ * pause of a plan that cannot (the transformer's 1883-slot iteration needs 30 to 50 ms to
  * reach its bound, and stopped at 1.09 of it with the replanner's 20 ms default). */
 #define PLAN_BUDGET_MS 200
 #define NO_DEATH UINT64_MAX

@@ -1,4 +1,5 @@
-/* Branch and bound on canonical plans (after MiniMalloc, Moffitt, ASPLOS 2023). */
+/* Branch and bound on canonical plans (after MiniMalloc, Moffitt, ASPLOS 2023): one decision run.
+ */
 #include "rp_internal.h"
 
 #include <errno.h>
@@ -18,14 +19,8 @@
  *   the subtree after it fails, its siblings fail too.
  * - decomposition: once no unplaced block spans a section boundary, the two sides are
  *   independent problems, each searched on its own (and a failure of one is final).
- * Restarts over rankings (see rp_bnb) rather than one long search.
+ * The restarts over rankings and capacities are in rp_restart.c.
  */
-
-enum { FOUND = 0, NOTFOUND = 1, ABORTED = 2 };
-
-/* Nodes of the shortest restart, and how far a randomized ranking strays from its base. */
-#define RESTART_NODES 4096
-#define RESTART_NOISE 0.3
 
 typedef struct trail {
     uint32_t *idx;
@@ -33,7 +28,13 @@ typedef struct trail {
     size_t len, cap;
 } trail;
 
-typedef struct bnb {
+/* A stack of indices that may move when it grows: its users address it by position. */
+typedef struct ustack {
+    uint32_t *v;
+    size_t top, cap;
+} ustack;
+
+struct rp_search {
     const rp_inst *in;
     rp_mem *m;
     rp_best *best;
@@ -45,26 +46,24 @@ typedef struct bnb {
     uint32_t *sc_start, *sc; /* blocks live in each section, the unplaced ones first */
     uint32_t *ucnt;          /* per section: how many of its blocks are unplaced */
     uint32_t *kbase, *loc;   /* per block and section it spans: its index in sc */
-    uint32_t *rank;          /* static ranking of the current round */
-    uint32_t *rankings[RP_NRANKINGS];
-    uint32_t *rrank; /* a randomized ranking for restarts */
+    const rp_ranking *rk;    /* the ranking of this run */
+    uint32_t *rank;          /* its ranks, redone within each part after a split */
     rp_kv *kv;
     uint64_t *off, *minoff, *total;
     uint32_t *stamp;
-    uint64_t *sol;    /* offsets of the finished parts of the current attempt */
-    uint32_t *cuts;   /* per section boundary x|x+1: unplaced blocks spanning it */
-    int decompose;    /* linear timelines only: a circle has no ends to cut at */
-    uint32_t *pstack; /* members of the open parts, addressed by index: it may move */
-    size_t ptop, pcap;
-    uint32_t *cstack; /* candidates of the open nodes, addressed by index: it may move */
-    size_t ctop, ccap;
+    uint64_t *sol;  /* offsets of the finished parts of the current run */
+    uint32_t *cuts; /* per section boundary x|x+1: unplaced blocks spanning it */
+    int decompose;  /* linear timelines only: a circle has no ends to cut at */
+    ustack parts;   /* members of the open parts */
+    ustack cands;   /* candidates of the open nodes */
+    ustack saved;   /* ranks of the parts ranked afresh, to restore */
     uint64_t nodes_left;
-    uint64_t attempts;
-    uint32_t *wit; /* per section: an unplaced member low enough at the last check, or none */
+    uint32_t *wit;       /* per section: an unplaced member low enough at the last check, or none */
+    uint32_t *pre, npre; /* blocks that meet all others, stacked at the bottom before the search */
     trail tmin;
-} bnb;
+};
 
-static int trail_push(bnb *s, trail *t, uint32_t idx, uint64_t old)
+static int trail_push(rp_search *s, trail *t, uint32_t idx, uint64_t old)
 {
     if (t->len == t->cap) {
         size_t cap = t->cap ? 2 * t->cap : 1024;
@@ -86,55 +85,143 @@ static int trail_push(bnb *s, trail *t, uint32_t idx, uint64_t old)
     return 0;
 }
 
+static int ustack_reserve(rp_search *s, ustack *u, size_t more)
+{
+    if (u->top + more > u->cap) {
+        size_t cap = 2 * (u->top + more) + 1024;
+        uint32_t *n = rp_alloc(s->m, cap, sizeof(uint32_t));
+
+        if (!n)
+            return -ENOMEM;
+        if (u->top)
+            memcpy(n, u->v, u->top * sizeof(uint32_t));
+        u->v = n;
+        u->cap = cap;
+    }
+    return 0;
+}
+
 #define FOR_SECTIONS(in, i, s)                                                                     \
     for (int run_ = 0; run_ < 2; run_++)                                                           \
         for (uint32_t s = run_ ? (in)->w0[i] : (in)->s0[i],                                        \
                       end_ = run_ ? (in)->w1[i] : (in)->s1[i];                                     \
              s < end_; s++)
 
-/* Returns the number of list entries it would hold; fills them if lists is not NULL. */
-static size_t build_lists(bnb *s, uint32_t *ov_start, uint32_t *ov, uint32_t *sc_start,
-                          uint32_t *sc)
+/* Blocks live in each section, in sc from sc_start[x] on. */
+static void build_sections(rp_search *s)
 {
     const rp_inst *in = s->in;
-    size_t n = 0;
 
-    for (uint32_t k = 0; k < s->nm; k++) {
-        if (ov_start)
-            ov_start[k] = (uint32_t)n;
-        for (uint32_t j = 0; j < s->nm; j++)
-            if (j != k && rp_overlap_time(in, in->mov[k], in->mov[j])) {
-                if (ov)
-                    ov[n] = j;
-                n++;
-            }
-    }
-    if (ov_start)
-        ov_start[s->nm] = (uint32_t)n;
-    if (sc_start) {
-        memset(sc_start, 0, ((size_t)s->nsec + 1) * sizeof(uint32_t));
-        for (uint32_t k = 0; k < s->nm; k++)
-            FOR_SECTIONS(in, in->mov[k], x) sc_start[x + 1]++;
-        for (uint32_t x = 0; x < s->nsec; x++)
-            sc_start[x + 1] += sc_start[x];
-        for (uint32_t k = 0; k < s->nm; k++)
-            FOR_SECTIONS(in, in->mov[k], x) sc[sc_start[x] + s->stamp[x]++] = k;
-        memset(s->stamp, 0, s->nsec * sizeof(uint32_t));
-    }
-    return n;
+    memset(s->sc_start, 0, ((size_t)s->nsec + 1) * sizeof(uint32_t));
+    for (uint32_t k = 0; k < s->nm; k++)
+        FOR_SECTIONS(in, in->mov[k], x) s->sc_start[x + 1]++;
+    for (uint32_t x = 0; x < s->nsec; x++)
+        s->sc_start[x + 1] += s->sc_start[x];
+    for (uint32_t k = 0; k < s->nm; k++)
+        FOR_SECTIONS(in, in->mov[k], x) s->sc[s->sc_start[x] + s->stamp[x]++] = k;
+    memset(s->stamp, 0, s->nsec * sizeof(uint32_t));
 }
 
-/* Ranking h of the portfolio (rp_util.c), with noise when rng is given. */
-static void make_ranking(bnb *s, int h, uint64_t *rng, double noise, uint32_t *out)
-{
-    rp_rank(s->in, s->ov_start, h, rng, noise, s->kv, out);
-}
-
-static int setup(bnb *s)
+/*
+ * Calls pair(s, a, b) once for each two movable blocks that meet in time. On a line, by
+ * first section: a block meets the later starters that start before it ends, so the cost
+ * is the pairs, not n^2 (4000 blocks took about 50 ms the other way); arcs on a circle go
+ * pair by pair. by_start: scratch for nm + nsec + 1 entries.
+ */
+static void for_pairs(rp_search *s, uint32_t *by_start,
+                      void (*pair)(rp_search *, uint32_t, uint32_t))
 {
     const rp_inst *in = s->in;
-    rp_kv *kv;
-    size_t nov, nsc = 0;
+    uint32_t *first = by_start + s->nm;
+
+    if (in->period) {
+        for (uint32_t a = 0; a < s->nm; a++)
+            for (uint32_t b = a + 1; b < s->nm; b++)
+                if (rp_overlap_time(in, in->mov[a], in->mov[b]))
+                    pair(s, a, b);
+        return;
+    }
+    memset(first, 0, ((size_t)s->nsec + 1) * sizeof(uint32_t));
+    for (uint32_t k = 0; k < s->nm; k++)
+        first[in->s0[in->mov[k]] + 1]++;
+    for (uint32_t x = 0; x < s->nsec; x++)
+        first[x + 1] += first[x];
+    for (uint32_t k = 0; k < s->nm; k++)
+        by_start[first[in->s0[in->mov[k]]]++] = k;
+    for (uint32_t x = 0; x < s->nm; x++) {
+        uint32_t a = by_start[x], end = in->s1[in->mov[a]];
+
+        for (uint32_t y = x + 1; y < s->nm && in->s0[in->mov[by_start[y]]] < end; y++)
+            pair(s, a, by_start[y]);
+    }
+}
+
+static void count_pair(rp_search *s, uint32_t a, uint32_t b)
+{
+    s->ov_start[a + 1]++;
+    s->ov_start[b + 1]++;
+}
+
+/* Fills each list from its end: ov_start[k + 1] walks down to the start of k's list. */
+static void fill_pair(rp_search *s, uint32_t a, uint32_t b)
+{
+    s->ov[--s->ov_start[a + 1]] = b;
+    s->ov[--s->ov_start[b + 1]] = a;
+}
+
+/* The blocks each block meets in time, in ov from ov_start[k] to ov_start[k + 1]. */
+static int build_overlaps(rp_search *s)
+{
+    uint32_t *by_start = rp_alloc(s->m, (size_t)s->nm + s->nsec + 2, sizeof(uint32_t));
+    uint32_t total;
+
+    if (!by_start)
+        return -ENOMEM;
+    memset(s->ov_start, 0, ((size_t)s->nm + 1) * sizeof(uint32_t));
+    for_pairs(s, by_start, count_pair);
+    for (uint32_t k = 0; k < s->nm; k++)
+        s->ov_start[k + 1] += s->ov_start[k];
+    total = s->ov_start[s->nm];
+    if (!(s->ov = rp_alloc(s->m, (size_t)total + 1, sizeof(uint32_t))))
+        return -ENOMEM;
+    for_pairs(s, by_start, fill_pair);
+    /* Now ov_start[k + 1] is where k's list starts. */
+    memmove(s->ov_start, s->ov_start + 1, s->nm * sizeof(uint32_t));
+    s->ov_start[s->nm] = total;
+    return 0;
+}
+
+/*
+ * MiniMalloc's preprocessing: a block that meets every other one in time can go to the
+ * bottom. In any plan each other block lies wholly below or above it; taking such blocks
+ * out, moving every other block down by the sizes of those that were below it and lifting
+ * all by their sum keeps the plan valid and its peak. Alignment survives when their sizes
+ * are multiples of every alignment; a fixed block could not move, so then nothing is done.
+ */
+static int find_bottom(rp_search *s)
+{
+    const rp_inst *in = s->in;
+    uint64_t amax = 1;
+
+    s->npre = 0;
+    if (in->nm != in->n)
+        return 0;
+    if (!(s->pre = rp_alloc(s->m, (size_t)s->nm + 1, sizeof(uint32_t))))
+        return -ENOMEM;
+    for (uint32_t k = 0; k < s->nm; k++)
+        if (in->b[in->mov[k]].align > amax)
+            amax = in->b[in->mov[k]].align;
+    for (uint32_t k = 0; k < s->nm; k++)
+        if (s->ov_start[k + 1] - s->ov_start[k] == s->nm - 1 && s->size[k] % amax == 0)
+            s->pre[s->npre++] = k;
+    return 0;
+}
+
+static int setup(rp_search *s)
+{
+    const rp_inst *in = s->in;
+    size_t nsc = 0;
+    int rc;
 
     s->nm = in->nm;
     s->nsec = in->nsec;
@@ -147,43 +234,58 @@ static int setup(bnb *s)
     s->sc_start = rp_alloc(s->m, s->nsec + 2, sizeof(uint32_t));
     s->sol = rp_alloc(s->m, s->nm, sizeof(uint64_t));
     s->cuts = rp_alloc(s->m, s->nsec + 1, sizeof(uint32_t));
-    kv = rp_alloc(s->m, s->nm, sizeof(*kv));
+    s->rank = rp_alloc(s->m, s->nm + 1, sizeof(uint32_t));
+    s->kv = rp_alloc(s->m, s->nm + 1, sizeof(rp_kv));
+    s->wit = rp_alloc(s->m, s->nsec + 1, sizeof(uint32_t));
     if (!s->size || !s->off || !s->minoff || !s->total || !s->stamp || !s->ov_start ||
-        !s->sc_start || !s->sol || !s->cuts || !kv)
+        !s->sc_start || !s->sol || !s->cuts || !s->rank || !s->kv || !s->wit)
         return -ENOMEM;
     for (uint32_t k = 0; k < s->nm; k++) {
         s->size[k] = in->b[in->mov[k]].size;
         FOR_SECTIONS(in, in->mov[k], x) nsc++;
     }
-    nov = build_lists(s, NULL, NULL, NULL, NULL);
-    s->ov = rp_alloc(s->m, nov + 1, sizeof(uint32_t));
     s->sc = rp_alloc(s->m, nsc + 1, sizeof(uint32_t));
     s->loc = rp_alloc(s->m, nsc + 1, sizeof(uint32_t));
     s->kbase = rp_alloc(s->m, s->nm + 1, sizeof(uint32_t));
     s->ucnt = rp_alloc(s->m, s->nsec + 1, sizeof(uint32_t));
-    if (!s->ov || !s->sc || !s->loc || !s->kbase || !s->ucnt)
+    if (!s->sc || !s->loc || !s->kbase || !s->ucnt)
         return -ENOMEM;
     for (uint32_t k = 0, at = 0; k < s->nm; k++) {
         uint32_t i = in->mov[k];
         s->kbase[k] = at;
         at += in->s1[i] - in->s0[i] + in->w1[i] - in->w0[i];
     }
-    build_lists(s, s->ov_start, s->ov, s->sc_start, s->sc);
-    s->kv = kv;
-    for (int h = 0; h < RP_NRANKINGS; h++) {
-        if (!(s->rankings[h] = rp_alloc(s->m, s->nm, sizeof(uint32_t))))
-            return -ENOMEM;
-        make_ranking(s, h, NULL, 0, s->rankings[h]);
-    }
-    if (!(s->rrank = rp_alloc(s->m, s->nm, sizeof(uint32_t))))
-        return -ENOMEM;
-    if (!(s->wit = rp_alloc(s->m, s->nsec + 1, sizeof(uint32_t))))
-        return -ENOMEM;
+    build_sections(s);
+    if ((rc = build_overlaps(s)) < 0)
+        return rc;
     memset(s->wit, 0xff, ((size_t)s->nsec + 1) * sizeof(uint32_t));
+    return find_bottom(s);
+}
+
+int rp_search_new(const rp_inst *in, rp_mem *m, rp_best *best, rp_clock *clk, rp_search **out)
+{
+    rp_search *s = rp_alloc(m, 1, sizeof(*s));
+    int rc;
+
+    if (!s)
+        return -ENOMEM;
+    s->in = in;
+    s->m = m;
+    s->best = best;
+    s->clk = clk;
+    s->decompose = in->period == 0;
+    if ((rc = setup(s)) < 0)
+        return rc;
+    *out = s;
     return 0;
 }
 
-/* A part of the problem: its unplaced blocks (in pstack) and its sections [lo, hi). */
+void rp_search_rank(rp_search *s, const rp_ranking *r, uint32_t *out)
+{
+    rp_rank(s->in, s->ov_start, r->keys, NULL, NULL, 0, r->factor, s->kv, out);
+}
+
+/* A part of the problem: its unplaced blocks (in parts) and its sections [lo, hi). */
 typedef struct part {
     size_t first, count;
     uint32_t lo, hi;
@@ -191,7 +293,7 @@ typedef struct part {
 
 /* After a block went to offset o, every later one sits at o or above: the unplaced bytes
  * of each section must fit between o and C. */
-static int check(const bnb *s, const part *p, uint64_t o)
+static int check(const rp_search *s, const part *p, uint64_t o)
 {
     uint64_t room = s->cap - o;
 
@@ -202,7 +304,7 @@ static int check(const bnb *s, const part *p, uint64_t o)
 }
 
 /* Where block k's entry for section x sits in loc. */
-static uint32_t loc_index(const bnb *s, uint32_t k, uint32_t x)
+static uint32_t loc_index(const rp_search *s, uint32_t k, uint32_t x)
 {
     const rp_inst *in = s->in;
     uint32_t i = in->mov[k];
@@ -218,7 +320,7 @@ static uint32_t loc_index(const bnb *s, uint32_t k, uint32_t x)
  * totals only shrink, so checking the sections of each bumped block keeps this true at
  * every node; a section needs its members scanned only when the bumped block alone breaks it.
  */
-static int sections_fit(bnb *s, uint32_t y)
+static int sections_fit(rp_search *s, uint32_t y)
 {
     const rp_inst *in = s->in;
     uint64_t lo = s->minoff[y];
@@ -248,7 +350,7 @@ static int sections_fit(bnb *s, uint32_t y)
 /* Places block c at offset o. Returns bit 0: no unplaced block meets it; bit 1: a section
  * boundary lost its last spanning block; bit 2: a section can no longer fit its unplaced
  * bytes. Or -ENOMEM. unplace() undoes it in every case. */
-static int place(bnb *s, uint32_t c, uint64_t o)
+static int place(rp_search *s, uint32_t c, uint64_t o)
 {
     const rp_inst *in = s->in;
     uint32_t i = in->mov[c];
@@ -289,7 +391,7 @@ static int place(bnb *s, uint32_t c, uint64_t o)
     return flags;
 }
 
-static void unplace(bnb *s, uint32_t c, size_t tmin_mark)
+static void unplace(rp_search *s, uint32_t c, size_t tmin_mark)
 {
     const rp_inst *in = s->in;
     uint32_t i = in->mov[c];
@@ -309,125 +411,145 @@ static void unplace(bnb *s, uint32_t c, size_t tmin_mark)
     s->off[c] = RP_NONE;
 }
 
-static int pstack_reserve(bnb *s, size_t more)
+static int search(rp_search *s, const part *p, uint64_t min_off, uint32_t min_rank);
+
+/*
+ * A part searched on its own, ranked afresh as MiniMalloc does: T (the most unplaced bytes in
+ * a section the block spans) now counts only what this part still holds, so its own
+ * bottleneck goes first. On E no static ranking finds the plan at LB within 40 M nodes; TW
+ * ranked this way finds it in 4 k.
+ */
+static int solve_part(rp_search *s, const part *q)
 {
-    if (s->ptop + more > s->pcap) {
-        size_t cap = 2 * (s->ptop + more) + 1024;
-        uint32_t *n = rp_alloc(s->m, cap, sizeof(uint32_t));
-        if (!n)
-            return -ENOMEM;
-        if (s->ptop)
-            memcpy(n, s->pstack, s->ptop * sizeof(uint32_t));
-        s->pstack = n;
-        s->pcap = cap;
-    }
-    return 0;
+    size_t mark = s->saved.top;
+    int r;
+
+    /* Other keys do not change, nor does the order they give to a part's blocks. */
+    if (!strchr(s->rk->keys, 'T') && !strchr(s->rk->keys, 't'))
+        return search(s, q, 0, 0);
+    if (ustack_reserve(s, &s->saved, q->count) < 0)
+        return -ENOMEM;
+    for (size_t x = 0; x < q->count; x++)
+        s->saved.v[s->saved.top++] = s->rank[s->parts.v[q->first + x]];
+    rp_rank(s->in, s->ov_start, s->rk->keys, s->total, s->parts.v + q->first, (uint32_t)q->count,
+            s->rk->factor, s->kv, s->rank);
+    r = search(s, q, 0, 0);
+    for (size_t x = 0; x < q->count; x++)
+        s->rank[s->parts.v[q->first + x]] = s->saved.v[mark + x];
+    s->saved.top = mark;
+    return r;
 }
 
-static int search(bnb *s, const part *p, uint64_t min_off, uint32_t min_rank);
-
 /* Splits part p at the boundaries no unplaced block spans and solves each side alone. */
-static int solve_split(bnb *s, const part *p)
+static int solve_split(rp_search *s, const part *p)
 {
     const rp_inst *in = s->in;
-    size_t mark = s->ptop;
+    size_t mark = s->parts.top;
     uint32_t a = p->lo;
-    int r = FOUND;
+    int r = RP_FOUND;
 
-    while (a < p->hi && r == FOUND) {
+    while (a < p->hi && r == RP_FOUND) {
         uint32_t b = a;
         part q;
 
         while (b + 1 < p->hi && s->cuts[b] != 0)
             b++;
         b++; /* sections [a, b) */
-        if (pstack_reserve(s, p->count) < 0)
+        if (ustack_reserve(s, &s->parts, p->count) < 0)
             return -ENOMEM;
-        q.first = s->ptop;
+        q.first = s->parts.top;
         q.count = 0;
         q.lo = a;
         q.hi = b;
         for (size_t x = 0; x < p->count; x++) {
-            uint32_t k = s->pstack[p->first + x], i = in->mov[k];
+            uint32_t k = s->parts.v[p->first + x], i = in->mov[k];
             if (s->off[k] == RP_NONE && in->s0[i] < b && a < in->s1[i])
-                s->pstack[q.first + q.count++] = k;
+                s->parts.v[q.first + q.count++] = k;
         }
-        s->ptop += q.count;
+        s->parts.top += q.count;
         if (q.count)
-            r = search(s, &q, 0, 0);
-        s->ptop = q.first;
+            r = solve_part(s, &q);
+        s->parts.top = q.first;
         a = b;
     }
-    s->ptop = mark;
+    s->parts.top = mark;
     return r;
 }
 
-static int cstack_reserve(bnb *s, size_t more)
-{
-    if (s->ctop + more > s->ccap) {
-        size_t cap = 2 * (s->ctop + more) + 1024;
-        uint32_t *n = rp_alloc(s->m, cap, sizeof(uint32_t));
-        if (!n)
-            return -ENOMEM;
-        if (s->ctop)
-            memcpy(n, s->cstack, s->ctop * sizeof(uint32_t));
-        s->cstack = n;
-        s->ccap = cap;
-    }
-    return 0;
-}
-
 /* (offset, rank) order of the canonical form, as one comparison. */
-static int cand_less(const bnb *s, uint32_t a, uint32_t b)
+static int cand_less(const rp_search *s, uint32_t a, uint32_t b)
 {
     return s->minoff[a] < s->minoff[b] || (s->minoff[a] == s->minoff[b] && s->rank[a] < s->rank[b]);
 }
 
-static int search(bnb *s, const part *p, uint64_t min_off, uint32_t min_rank)
+static void heap_down(const rp_search *s, uint32_t *h, size_t n, size_t i)
+{
+    for (;;) {
+        size_t l = 2 * i + 1, m = i;
+        uint32_t t;
+
+        if (l < n && cand_less(s, h[l], h[m]))
+            m = l;
+        if (l + 1 < n && cand_less(s, h[l + 1], h[m]))
+            m = l + 1;
+        if (m == i)
+            return;
+        t = h[i];
+        h[i] = h[m];
+        h[m] = t;
+        i = m;
+    }
+}
+
+static int search(rp_search *s, const part *p, uint64_t min_off, uint32_t min_rank)
 {
     uint64_t mh = RP_NONE;
-    size_t base = s->ctop, cnt = 0;
-    int r = NOTFOUND;
+    size_t base = s->cands.top, cnt = 0;
+    const uint32_t *mem;
+    int r = RP_NOTFOUND;
 
-    if (cstack_reserve(s, p->count) < 0)
+    if (ustack_reserve(s, &s->cands, p->count) < 0)
         return -ENOMEM;
+    mem = s->parts.v + p->first;
     for (size_t x = 0; x < p->count; x++) {
-        uint32_t k = s->pstack[p->first + x];
+        uint32_t k = mem[x];
         if (s->off[k] == RP_NONE && s->minoff[k] + s->size[k] < mh)
             mh = s->minoff[k] + s->size[k];
     }
     if (mh == RP_NONE) {
-        for (size_t x = 0; x < p->count; x++) {
-            uint32_t k = s->pstack[p->first + x];
-            s->sol[k] = s->off[k];
-        }
-        return FOUND;
+        for (size_t x = 0; x < p->count; x++)
+            s->sol[mem[x]] = s->off[mem[x]];
+        return RP_FOUND;
     }
-    /* Candidates sorted once: the state is the same again after each child is undone. */
     for (size_t x = 0; x < p->count; x++) {
-        uint32_t k = s->pstack[p->first + x];
+        uint32_t k = mem[x];
         uint64_t o = s->minoff[k];
-        size_t y;
 
         if (s->off[k] != RP_NONE || o >= mh)
             continue;
         if (o < min_off || (o == min_off && s->rank[k] < min_rank))
             continue;
-        for (y = base + cnt; y > base && cand_less(s, k, s->cstack[y - 1]); y--)
-            s->cstack[y] = s->cstack[y - 1];
-        s->cstack[y] = k;
-        cnt++;
+        s->cands.v[base + cnt++] = k;
     }
-    s->ctop = base + cnt;
-    for (size_t x = 0; x < cnt; x++) {
-        uint32_t c = s->cstack[base + x];
+    /*
+     * Candidates in (offset, rank) order from a heap: a dive takes the first child of nearly
+     * every node, and large parts have hundreds of candidates at the same offset. The state
+     * is the same again after each child is undone, so the heap stays valid.
+     */
+    for (size_t x = cnt / 2; x-- > 0;)
+        heap_down(s, s->cands.v + base, cnt, x);
+    s->cands.top = base + cnt;
+    for (size_t left = cnt; left > 0; left--) {
+        uint32_t *h = s->cands.v + base, c = h[0];
         uint64_t co = s->minoff[c];
         size_t m1 = s->tmin.len;
         int flags;
 
+        h[0] = h[left - 1];
+        heap_down(s, h, left - 1, 0);
         /* A node is one placement: failed ones cost as much as the others. */
         if (s->nodes_left == 0 || rp_expired(s->clk)) {
-            r = ABORTED;
+            r = RP_ABORTED;
             break;
         }
         s->nodes_left--;
@@ -436,41 +558,59 @@ static int search(bnb *s, const part *p, uint64_t min_off, uint32_t min_rank)
             break;
         }
         if ((flags & 4) || !check(s, p, co)) {
-            r = NOTFOUND;
+            r = RP_NOTFOUND;
         } else if (flags & 2) {
             /* What p placed so far is final for the parts below: record it now. */
-            for (size_t y = 0; y < p->count; y++) {
-                uint32_t k = s->pstack[p->first + y];
-                if (s->off[k] != RP_NONE)
-                    s->sol[k] = s->off[k];
-            }
+            mem = s->parts.v + p->first;
+            for (size_t y = 0; y < p->count; y++)
+                if (s->off[mem[y]] != RP_NONE)
+                    s->sol[mem[y]] = s->off[mem[y]];
             r = solve_split(s, p);
         } else {
             r = search(s, p, co, s->rank[c]);
         }
         unplace(s, c, m1);
-        if (r != NOTFOUND || (flags & 1))
+        if (r != RP_NOTFOUND || (flags & 1))
             break;
     }
-    s->ctop = base;
+    s->cands.top = base;
     return r;
 }
 
-/* One decision run at capacity cap: FOUND, NOTFOUND (proven), ABORTED, or -ENOMEM. */
-static int run(bnb *s, uint64_t cap, uint64_t node_limit)
+/* Blocks meeting all others go to the bottom first (find_bottom), at their lowest offsets. */
+static int place_bottom(rp_search *s, const part *all)
+{
+    for (uint32_t x = 0; x < s->npre; x++) {
+        uint32_t k = s->pre[x];
+        uint64_t o = s->minoff[k];
+        int flags;
+
+        s->sol[k] = o;
+        if ((flags = place(s, k, o)) < 0)
+            return flags;
+        if ((flags & 4) || !check(s, all, o))
+            return RP_NOTFOUND;
+    }
+    return RP_FOUND;
+}
+
+int rp_search_run(rp_search *s, const rp_ranking *rk, uint64_t cap, uint64_t node_limit)
 {
     const rp_inst *in = s->in;
     part all = {0, s->nm, 0, s->nsec};
     int r;
 
     s->cap = cap;
+    s->rk = rk;
+    memcpy(s->rank, rk->rank, s->nm * sizeof(uint32_t));
     s->nodes_left = node_limit;
     s->tmin.len = 0;
-    s->ptop = 0;
-    s->ctop = 0;
+    s->parts.top = 0;
+    s->cands.top = 0;
+    s->saved.top = 0;
     if (cap < in->fixed_top)
-        return NOTFOUND;
-    if (pstack_reserve(s, s->nm) < 0)
+        return RP_NOTFOUND;
+    if (ustack_reserve(s, &s->parts, s->nm) < 0)
         return -ENOMEM;
     memset(s->total, 0, s->nsec * sizeof(uint64_t));
     memset(s->cuts, 0, s->nsec * sizeof(uint32_t));
@@ -478,12 +618,12 @@ static int run(bnb *s, uint64_t cap, uint64_t node_limit)
         uint32_t i = in->mov[k];
         s->off[k] = RP_NONE;
         s->minoff[k] = rp_bump_fixed(in, k, 0);
-        s->pstack[k] = k;
+        s->parts.v[k] = k;
         FOR_SECTIONS(in, i, sec) s->total[sec] += s->size[k];
         for (uint32_t x = in->s0[i]; s->decompose && x + 1 < in->s1[i]; x++)
             s->cuts[x]++;
     }
-    s->ptop = s->nm;
+    s->parts.top = s->nm;
     for (uint32_t x = 0; x < s->nsec; x++) {
         s->ucnt[x] = s->sc_start[x + 1] - s->sc_start[x];
         for (uint32_t z = s->sc_start[x]; z < s->sc_start[x + 1]; z++)
@@ -491,9 +631,11 @@ static int run(bnb *s, uint64_t cap, uint64_t node_limit)
     }
     for (uint32_t k = 0; k < s->nm; k++)
         if (!sections_fit(s, k))
-            return NOTFOUND;
+            return RP_NOTFOUND;
+    if ((r = place_bottom(s, &all)) != RP_FOUND)
+        return r;
     r = s->decompose ? solve_split(s, &all) : search(s, &all, 0, 0);
-    if (r == FOUND) {
+    if (r == RP_FOUND) {
         uint64_t peak = in->fixed_top;
         for (uint32_t k = 0; k < s->nm; k++)
             if (s->sol[k] + s->size[k] > peak)
@@ -505,98 +647,4 @@ static int run(bnb *s, uint64_t cap, uint64_t node_limit)
         }
     }
     return r;
-}
-
-/* The Luby sequence 1 1 2 1 1 2 4 ...: restart lengths that waste at most a log factor. */
-static uint64_t luby(uint64_t i)
-{
-    for (;;) {
-        uint64_t k = 1;
-        while ((UINT64_C(1) << k) - 1 < i)
-            k++;
-        if ((UINT64_C(1) << k) - 1 == i)
-            return UINT64_C(1) << (k - 1);
-        i -= (UINT64_C(1) << (k - 1)) - 1;
-    }
-}
-
-/*
- * One run with ranking rank at C = LB (unless that is proven infeasible), then at C below the
- * best plan, repeated while it succeeds (a plan found below the best one is often improved
- * again by the same ranking). 1 when the search is over (optimal or proven), 0 to go on,
- * or -ENOMEM.
- */
-static int attempt(bnb *s, uint32_t *rank, uint64_t limit, int *lb_infeasible)
-{
-    const rp_inst *in = s->in;
-    int rc;
-
-    s->rank = rank;
-    if (!*lb_infeasible) {
-        rc = run(s, in->floor_lb, limit);
-        if (rc < 0)
-            return rc;
-        if (rc == NOTFOUND)
-            *lb_infeasible = 1;
-        if (rc == FOUND || s->clk->stopped)
-            return 1;
-    }
-    /*
-     * Three times in four aim a sixteenth, an eighth or a quarter of the gap to LB lower:
-     * stepping down one byte at a time can take many runs when the plan is far above the
-     * optimum (D: 6 % above LB), and a ranking often finds a plan at once at one C but not
-     * at a C slightly higher.
-     */
-    do {
-        uint64_t c = s->best->peak - 1;
-        unsigned step = (unsigned)(s->attempts++ & 3);
-        int jump = step && c - in->floor_lb >= 16;
-
-        if (jump)
-            c -= (c - in->floor_lb) >> (5 - step);
-        rc = run(s, c, *lb_infeasible ? 2 * limit : limit);
-        if (jump && rc == NOTFOUND)
-            rc = ABORTED; /* proves nothing about the plans between c and the best */
-    } while (rc == FOUND && s->best->peak > in->floor_lb && !s->clk->stopped);
-    if (rc < 0)
-        return rc;
-    /* A complete search below the best plan failed: it is optimal. */
-    return rc == NOTFOUND || s->best->peak <= in->floor_lb || s->clk->stopped;
-}
-
-int rp_bnb(const rp_inst *in, rp_mem *m, rp_best *best, rp_clock *clk, uint64_t seed)
-{
-    bnb s;
-    uint64_t rng = seed, t = 0;
-    int lb_infeasible = 0, rc = 0;
-
-    memset(&s, 0, sizeof(s));
-    s.in = in;
-    s.m = m;
-    s.best = best;
-    s.clk = clk;
-    s.decompose = in->period == 0;
-    if ((rc = setup(&s)) < 0)
-        return rc;
-    /*
-     * MiniMalloc's round robin: every static ranking with a node limit that doubles each
-     * sweep (a static run repeats its predecessor's tree, so at most half is spent again).
-     * Between sweeps, as many randomized rankings on a Luby schedule, for instances that
-     * none of the static ones solves soon.
-     */
-    for (uint32_t r = 0; best->peak > in->floor_lb && rc == 0; r++) {
-        uint64_t limit = (uint64_t)RESTART_NODES << (r < 24 ? r : 24);
-
-        for (int h = 0; h < RP_NRANKINGS && rc == 0; h++)
-            rc = rp_now_ns() >= clk->deadline_ns
-                     ? 1
-                     : attempt(&s, s.rankings[h], limit, &lb_infeasible);
-        for (int h = 0; h < RP_NRANKINGS && rc == 0; h++) {
-            make_ranking(&s, h, &rng, RESTART_NOISE, s.rrank);
-            rc = rp_now_ns() >= clk->deadline_ns
-                     ? 1
-                     : attempt(&s, s.rrank, RESTART_NODES * luby(++t), &lb_infeasible);
-        }
-    }
-    return rc < 0 ? rc : 0;
 }

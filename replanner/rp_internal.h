@@ -18,10 +18,11 @@ typedef struct rp_mem {
 void *rp_alloc(rp_mem *m, size_t count, size_t elem);
 void rp_mem_free_all(rp_mem *m);
 
-/* Sort records: by k1, then k2, then v (so the order never depends on the sort). */
+/* Sort records: by k1, k2, k3, then v (so the order never depends on the sort). */
 typedef struct rp_kv {
     uint64_t k1;
     uint64_t k2;
+    uint64_t k3;
     uint32_t v;
 } rp_kv;
 
@@ -100,11 +101,40 @@ typedef struct rp_best {
 
 int rp_greedy(const rp_inst *in, rp_mem *m, rp_best *best, const rp_clock *clk);
 int rp_local(const rp_inst *in, rp_mem *m, rp_best *best, rp_clock *clk, uint64_t seed);
-/* The branch and bound's static rankings (rp_util.c). */
-#define RP_NRANKINGS 8
-void rp_rank(const rp_inst *in, const uint32_t *ov_start, int h, uint64_t *rng, double noise,
-             rp_kv *kv, uint32_t *out);
+/*
+ * The branch and bound's rankings (rp_util.c): keys is a string of MiniMalloc's letters.
+ * Ranks members[0..count) (all movable blocks if members is NULL): out[k] is k's position.
+ * total: unplaced bytes per section, for T of a part of the problem (NULL: the whole load).
+ * factor: if not NULL, the first key of block k is scaled by factor[k] (randomized rankings).
+ */
+void rp_rank(const rp_inst *in, const uint32_t *ov_start, const char *keys, const uint64_t *total,
+             const uint32_t *members, uint32_t count, const double *factor, rp_kv *kv,
+             uint32_t *out);
 
+/*
+ * The branch and bound's decision search (rp_bnb.c). A ranking orders the blocks that could
+ * go to the same offset: rank[k] for movable block k, from the letters keys (rp_rank) and
+ * the random scale factor of the first key (or NULL); each part is ranked afresh after a split.
+ */
+typedef struct rp_ranking {
+    const char *keys;
+    const double *factor;
+    uint32_t *rank;
+} rp_ranking;
+
+typedef struct rp_search rp_search;
+enum { RP_FOUND = 0, RP_NOTFOUND = 1, RP_ABORTED = 2 };
+
+int rp_search_new(const rp_inst *in, rp_mem *m, rp_best *best, rp_clock *clk, rp_search **out);
+/* out[k]: the rank of movable block k under r's keys and factor. */
+void rp_search_rank(rp_search *s, const rp_ranking *r, uint32_t *out);
+/*
+ * Can every block fit below cap, within node_limit nodes? RP_FOUND (best updated if lower),
+ * RP_NOTFOUND (proven), RP_ABORTED (out of nodes or time), or -ENOMEM.
+ */
+int rp_search_run(rp_search *s, const rp_ranking *r, uint64_t cap, uint64_t node_limit);
+
+/* Restarts over rankings and capacities (rp_restart.c). */
 int rp_bnb(const rp_inst *in, rp_mem *m, rp_best *best, rp_clock *clk, uint64_t seed);
 
 void rp_errf(char *err, size_t errlen, const char *fmt, ...) __attribute__((format(printf, 3, 4)));

@@ -43,6 +43,8 @@ static int kv_less(const rp_kv *a, const rp_kv *b)
         return a->k1 < b->k1;
     if (a->k2 != b->k2)
         return a->k2 < b->k2;
+    if (a->k3 != b->k3)
+        return a->k3 < b->k3;
     return a->v < b->v;
 }
 
@@ -96,21 +98,16 @@ uint64_t rp_now_ns(void)
 }
 
 /*
- * Static rankings, in MiniMalloc's letters, larger first: A area, C sections spanned, L birth,
- * O blocks met, T load of the busiest section spanned, U death, W length, Z size; a lower
- * case letter ranks smaller first. The time to a plan swings by orders of magnitude with the
- * ranking, and each instance tends to have one that works at once, so several are tried
- * round robin (MiniMalloc tries the first three). The others were picked on the MiniMalloc
- * set: UW solved A, lZ B, Tl D at its best known peak, each in under 10k nodes, where the
- * first three needed 40k to 1M nodes or failed.
+ * Ranking keys, in MiniMalloc's letters, larger first: A area, C sections spanned, L birth,
+ * O blocks met, T the most unplaced bytes in a section the block spans, U death, W length,
+ * Z size; a lower case letter ranks smaller first.
  */
-static const char *const portfolio[RP_NRANKINGS] = {"WA", "TA", "TW", "UW", "lZ", "Tl", "OA", "CA"};
-
-static uint64_t rank_key(const rp_inst *in, const uint32_t *ov_start, uint32_t k, char c)
+static uint64_t rank_key(const rp_inst *in, const uint32_t *ov_start, const uint64_t *total,
+                         uint32_t k, char c)
 {
     uint32_t i = in->mov[k];
     const om_rp_block *b = &in->b[i];
-    uint64_t w = b->upper - b->lower;
+    uint64_t w = b->upper - b->lower, mx = 0;
 
     switch (c) {
     case 'A':
@@ -122,7 +119,13 @@ static uint64_t rank_key(const rp_inst *in, const uint32_t *ov_start, uint32_t k
     case 'O':
         return ov_start[k + 1] - ov_start[k];
     case 'T':
-        return in->secmax[k];
+        if (!total)
+            return in->secmax[k];
+        for (uint32_t x = in->s0[i]; x < in->s1[i]; x++)
+            mx = total[x] > mx ? total[x] : mx;
+        for (uint32_t x = in->w0[i]; x < in->w1[i]; x++)
+            mx = total[x] > mx ? total[x] : mx;
+        return mx;
     case 'U':
         return b->upper;
     case 'W':
@@ -130,31 +133,35 @@ static uint64_t rank_key(const rp_inst *in, const uint32_t *ov_start, uint32_t k
     case 'Z':
         return b->size;
     default: /* lower case: smaller first */
-        return UINT64_MAX - rank_key(in, ov_start, k, (char)(c - 'a' + 'A'));
+        return UINT64_MAX - rank_key(in, ov_start, total, k, (char)(c - 'a' + 'A'));
     }
 }
 
-/*
- * Ranking h of the portfolio (out[k]: rank of movable block k; ov_start: the branch and
- * bound's list of blocks each one meets, for O). With rng, the first key is scaled by a random
- * factor in [1 - noise/2, 1 + noise/2): restarts then explore other orders near the static ones.
- */
-void rp_rank(const rp_inst *in, const uint32_t *ov_start, int h, uint64_t *rng, double noise,
-             rp_kv *kv, uint32_t *out)
+void rp_rank(const rp_inst *in, const uint32_t *ov_start, const char *keys, const uint64_t *total,
+             const uint32_t *members, uint32_t count, const double *factor, rp_kv *kv,
+             uint32_t *out)
 {
-    for (uint32_t k = 0; k < in->nm; k++) {
-        uint64_t k1 = rank_key(in, ov_start, k, portfolio[h][0]);
+    if (!members)
+        count = in->nm;
+    for (uint32_t x = 0; x < count; x++) {
+        uint32_t k = members ? members[x] : x;
+        uint64_t key[3] = {0, 0, 0};
 
-        if (rng) {
-            double f = 1.0 + noise * ((double)(rp_rand(rng) >> 11) / 9007199254740992.0 - 0.5);
-            double v = (double)k1 * f;
-            k1 = v >= 1.8e19 ? UINT64_MAX - 1 : (uint64_t)v;
+        for (int j = 0; j < 3 && keys[j]; j++)
+            key[j] = UINT64_MAX - rank_key(in, ov_start, total, k, keys[j]);
+        if (factor) {
+            /* Scale the value itself, not its complement for a lower case letter. */
+            int up = keys[0] >= 'A' && keys[0] <= 'Z';
+            double v = (double)(up ? UINT64_MAX - key[0] : key[0]) * factor[k];
+            uint64_t s = v >= 1.8e19 ? UINT64_MAX - 1 : (uint64_t)v;
+            key[0] = up ? UINT64_MAX - s : s;
         }
-        kv[k].k1 = UINT64_MAX - k1;
-        kv[k].k2 = UINT64_MAX - rank_key(in, ov_start, k, portfolio[h][1]);
-        kv[k].v = k;
+        kv[x].k1 = key[0];
+        kv[x].k2 = key[1];
+        kv[x].k3 = key[2];
+        kv[x].v = k;
     }
-    rp_sort_kv(kv, in->nm);
-    for (uint32_t r = 0; r < in->nm; r++)
+    rp_sort_kv(kv, count);
+    for (uint32_t r = 0; r < count; r++)
         out[kv[r].v] = r;
 }

@@ -56,6 +56,45 @@ static void test_bundled_sets(void **state)
     }
 }
 
+/*
+ * MiniMalloc's hardest two: E at its optimum (LB) and D at its best known peak or below,
+ * each within a node budget (so the same on any machine) of about a tenth of a second.
+ */
+static void test_minimalloc_targets(void **state)
+{
+    static const struct {
+        const char *file;
+        uint64_t best_known;
+    } sets[] = {{"minimalloc-D.csv", 1040384}, {"minimalloc-E.csv", 1048576}};
+    (void)state;
+
+    for (size_t f = 0; f < sizeof(sets) / sizeof(sets[0]); f++) {
+        char path[1024], err[512];
+        om_rp_options opt = {0};
+        om_rp_result res;
+        om_rp_block *b;
+        uint64_t *off;
+        size_t n;
+
+        snprintf(path, sizeof(path), "%s/%s", OM_LIFETIMES_DIR, sets[f].file);
+        if (om_rp_csv_read(path, &t_alloc, &b, &n, err, sizeof(err)) != 0)
+            fail_msg("%s", err);
+        off = calloc(n, sizeof(*off));
+        assert_non_null(off);
+        opt.alloc = t_alloc;
+        opt.budget_ms = 60000; /* the node limit ends it, never the clock */
+        opt.max_nodes = 200000;
+        opt.seed = 1;
+        assert_int_equal(om_rp_plan(b, n, &opt, off, &res), 0);
+        assert_int_equal(om_rp_check(b, n, 0, off, &t_alloc, err, sizeof(err)), 0);
+        if (res.peak > sets[f].best_known)
+            fail_msg("%s: peak %llu, best known %llu", sets[f].file, (unsigned long long)res.peak,
+                     (unsigned long long)sets[f].best_known);
+        free(off);
+        om_rp_csv_free(&t_alloc, b, n);
+    }
+}
+
 static void test_lower_bound(void **state)
 {
     /* Half-open: 0 and 1 touch at t=4 and never overlap; 2 wraps on a circle of 10. */
@@ -143,6 +182,41 @@ static void test_optimal_crowded(void **state)
         if (peak != opt)
             fail_msg("iteration %d (period %llu): peak %llu, optimum %llu", iter,
                      (unsigned long long)period, (unsigned long long)peak, (unsigned long long)opt);
+    }
+}
+
+/*
+ * Blocks that meet every other one go to the bottom before the search (find_bottom): with
+ * and without alignment, on a line and on a circle, the plan must stay optimal; with a
+ * fixed block nothing is moved, and the plan must stay valid.
+ */
+static void test_bottom_blocks(void **state)
+{
+    uint64_t seed = 23;
+    om_rp_block b[7];
+    (void)state;
+
+    for (int iter = 0; iter < 120; iter++) {
+        int cyclic = iter % 3 == 2, aligned = iter % 4 >= 2;
+        size_t n = 3 + t_rand(&seed) % 5, nfull = 1 + iter % 2;
+        uint64_t period = cyclic ? 12 : 0, opt, peak;
+
+        t_random_blocks(b, n, 12, cyclic, aligned, &seed);
+        for (size_t i = 0; i < nfull; i++) {
+            b[i].lower = cyclic ? t_rand(&seed) % 12 : 0;
+            b[i].upper = b[i].lower + 12;
+            /* In half of the iterations, sizes that keep every alignment when moved. */
+            if (iter & 4)
+                b[i].size = 16 * (1 + t_rand(&seed) % 3);
+        }
+        opt = t_brute_force(b, n, period);
+        peak = t_plan_checked(b, n, period, OM_RP_ALGO_BNB, 2000, NULL);
+        if (peak != opt)
+            fail_msg("iteration %d (n %zu, period %llu): peak %llu, optimum %llu", iter, n,
+                     (unsigned long long)period, (unsigned long long)peak, (unsigned long long)opt);
+        b[n - 1].fixed = 1;
+        b[n - 1].offset = b[n - 1].align > 1 ? 2 * b[n - 1].align : 5;
+        t_plan_checked(b, n, period, OM_RP_ALGO_BNB, 20, NULL);
     }
 }
 
@@ -359,10 +433,12 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_bundled_sets),
+        cmocka_unit_test(test_minimalloc_targets),
         cmocka_unit_test(test_lower_bound),
         cmocka_unit_test(test_random_valid),
         cmocka_unit_test(test_optimal_tiny),
         cmocka_unit_test(test_optimal_crowded),
+        cmocka_unit_test(test_bottom_blocks),
         cmocka_unit_test(test_cyclic_wrap),
         cmocka_unit_test(test_fixed_and_alignment),
         cmocka_unit_test(test_bad_input),
