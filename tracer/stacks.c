@@ -42,10 +42,15 @@ static int find_self_cb(struct dl_phdr_info *info, size_t size, void *data)
     return 1;
 }
 
-void om_stack_set_self(const void *addr)
+/* libunwind sets up its signal mask and caches on the first unwind without a once-guard:
+ * two threads unwinding for the first time race there, so one unwind is done now, while
+ * the caller still runs alone. */
+void om_stack_init(const void *self)
 {
-    struct find_self fs = {(uintptr_t)addr};
+    struct find_self fs = {(uintptr_t)self};
     dl_iterate_phdr(find_self_cb, &fs);
+    void *frame[1];
+    (void)unw_backtrace(frame, 1);
 }
 
 static int in_self(const void *frame)

@@ -311,7 +311,7 @@ int om_tracer_init(const struct om_tracer_options *options)
     for (unsigned i = 1; i < OM_TRACER_DOMAINS; i++)
         __atomic_store_n(&doms[i], NULL, __ATOMIC_RELEASE);
     __atomic_store_n(&ndoms, 1, __ATOMIC_RELEASE);
-    om_stack_set_self((const void *)om_tracer_init);
+    om_stack_init((const void *)om_tracer_init);
     tracer_on = 1;
     om_debug("tracer: min_bytes %zu, stack depth %u, %s iterations", cfg.min_bytes, cfg.stack_depth,
              cfg.warmup ? "marked" : "detected");

@@ -65,8 +65,9 @@ struct om_sites {
 struct om_site *om_sites_intern(struct om_sites *sites, const struct om_stack *stack);
 /* Drops the frames that lie in this library (the tracer and whatever links it). */
 void om_stack_trim_self(struct om_stack *stack);
-/* Records which address range is "this library": the module containing addr. */
-void om_stack_set_self(const void *addr);
+/* Records which address range is "this library" (the module containing self) and makes
+ * libunwind's first unwind. */
+void om_stack_init(const void *self);
 /* Resolves module, offset and function of the frames of the sites of n tables (one scan
  * of the loaded modules for all); takes the loader's lock (dladdr), so never call it under
  * the tracer's lock. */
