@@ -6,13 +6,10 @@
 #define OPTMEM_PRELOAD_ARENA_H
 
 #include "backend.h"
+#include "extents.h"
 
 #include <stddef.h>
 #include <stdint.h>
-
-struct om_extent {
-    size_t off, len;
-};
 
 struct om_arena {
     const struct om_backend *backend;
@@ -21,8 +18,10 @@ struct om_arena {
     size_t reserved;
     size_t top;             /* [0, top) has been handed out at some time; beyond it all is free */
     size_t touched;         /* [0, touched) may hold old data; beyond it pages read as zero */
-    struct om_extent *free; /* free extents inside [0, top), sorted by offset */
-    size_t nfree, capfree;
+    struct om_extents free; /* free space inside [0, top) */
+    /* Pages inside [0, touched) given back and not taken since: what the arena holds
+     * resident is the rest of [0, touched). */
+    struct om_extents unbacked;
     size_t used_bytes; /* bytes taken */
     size_t released;   /* bytes given back to the kernel so far */
 };
@@ -40,6 +39,18 @@ int om_arena_init(struct om_arena *a, const struct om_backend *backend, size_t r
 static inline int om_arena_contains(const struct om_arena *a, const void *p)
 {
     return (uintptr_t)p - (uintptr_t)a->base < a->reserved;
+}
+
+/* The end of the last page touched. */
+static inline size_t om_arena_touched_end(const struct om_arena *a)
+{
+    return (a->touched + a->page - 1) & ~(a->page - 1);
+}
+
+/* Bytes of the arena's pages that may be resident: touched and not given back since. */
+static inline size_t om_arena_resident(const struct om_arena *a)
+{
+    return om_arena_touched_end(a) - a->unbacked.bytes;
 }
 
 /* The guard: whether [off, off + len) overlaps nothing that is taken. */

@@ -22,10 +22,10 @@
  * once, as glibc unmaps its mmap'd chunks; blocks at planned offsets keep their pages,
  * which the next iteration reuses. */
 #define RELEASE_BLOCK_MIN ((size_t)64 << 10)
-/* Before a plan: freed blocks of that size are remembered, and their pages given back once
- * they add up to this share of the bytes in use. */
-#define RESIDENT_FREE_SHARE 32
+/* Before a plan: the last freed blocks of that size, oldest first, whose pages go back
+ * when the arena holds more than 1/RESIDENT_SLACK above the most bytes ever live. */
 #define FREED_RANGES 4096
+#define RESIDENT_SLACK 32
 /* The search stops as soon as a plan meets its lower bound; the budget bounds the one-off
  * pause of a plan that cannot (the transformer's 1883-slot iteration needs 30 to 50 ms to
  * reach its bound, and stopped at 1.09 of it with the replanner's 20 ms default). */
@@ -57,9 +57,10 @@ struct om_pool {
     struct om_pending pending; /* stream-ordered frees; empty on the host */
     unsigned domain;
     int host; /* the host domain: zeroing, red zones, saved plans */
-    /* Before a plan: blocks freed since their pages were last given back. */
+    /* Before a plan: a ring of freed blocks whose pages may still be resident. */
     struct om_extent *freed;
-    size_t nfreed, resident_free;
+    size_t freed_head, nfreed;
+    size_t peak_used;   /* the most bytes the arena had taken at once */
     size_t max_request; /* larger requests go to the real allocator */
     size_t redzone;
     enum phase phase;
@@ -326,7 +327,7 @@ static void after_cycle_request(struct om_pool *pool, struct om_block *b, uint64
             /* Free pages come back as the plan touches them; the rest stay released. */
             if (pool->phase == SERVE) {
                 pool->stats.released_bytes += om_arena_release_free(&pool->arena);
-                pool->nfreed = pool->resident_free = 0;
+                pool->nfreed = 0;
             }
             pool->cursor = 0;
             pool->iteration_misses = pool->served_iterations = 0;
@@ -427,6 +428,25 @@ static int place(struct om_pool *pool, size_t len, size_t alignment, uintptr_t s
 
 /* ---- the entry points ---- */
 
+/* Best fit before a plan holds pages that no live block uses; once they exceed a small
+ * share of the peak of live bytes, the holes freed longest ago, where still free, give
+ * theirs back. A program whose holes fit its next requests keeps its pages and faults
+ * nothing in again, where releasing every hole would refault each iteration. */
+static void release_idle(struct om_pool *pool)
+{
+    size_t used = pool->arena.used_bytes, released = 0;
+    if (used > pool->peak_used)
+        pool->peak_used = used;
+    size_t limit = pool->peak_used + pool->peak_used / RESIDENT_SLACK;
+    while (pool->nfreed && om_arena_resident(&pool->arena) > limit) {
+        struct om_extent e = pool->freed[pool->freed_head];
+        pool->freed_head = (pool->freed_head + 1) % FREED_RANGES;
+        pool->nfreed--;
+        released += om_arena_release_range(&pool->arena, e.off, e.len);
+    }
+    pool->stats.released_bytes += released;
+}
+
 void *om_pool_alloc(struct om_pool *pool, size_t size, size_t alignment, int zero, uintptr_t stream,
                     const struct om_stack *stack)
 {
@@ -440,12 +460,12 @@ void *om_pool_alloc(struct om_pool *pool, size_t size, size_t alignment, int zer
     pthread_mutex_lock(&pool->lock);
     if (pool->pending.live)
         om_pending_settle(&pool->pending, &pool->arena);
-    size_t touched = pool->arena.touched, off;
+    size_t touched = pool->arena.touched, resident = om_arena_resident(&pool->arena), off;
     int planned;
     if (place(pool, len, alignment, stream, token, cycle_thread, main_thread, &off, &planned) != 0)
         goto fail;
-    if (off < touched) /* a hole reused: its pages are in use again */
-        pool->resident_free -= len < pool->resident_free ? len : pool->resident_free;
+    if (pool->phase != SERVE && om_arena_resident(&pool->arena) > resident)
+        release_idle(pool);
     struct om_block b = {off, len, size, 0, 0, 0, planned ? OM_BLOCK_PLANNED : 0};
     /* A saved plan needs the run's main-thread requests from the start until a plan has
      * held (a plan for a wrong period may serve an iteration or two before it misses):
@@ -529,23 +549,17 @@ static int free_in_stream_order(struct om_pool *pool, const struct om_block *b, 
     return 0;
 }
 
-/* Before a plan, best fit leaves holes whose pages stay resident. Once the blocks freed
- * since the last release add up to a share of the bytes in use, the pages of those still
- * free go back: the peak stays near the live bytes, and holes that were reused meanwhile
- * are not faulted in again. */
-static void release_before_plan(struct om_pool *pool, size_t off, size_t len)
+/* Before a plan, best fit leaves holes whose pages stay resident. Freed blocks are
+ * remembered, oldest dropped first when the ring is full. */
+static void remember_freed(struct om_pool *pool, size_t off, size_t len)
 {
     if (len < RELEASE_BLOCK_MIN || !pool->freed)
         return;
-    pool->freed[pool->nfreed++] = (struct om_extent){off, len};
-    pool->resident_free += len;
-    if (pool->nfreed < FREED_RANGES &&
-        pool->resident_free <= pool->arena.used_bytes / RESIDENT_FREE_SHARE)
-        return;
-    for (size_t i = 0; i < pool->nfreed; i++)
-        pool->stats.released_bytes +=
-            om_arena_release_range(&pool->arena, pool->freed[i].off, pool->freed[i].len);
-    pool->nfreed = pool->resident_free = 0;
+    if (pool->nfreed == FREED_RANGES) {
+        pool->freed_head = (pool->freed_head + 1) % FREED_RANGES;
+        pool->nfreed--;
+    }
+    pool->freed[(pool->freed_head + pool->nfreed++) % FREED_RANGES] = (struct om_extent){off, len};
 }
 
 void om_pool_free(struct om_pool *pool, void *p, uintptr_t stream)
@@ -566,7 +580,7 @@ void om_pool_free(struct om_pool *pool, void *p, uintptr_t stream)
     if (!planned && pool->phase == SERVE && gone.len >= RELEASE_BLOCK_MIN)
         pool->stats.released_bytes += om_arena_release_range(&pool->arena, gone.off, gone.len);
     else if (!planned && pool->phase != SERVE && pool->host)
-        release_before_plan(pool, gone.off, gone.len);
+        remember_freed(pool, gone.off, gone.len);
     if (pool->redzone && om_arena_check(&pool->arena) != 0) {
         pool->stats.verify_violations++;
         om_warn("verify: the arena's free extents are inconsistent");

@@ -1,0 +1,122 @@
+/* Sorted, coalesced sets of byte ranges for the arena. */
+#include "extents.h"
+
+#include <errno.h>
+#include <string.h>
+#include <sys/mman.h>
+
+#define EXTENTS_INITIAL 4096
+
+int om_extents_init(struct om_extents *s)
+{
+    memset(s, 0, sizeof *s);
+    void *v = mmap(NULL, EXTENTS_INITIAL * sizeof *s->v, PROT_READ | PROT_WRITE,
+                   MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (v == MAP_FAILED)
+        return -ENOMEM;
+    s->v = v;
+    s->cap = EXTENTS_INITIAL;
+    return 0;
+}
+
+int om_extents_reserve(struct om_extents *s, size_t more)
+{
+    if (s->n + more <= s->cap)
+        return 0;
+    size_t old = s->cap * sizeof *s->v;
+    void *grown = mremap(s->v, old, old * 2, MREMAP_MAYMOVE);
+    if (grown == MAP_FAILED)
+        return -ENOMEM;
+    s->v = grown;
+    s->cap *= 2;
+    return 0;
+}
+
+ptrdiff_t om_extents_at_or_below(const struct om_extents *s, size_t off)
+{
+    ptrdiff_t lo = 0, hi = (ptrdiff_t)s->n - 1, found = -1;
+    while (lo <= hi) {
+        ptrdiff_t mid = lo + (hi - lo) / 2;
+        if (s->v[mid].off <= off) {
+            found = mid;
+            lo = mid + 1;
+        } else {
+            hi = mid - 1;
+        }
+    }
+    return found;
+}
+
+static void insert_at(struct om_extents *s, size_t at, size_t off, size_t len)
+{
+    memmove(&s->v[at + 1], &s->v[at], (s->n - at) * sizeof s->v[0]);
+    s->v[at] = (struct om_extent){off, len};
+    s->n++;
+}
+
+static void remove_at(struct om_extents *s, size_t at, size_t count)
+{
+    memmove(&s->v[at], &s->v[at + count], (s->n - at - count) * sizeof s->v[0]);
+    s->n -= count;
+}
+
+long om_extents_remove(struct om_extents *s, size_t off, size_t len)
+{
+    size_t end = off + len, removed = 0;
+    ptrdiff_t first = om_extents_at_or_below(s, off);
+    size_t i = first < 0 ? 0 : (size_t)first;
+    if (i < s->n && s->v[i].off + s->v[i].len <= off)
+        i++; /* ends before the range */
+    if (i < s->n && s->v[i].off < off && s->v[i].off + s->v[i].len > end) {
+        /* Strictly inside one extent: it splits in two. */
+        if (om_extents_reserve(s, 1) != 0)
+            return -ENOMEM;
+        struct om_extent e = s->v[i];
+        s->v[i].len = off - e.off;
+        insert_at(s, i + 1, end, e.off + e.len - end);
+        s->bytes -= len;
+        return (long)len;
+    }
+    if (i < s->n && s->v[i].off < off) { /* keeps its head */
+        removed += s->v[i].off + s->v[i].len - off;
+        s->v[i].len = off - s->v[i].off;
+        i++;
+    }
+    size_t whole = i;
+    while (whole < s->n && s->v[whole].off + s->v[whole].len <= end)
+        removed += s->v[whole++].len;
+    remove_at(s, i, whole - i);
+    if (i < s->n && s->v[i].off < end) { /* keeps its tail */
+        removed += end - s->v[i].off;
+        s->v[i].len -= end - s->v[i].off;
+        s->v[i].off = end;
+    }
+    s->bytes -= removed;
+    return (long)removed;
+}
+
+int om_extents_add(struct om_extents *s, size_t off, size_t len)
+{
+    if (len == 0)
+        return 0;
+    /* What overlaps goes first, so that the rest is an insertion between neighbours. */
+    if (om_extents_remove(s, off, len) < 0 || om_extents_reserve(s, 1) != 0)
+        return -ENOMEM;
+    ptrdiff_t prev = om_extents_at_or_below(s, off);
+    size_t next = (size_t)(prev + 1);
+    int joins_prev = prev >= 0 && s->v[prev].off + s->v[prev].len == off;
+    int joins_next = next < s->n && s->v[next].off == off + len;
+    if (joins_prev && joins_next) {
+        s->v[prev].len += len + s->v[next].len;
+        remove_at(s, next, 1);
+    } else if (joins_prev) {
+        s->v[prev].len += len;
+    } else if (joins_next) {
+        s->v[next].off = off;
+        s->v[next].len += len;
+    } else {
+        insert_at(s, next, off, len);
+    }
+    s->bytes += len;
+    return 0;
+}
