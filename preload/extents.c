@@ -23,12 +23,14 @@ int om_extents_reserve(struct om_extents *s, size_t more)
 {
     if (s->n + more <= s->cap)
         return 0;
-    size_t old = s->cap * sizeof *s->v;
-    void *grown = mremap(s->v, old, old * 2, MREMAP_MAYMOVE);
+    size_t cap = s->cap * 2;
+    while (cap < s->n + more)
+        cap *= 2;
+    void *grown = mremap(s->v, s->cap * sizeof *s->v, cap * sizeof *s->v, MREMAP_MAYMOVE);
     if (grown == MAP_FAILED)
         return -ENOMEM;
     s->v = grown;
-    s->cap *= 2;
+    s->cap = cap;
     return 0;
 }
 
@@ -62,6 +64,8 @@ static void remove_at(struct om_extents *s, size_t at, size_t count)
 
 long om_extents_remove(struct om_extents *s, size_t off, size_t len)
 {
+    if (len == 0)
+        return 0; /* strictly inside an extent, the split below would leave two touching */
     size_t end = off + len, removed = 0;
     ptrdiff_t first = om_extents_at_or_below(s, off);
     size_t i = first < 0 ? 0 : (size_t)first;
@@ -97,8 +101,9 @@ long om_extents_remove(struct om_extents *s, size_t off, size_t len)
 
 int om_extents_add(struct om_extents *s, size_t off, size_t len)
 {
-    if (len == 0)
-        return 0;
+    ptrdiff_t in = om_extents_at_or_below(s, off);
+    if (len == 0 || (in >= 0 && s->v[in].off + s->v[in].len >= off + len))
+        return 0; /* already there: the removal below would split, needing room not reserved */
     /* What overlaps goes first, so that the rest is an insertion between neighbours. */
     if (om_extents_remove(s, off, len) < 0 || om_extents_reserve(s, 1) != 0)
         return -ENOMEM;

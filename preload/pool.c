@@ -25,7 +25,7 @@
 /* Before a plan: the last freed blocks of that size, oldest first, whose pages go back
  * when the arena holds more than 1/RESIDENT_SLACK above the most bytes ever live. */
 #define FREED_RANGES 4096
-#define RESIDENT_SLACK 32
+#define RESIDENT_SLACK 128
 /* The search stops as soon as a plan meets its lower bound; the budget bounds the one-off
  * pause of a plan that cannot (the transformer's 1883-slot iteration needs 30 to 50 ms to
  * reach its bound, and stopped at 1.09 of it with the replanner's 20 ms default). */

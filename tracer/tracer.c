@@ -391,7 +391,9 @@ void om_tracer_on_alloc(unsigned domain, void *ptr, size_t size, size_t usable, 
     uint64_t now = mono_ns() - cfg.t0_ns;
     uint32_t tid = current_tid();
     pthread_mutex_lock(&lock);
+    uint32_t known_sites = d->sites.count;
     struct om_site *site = om_sites_intern(&d->sites, stack);
+    int new_site = d->sites.count != known_sites;
     if (!site || (d->live_used + 1) * 2 > d->live_cap) {
         if (!site || live_grow(d) != 0) {
             pthread_mutex_unlock(&lock);
@@ -453,6 +455,8 @@ void om_tracer_on_alloc(unsigned domain, void *ptr, size_t size, size_t usable, 
                             d->live_bytes, (uintptr_t)ptr, site->id,    tid};
     timeline_add(d, seq, d->live_bytes);
     pthread_mutex_unlock(&lock);
+    if (new_site)
+        om_unwind_pages_drop(stack);
 }
 
 int om_tracer_on_free(unsigned domain, void *ptr)

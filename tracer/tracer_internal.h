@@ -23,6 +23,15 @@ void om_sys_lock(void);
 void om_sys_unlock(void);
 void om_sys_reset_lock(void);
 
+/* ---- unwind_pages.c ---- */
+
+/* Unwinding a new call site reads the .eh_frame_hdr and .eh_frame of the modules its
+ * frames lie in, and the kernel maps 64 KiB around each page read: megabytes of resident
+ * file pages that libunwind's caches make useless afterwards. This drops those modules'
+ * from the process (the page cache keeps them), in read-only segments only, so a later
+ * read just maps them again. */
+void om_unwind_pages_drop(const struct om_stack *stack);
+
 /* ---- stacks.c: call sites ---- */
 
 /* Per-lifetime-category tallies; the category of a lifetime is decided by how many

@@ -1,5 +1,5 @@
 /* Unit tests of the host arena's extent set against a byte-map model, and of its guard,
- * best fit and page release. */
+ * best fit, page release and resident-page accounting. */
 #include <errno.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -109,6 +109,297 @@ static void test_release_tail(void **state)
     assert_int_equal(arena.base[4096 + 5 * mib], 0);
 }
 
+static void test_release_range_drops_resident_by_whole_pages(void **state)
+{
+    size_t p = arena.page;
+    /* A and C share their pages with B's ends: B's free range lies on pages 1 to 5, of
+     * which only 2 to 4 are whole. */
+    assert_int_equal(om_arena_take(&arena, 0, p + 100), 0);          /* A */
+    assert_int_equal(om_arena_take(&arena, p + 100, 4 * p - 50), 0); /* B */
+    assert_int_equal(om_arena_take(&arena, 5 * p + 50, 3 * p - 50), 0);
+    assert_int_equal(om_arena_resident(&arena), 8 * p);
+    assert_int_equal(om_arena_give(&arena, p + 100, 4 * p - 50), 0);
+    assert_int_equal(om_arena_resident(&arena), 8 * p); /* given, not yet released */
+    assert_int_equal(om_arena_release_range(&arena, p + 100, 4 * p - 50), 3 * p);
+    assert_int_equal(om_arena_resident(&arena), 5 * p);
+    assert_int_equal(arena.released, 3 * p);
+    /* Freeing A makes pages 0 and 1 wholly free: they go too, once. */
+    assert_int_equal(om_arena_give(&arena, 0, p + 100), 0);
+    assert_int_equal(om_arena_release_range(&arena, 0, p + 100), 2 * p);
+    assert_int_equal(om_arena_resident(&arena), 3 * p);
+    assert_int_equal(arena.released, 5 * p);
+    assert_int_equal(om_arena_check(&arena), 0);
+    /* Less than a page of free space releases nothing. */
+    assert_int_equal(om_arena_take(&arena, 0, 5 * p + 10), 0);
+    assert_int_equal(om_arena_give(&arena, 5 * p, 10), 0);
+    assert_int_equal(om_arena_release_range(&arena, 5 * p, 10), 0);
+    assert_int_equal(om_arena_resident(&arena), 8 * p);
+    assert_int_equal(om_arena_check(&arena), 0);
+}
+
+static void test_take_over_released_pages_restores_them(void **state)
+{
+    size_t p = arena.page;
+    assert_int_equal(om_arena_take(&arena, 0, 8 * p), 0);
+    assert_int_equal(om_arena_take(&arena, 8 * p, p), 0); /* keeps the top in place */
+    assert_int_equal(om_arena_give(&arena, 0, 8 * p), 0);
+    assert_int_equal(om_arena_release_free(&arena), 8 * p);
+    assert_int_equal(om_arena_resident(&arena), p);
+    /* A block lies on every page it touches a byte of: 1 to 3 here, not 0 or 4. */
+    assert_int_equal(om_arena_take(&arena, p + 10, 2 * p), 0);
+    assert_int_equal(om_arena_resident(&arena), 4 * p);
+    /* Within page 3, already back: nothing more. */
+    assert_int_equal(om_arena_take(&arena, 3 * p + 100, 10), 0);
+    assert_int_equal(om_arena_resident(&arena), 4 * p);
+    /* A page-aligned block: exactly its pages. */
+    assert_int_equal(om_arena_take(&arena, 5 * p, 2 * p), 0);
+    assert_int_equal(om_arena_resident(&arena), 6 * p);
+    assert_int_equal(arena.released, 8 * p);
+    assert_int_equal(om_arena_check(&arena), 0);
+}
+
+static void test_release_twice_counts_once(void **state)
+{
+    size_t p = arena.page;
+    assert_int_equal(om_arena_take(&arena, 0, 10 * p), 0);
+    assert_int_equal(om_arena_take(&arena, 10 * p, p), 0);
+    assert_int_equal(om_arena_give(&arena, 0, 10 * p), 0);
+    assert_int_equal(om_arena_release_range(&arena, 0, 10 * p), 10 * p);
+    assert_int_equal(om_arena_release_range(&arena, 0, 10 * p), 0);
+    assert_int_equal(om_arena_release_range(&arena, 3 * p, 2 * p), 0); /* inside it */
+    assert_int_equal(om_arena_release_free(&arena), 0);
+    assert_int_equal(arena.released, 10 * p);
+    assert_int_equal(om_arena_resident(&arena), p);
+    /* Taking some back and releasing all again counts only what was taken. */
+    assert_int_equal(om_arena_take(&arena, 4 * p, p), 0);
+    assert_int_equal(om_arena_give(&arena, 4 * p, p), 0);
+    assert_int_equal(om_arena_release_free(&arena), p);
+    assert_int_equal(arena.released, 11 * p);
+    assert_int_equal(om_arena_resident(&arena), p);
+    assert_int_equal(om_arena_check(&arena), 0);
+}
+
+static void test_release_tail_forgets_unbacked_above_it(void **state)
+{
+    size_t p = arena.page, mib = (size_t)1 << 20;
+    assert_int_equal(om_arena_take(&arena, 0, p), 0);
+    assert_int_equal(om_arena_take(&arena, p, 4 * mib), 0);
+    assert_int_equal(om_arena_take(&arena, p + 4 * mib, p), 0);
+    assert_int_equal(om_arena_give(&arena, p, 4 * mib), 0);
+    /* Some pages of what becomes the tail are released already, as holes. */
+    assert_int_equal(om_arena_release_range(&arena, p, 4 * mib), 4 * mib);
+    assert_int_equal(om_arena_give(&arena, p + 4 * mib, p), 0);
+    size_t released = om_arena_release_tail(&arena, 0);
+    assert_int_equal(released, p); /* only the page not released before */
+    assert_int_equal(arena.released, 4 * mib + p);
+    assert_int_equal(arena.top, p);
+    assert_int_equal(om_arena_touched_end(&arena), p);
+    assert_int_equal(arena.unbacked.bytes, 0);
+    assert_int_equal(om_arena_resident(&arena), p);
+    assert_int_equal(om_arena_check(&arena), 0);
+    /* Above the top, pages come back as the top rises, none counted twice. */
+    assert_int_equal(om_arena_take(&arena, p, 3 * p), 0);
+    assert_int_equal(om_arena_resident(&arena), 4 * p);
+    assert_int_equal(om_arena_check(&arena), 0);
+}
+
+/* malloc(0) with no red zone is a take of 0 bytes, placed by best fit inside a hole. */
+static void test_empty_take_inside_a_hole(void **state)
+{
+    size_t p = arena.page;
+    assert_int_equal(om_arena_take(&arena, 0, 100), 0);
+    assert_int_equal(om_arena_take(&arena, 4 * p, 100), 0);
+    size_t off;
+    assert_int_equal(om_arena_best_fit(&arena, 0, 16, 0, &off), 0);
+    assert_true(off > 100 && off < 4 * p);
+    assert_int_equal(om_arena_take(&arena, off, 0), 0);
+    assert_int_equal(om_arena_check(&arena), 0);
+    assert_int_equal(om_arena_is_free(&arena, 100, 4 * p - 100), 1);
+    assert_int_equal(om_arena_release_free(&arena), 3 * p);
+    assert_int_equal(om_arena_take(&arena, 2 * p, 0), 0); /* page-aligned, on released pages */
+    assert_int_equal(om_arena_check(&arena), 0);
+    assert_int_equal(om_arena_resident(&arena), 2 * p);
+}
+
+/* A page-level model of residency, kept apart from the arena's extents: a page counts
+ * while it lies below the end of the last page touched (arena.h: "may be resident") and
+ * has not been released since a block last lay on it. */
+#define RES_SPACE ((size_t)4 << 20)
+#define RES_MAX_PAGES (RES_SPACE / 4096)
+#define RES_LIVE 16
+
+static struct {
+    size_t off, len;
+} live[RES_LIVE];
+static size_t nlive, m_top, m_touched_end, m_released;
+static unsigned char m_unbacked[RES_MAX_PAGES];
+
+static size_t m_release(size_t from, size_t to)
+{
+    size_t p = arena.page, n = 0;
+    from = (from + p - 1) / p;
+    to = (to < m_touched_end ? to : m_touched_end) / p;
+    for (size_t i = from; i < to; i++) {
+        n += !m_unbacked[i];
+        m_unbacked[i] = 1;
+    }
+    m_released += n * p;
+    return n * p;
+}
+
+static size_t m_resident(void)
+{
+    size_t n = 0;
+    for (size_t i = 0; i < m_touched_end / arena.page; i++)
+        n += !m_unbacked[i];
+    return n * arena.page;
+}
+
+static int m_overlaps_live(size_t off, size_t len)
+{
+    for (size_t k = 0; k < nlive; k++)
+        if (live[k].off < off + len && off < live[k].off + live[k].len)
+            return 1;
+    return 0;
+}
+
+/* The free run of [0, m_top) around [off, off + len), which must be free. */
+static void m_free_run(size_t off, size_t len, size_t *start, size_t *end)
+{
+    *start = 0;
+    *end = m_top;
+    for (size_t k = 0; k < nlive; k++) {
+        size_t e = live[k].off + live[k].len;
+        if (e <= off && e > *start)
+            *start = e;
+        if (live[k].off >= off + len && live[k].off < *end)
+            *end = live[k].off;
+    }
+}
+
+static void m_take(size_t off, size_t len)
+{
+    size_t p = arena.page, end = off + len;
+    live[nlive].off = off;
+    live[nlive++].len = len;
+    if (end > m_top)
+        m_top = end;
+    for (size_t i = off / p; i < (end + p - 1) / p; i++)
+        m_unbacked[i] = 0;
+    if ((end + p - 1) / p * p > m_touched_end)
+        m_touched_end = (end + p - 1) / p * p;
+}
+
+static size_t m_release_range(size_t off, size_t len)
+{
+    size_t p = arena.page, start, end;
+    if (len == 0 || off + len > m_top || m_overlaps_live(off, len))
+        return 0;
+    m_free_run(off, len, &start, &end);
+    size_t from = off / p * p, to = (off + len + p - 1) / p * p;
+    return m_release(from > start ? from : start, to < end ? to : end);
+}
+
+static size_t m_release_free(void)
+{
+    size_t released = 0, pos = 0;
+    while (pos < m_top) {
+        size_t next = m_top, next_end = m_top; /* the first live block at or above pos */
+        for (size_t k = 0; k < nlive; k++)
+            if (live[k].off >= pos && live[k].off < next) {
+                next = live[k].off;
+                next_end = live[k].off + live[k].len;
+            }
+        if (next > pos)
+            released += m_release(pos, next);
+        pos = next_end;
+    }
+    return released;
+}
+
+static size_t m_release_tail(size_t keep)
+{
+    size_t p = arena.page, run = 0;
+    for (size_t k = 0; k < nlive; k++)
+        if (live[k].off + live[k].len > run)
+            run = live[k].off + live[k].len;
+    if (m_top == 0 || run >= m_top)
+        return 0; /* no free tail */
+    size_t new_top = run > keep ? run : keep;
+    size_t from = (new_top + p - 1) / p * p, to = (m_top + p - 1) / p * p;
+    if (new_top >= m_top || to <= from || to - from < OM_ARENA_RELEASE_MIN)
+        return 0;
+    size_t released = m_release(from, to);
+    if (!released)
+        return 0; /* the arena trims only when the kernel got pages back */
+    m_top = new_top;
+    for (size_t i = from / p; i < m_touched_end / p; i++)
+        m_unbacked[i] = 0;
+    m_touched_end = from;
+    return released;
+}
+
+static void test_resident_matches_page_model(void **state)
+{
+    size_t p = arena.page;
+    assert_true(p >= 4096 && RES_SPACE % p == 0);
+    nlive = m_top = m_touched_end = m_released = 0;
+    memset(m_unbacked, 0, sizeof m_unbacked);
+    size_t hits[4] = {0}; /* nonzero releases: range, free, tail; takes on released pages */
+    uint64_t rng = 24680;
+    for (int step = 0; step < 6000; step++) {
+        rng = rng * 6364136223846793005ull + 1442695040888963407ull;
+        unsigned op = (unsigned)((rng >> 58) % 32);
+        size_t len = 1 + (rng >> 20) % (16 * p);
+        if (op < 14 && nlive < RES_LIVE) {
+            size_t off, align = (size_t)1 << ((rng >> 40) % 13);
+            if (op < 7)
+                off = (rng >> 33) % (RES_SPACE - len);
+            else if (om_arena_best_fit(&arena, len, align, 0, &off) != 0 || off + len > RES_SPACE)
+                continue;
+            int expect_free = !m_overlaps_live(off, len);
+            size_t before = m_resident();
+            assert_int_equal(om_arena_take(&arena, off, len), expect_free ? 0 : -EBUSY);
+            if (expect_free) {
+                m_take(off, len);
+                hits[3] += m_resident() > before;
+            }
+        } else if (op < 26 && nlive > 0) {
+            size_t k = (rng >> 33) % nlive, off = live[k].off;
+            len = live[k].len;
+            assert_int_equal(om_arena_give(&arena, off, len), 0);
+            live[k] = live[--nlive];
+            if (op < 20) {
+                size_t expect = m_release_range(off, len);
+                assert_int_equal(om_arena_release_range(&arena, off, len), expect);
+                hits[0] += expect != 0;
+            }
+        } else if (op < 28) {
+            size_t off = (rng >> 33) % RES_SPACE;
+            size_t expect = m_release_range(off, len);
+            assert_int_equal(om_arena_release_range(&arena, off, len), expect);
+            hits[0] += expect != 0;
+        } else if (op < 29) {
+            size_t expect = m_release_free();
+            assert_int_equal(om_arena_release_free(&arena), expect);
+            hits[1] += expect != 0;
+        } else if (op < 32) {
+            size_t keep = (rng >> 33) % 2 ? 0 : (rng >> 36) % (m_top + 1);
+            size_t expect = m_release_tail(keep);
+            assert_int_equal(om_arena_release_tail(&arena, keep), expect);
+            hits[2] += expect != 0;
+        }
+        assert_int_equal(om_arena_check(&arena), 0);
+        assert_int_equal(arena.top, m_top);
+        assert_int_equal(om_arena_touched_end(&arena), m_touched_end);
+        assert_true(om_arena_resident(&arena) <= om_arena_touched_end(&arena));
+        assert_int_equal(om_arena_resident(&arena), m_resident());
+        assert_int_equal(arena.released, m_released);
+    }
+    for (int i = 0; i < 4; i++)
+        assert_true(hits[i] >= 20); /* every path ran, or the walk tested little */
+}
+
 /* A backend like a device's: 2 MiB chunks mapped before use and unmapped when wholly
  * free, over host memory so that the test can see what is mapped. */
 #define CHUNK ((size_t)2 << 20)
@@ -185,6 +476,12 @@ int main(void)
         cmocka_unit_test_setup(test_take_and_give_match_model, setup),
         cmocka_unit_test_setup(test_best_fit_prefers_smallest_hole, setup),
         cmocka_unit_test_setup(test_release_tail, setup),
+        cmocka_unit_test_setup(test_release_range_drops_resident_by_whole_pages, setup),
+        cmocka_unit_test_setup(test_take_over_released_pages_restores_them, setup),
+        cmocka_unit_test_setup(test_release_twice_counts_once, setup),
+        cmocka_unit_test_setup(test_release_tail_forgets_unbacked_above_it, setup),
+        cmocka_unit_test_setup(test_empty_take_inside_a_hole, setup),
+        cmocka_unit_test_setup(test_resident_matches_page_model, setup),
         cmocka_unit_test(test_backend_maps_before_use_and_releases_whole_chunks),
     };
     return cmocka_run_group_tests_name("arena", tests, NULL, NULL);
