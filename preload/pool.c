@@ -323,12 +323,12 @@ static void after_cycle_request(struct om_pool *pool, struct om_block *b, uint64
         }
     } else if (pool->phase == OBSERVE) {
         if (++pool->observed == pool->period) {
+            /* The plan goes above everything handed out, so the free pages below will not
+             * serve it: they go back first, and the replanner's working memory takes
+             * their place instead of adding to the peak. */
+            pool->stats.released_bytes += om_arena_release_free(&pool->arena);
+            pool->nfreed = 0;
             pool->phase = build_plan(pool) == 0 ? SERVE : LEARN;
-            /* Free pages come back as the plan touches them; the rest stay released. */
-            if (pool->phase == SERVE) {
-                pool->stats.released_bytes += om_arena_release_free(&pool->arena);
-                pool->nfreed = 0;
-            }
             pool->cursor = 0;
             pool->iteration_misses = pool->served_iterations = 0;
         }
