@@ -155,47 +155,59 @@ static CUresult no_driver(void **pfn, int *status)
     return CUDA_ERROR_NOT_INITIALIZED;
 }
 
-/* While substituting, a lookup's result starts as NULL: a resolver that fails without writing
- * it must not leave a stale pointer behind to be taken for the symbol. */
-static int clear_result(void **pfn)
+/* The four signatures of the resolvers (the _ptsz exports share their plain one's). */
+enum resolver { CU_PROC, CU_PROC_V2, RT_ENTRY, RT_ENTRY_BY_VERSION };
+
+/* The one path of every resolver's lookup. While substituting, the result starts as NULL: a
+ * resolver that fails without writing it must not leave a stale pointer behind to be taken for
+ * the symbol. */
+static int lookup(enum resolver form, void *real, const char *symbol, void **pfn, long version,
+                  unsigned long long flags, int *status, int ptds)
 {
     int on = om_cuda_substituting();
     if (on && pfn)
         *pfn = NULL;
-    return on;
+    int rc;
+    switch (form) {
+    case CU_PROC:
+        rc = ((om_cuGetProcAddress_fn)real)(symbol, pfn, (int)version, flags);
+        break;
+    case CU_PROC_V2:
+        rc = ((om_cuGetProcAddress_v2_fn)real)(symbol, pfn, (int)version, flags, status);
+        break;
+    case RT_ENTRY:
+        rc = ((om_cudaGetDriverEntryPoint_fn)real)(symbol, pfn, flags, status);
+        break;
+    default:
+        rc = ((om_cudaGetDriverEntryPointByVersion_fn)real)(symbol, pfn, (unsigned int)version,
+                                                            flags, status);
+    }
+    if (on && rc == CUDA_SUCCESS && pfn && *pfn)
+        *pfn = substitute(substitute_id_of_proc(symbol, version, ptds), *pfn);
+    return rc;
 }
 
-static void substitute_result(void **pfn, const char *symbol, long version, int ptds)
+/* The driver's resolvers: id says which, and _v2 also reports the symbol's status. */
+static CUresult proc_address(int id, const char *symbol, void **pfn, int cudaVersion,
+                             cuuint64_t flags, int *symbolStatus)
 {
-    if (pfn && *pfn)
-        *pfn = substitute(substitute_id_of_proc(symbol, version, ptds), *pfn);
+    void *real = real_of(id);
+    if (OM_UNLIKELY(!real))
+        return no_driver(pfn, symbolStatus);
+    return lookup(id == SUB_cuGetProcAddress_v2 ? CU_PROC_V2 : CU_PROC, real, symbol, pfn,
+                  cudaVersion, flags, symbolStatus,
+                  (flags & CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM) != 0);
 }
 
 static CUresult get_proc_address(const char *symbol, void **pfn, int cudaVersion, cuuint64_t flags)
 {
-    om_cuGetProcAddress_fn real = (om_cuGetProcAddress_fn)real_of(SUB_cuGetProcAddress);
-    if (OM_UNLIKELY(!real))
-        return no_driver(pfn, NULL);
-    int on = clear_result(pfn);
-    CUresult rc = real(symbol, pfn, cudaVersion, flags);
-    if (on && rc == CUDA_SUCCESS)
-        substitute_result(pfn, symbol, cudaVersion,
-                          (flags & CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM) != 0);
-    return rc;
+    return proc_address(SUB_cuGetProcAddress, symbol, pfn, cudaVersion, flags, NULL);
 }
 
 static CUresult get_proc_address_v2(const char *symbol, void **pfn, int cudaVersion,
                                     cuuint64_t flags, int *symbolStatus)
 {
-    om_cuGetProcAddress_v2_fn real = (om_cuGetProcAddress_v2_fn)real_of(SUB_cuGetProcAddress_v2);
-    if (OM_UNLIKELY(!real))
-        return no_driver(pfn, symbolStatus);
-    int on = clear_result(pfn);
-    CUresult rc = real(symbol, pfn, cudaVersion, flags, symbolStatus);
-    if (on && rc == CUDA_SUCCESS)
-        substitute_result(pfn, symbol, cudaVersion,
-                          (flags & CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM) != 0);
-    return rc;
+    return proc_address(SUB_cuGetProcAddress_v2, symbol, pfn, cudaVersion, flags, symbolStatus);
 }
 
 OM_EXPORT CUresult cuGetProcAddress(const char *symbol, void **pfn, int cudaVersion,
@@ -212,53 +224,43 @@ static int runtime_ptds(unsigned long long flags, int ptsz_export)
     return ptsz_export && !(flags & cudaEnableLegacyStream);
 }
 
-static cudaError_t entry_point(om_cudaGetDriverEntryPointByVersion_fn by_version,
-                               om_cudaGetDriverEntryPoint_fn newest, const char *symbol, void **fn,
+static cudaError_t entry_point(enum resolver form, void *real, const char *symbol, void **fn,
                                long version, unsigned long long flags, int *status, int ptsz_export)
 {
-    if (!by_version && !newest)
+    if (OM_UNLIKELY(!real))
         return cudaErrorInitializationError;
-    int on = clear_result(fn);
-    cudaError_t rc = by_version ? by_version(symbol, fn, (unsigned int)version, flags, status)
-                                : newest(symbol, fn, flags, status);
-    if (on && rc == cudaSuccess)
-        substitute_result(fn, symbol, version, runtime_ptds(flags, ptsz_export));
-    return rc;
+    return lookup(form, real, symbol, fn, version, flags, status, runtime_ptds(flags, ptsz_export));
 }
 
 /* Without a version the runtime answers for the newest ABI it knows. */
 OM_EXPORT cudaError_t cudaGetDriverEntryPoint(const char *symbol, void **fn,
                                               unsigned long long flags, int *status)
 {
-    return entry_point(NULL, om_real_cudaGetDriverEntryPoint(), symbol, fn, LONG_MAX, flags, status,
-                       0);
+    return entry_point(RT_ENTRY, (void *)om_real_cudaGetDriverEntryPoint(), symbol, fn, LONG_MAX,
+                       flags, status, 0);
 }
 
 OM_EXPORT cudaError_t cudaGetDriverEntryPoint_ptsz(const char *symbol, void **fn,
                                                    unsigned long long flags, int *status)
 {
-    return entry_point(NULL, om_real_cudaGetDriverEntryPoint_ptsz(), symbol, fn, LONG_MAX, flags,
-                       status, 1);
+    return entry_point(RT_ENTRY, (void *)om_real_cudaGetDriverEntryPoint_ptsz(), symbol, fn,
+                       LONG_MAX, flags, status, 1);
 }
 
 OM_EXPORT cudaError_t cudaGetDriverEntryPointByVersion(const char *symbol, void **fn,
                                                        unsigned int cudaVersion,
                                                        unsigned long long flags, int *status)
 {
-    om_cudaGetDriverEntryPointByVersion_fn real = om_real_cudaGetDriverEntryPointByVersion();
-    if (OM_UNLIKELY(!real))
-        return cudaErrorInitializationError;
-    return entry_point(real, NULL, symbol, fn, cudaVersion, flags, status, 0);
+    return entry_point(RT_ENTRY_BY_VERSION, (void *)om_real_cudaGetDriverEntryPointByVersion(),
+                       symbol, fn, cudaVersion, flags, status, 0);
 }
 
 OM_EXPORT cudaError_t cudaGetDriverEntryPointByVersion_ptsz(const char *symbol, void **fn,
                                                             unsigned int cudaVersion,
                                                             unsigned long long flags, int *status)
 {
-    om_cudaGetDriverEntryPointByVersion_fn real = om_real_cudaGetDriverEntryPointByVersion_ptsz();
-    if (OM_UNLIKELY(!real))
-        return cudaErrorInitializationError;
-    return entry_point(real, NULL, symbol, fn, cudaVersion, flags, status, 1);
+    return entry_point(RT_ENTRY_BY_VERSION, (void *)om_real_cudaGetDriverEntryPointByVersion_ptsz(),
+                       symbol, fn, cudaVersion, flags, status, 1);
 }
 
 /* The replacements: the real calls, with the caller's own arguments. */

@@ -30,6 +30,22 @@ def command(args):
     return args.cmd[1:] if args.cmd[:1] == ["--"] else args.cmd
 
 
+def run_under_optmem(cmd, env, plain_out, problems=("verify:", "double free")):
+    """Runs cmd with env (optmem preloaded) and returns its stderr and its failures: an exit
+    status other than 0, stdout other than the plain run's plain_out, or, where it exited 0, a
+    problem optmem (or the program) reported on stderr, one of problems."""
+    rc, out, err = run(cmd, env)
+    failures = []
+    if rc != 0:
+        failures.append(f"exit status {rc} under optmem:\n{err}")
+    if out != plain_out:
+        failures.append("stdout differs from the plain run:\n--- plain\n" + plain_out +
+                        "--- optmem\n" + out)
+    if rc == 0 and any(p in err for p in problems):
+        failures.append(f"problems reported on stderr:\n{err}")
+    return err, failures
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--preload", required=True)
@@ -52,15 +68,7 @@ def main():
     with tempfile.TemporaryDirectory() as tmp:
         env = dict(base, LD_PRELOAD=args.preload, OPTMEM_MODE="plan",
                    OPTMEM_VERIFY=str(args.verify), OPTMEM_REPORT=f"{tmp}/report.%p.json")
-        rc, out, err = run(cmd, env)
-        failures = []
-        if rc != 0:
-            failures.append(f"exit status {rc} under plan mode:\n{err}")
-        if out != plain_out:
-            failures.append("stdout differs from the plain run:\n--- plain\n" + plain_out +
-                            "--- plan\n" + out)
-        if "verify:" in err or "double free" in err:
-            failures.append(f"optmem reported a problem:\n{err}")
+        err, failures = run_under_optmem(cmd, env, plain_out)
         reports = sorted(glob.glob(f"{tmp}/report.*.json"), key=os.path.getmtime)
         if not reports:
             sys.exit("FAIL: no report written\n" + err)

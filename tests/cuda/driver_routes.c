@@ -48,24 +48,30 @@ static void expect_owner(const char *route, const char *exported, void *fn, int 
                   info.dli_sname ? info.dli_sname : "?", file);
 }
 
-/* A pair of allocation functions: makes ROUNDS allocations, writes and reads each through
- * the driver, frees it with the pair's free. */
+/* One allocation of a pair: written through the driver, its last bytes read back. */
+static void check_bytes(const char *route, int i, CUdeviceptr p, size_t size, unsigned char byte)
+{
+    unsigned char back[64];
+    CT_CHECK(drv.cuMemsetD8_v2(p, byte, size));
+    CT_CHECK(drv.cuMemcpyDtoH_v2(back, p + size - sizeof back, sizeof back));
+    for (size_t k = 0; k < sizeof back; k++)
+        CT_EXPECT(back[k] == byte, "%s: allocation %d does not hold its bytes", route, i);
+    checksum = checksum * 31 + byte;
+    allocations++;
+}
+
+/* A pair of allocation functions: makes ROUNDS allocations, checks each, frees it with the
+ * pair's free. */
 static void use_sync(const char *route, void *alloc_fn, void *free_fn)
 {
     om_cuMemAlloc_v2_fn alloc = (om_cuMemAlloc_v2_fn)alloc_fn;
     om_cuMemFree_v2_fn release = (om_cuMemFree_v2_fn)free_fn;
     for (int i = 0; i < ROUNDS; i++) {
         CUdeviceptr p = 0;
-        unsigned char back[64];
         size_t size = 64 * KiB + (size_t)i * 4 * KiB;
         CT_CHECK(alloc(&p, size));
-        CT_CHECK(drv.cuMemsetD8_v2(p, (unsigned char)(i + 1), size));
-        CT_CHECK(drv.cuMemcpyDtoH_v2(back, p + size - sizeof back, sizeof back));
-        for (size_t k = 0; k < sizeof back; k++)
-            CT_EXPECT(back[k] == i + 1, "%s: allocation %d does not hold its bytes", route, i);
-        checksum = checksum * 31 + back[0];
+        check_bytes(route, i, p, size, (unsigned char)(i + 1));
         CT_CHECK(release(p));
-        allocations++;
     }
 }
 
@@ -75,16 +81,11 @@ static void use_async(const char *route, void *alloc_fn, void *free_fn)
     om_cuMemFreeAsync_fn release = (om_cuMemFreeAsync_fn)free_fn;
     for (int i = 0; i < ROUNDS; i++) {
         CUdeviceptr p = 0;
-        unsigned char back[64];
         size_t size = 96 * KiB + (size_t)i * 4 * KiB;
         CT_CHECK(alloc(&p, size, stream));
-        CT_CHECK(drv.cuMemsetD8_v2(p, (unsigned char)(i + 7), size));
-        CT_CHECK(drv.cuMemcpyDtoH_v2(back, p, sizeof back));
-        CT_EXPECT(back[0] == i + 7 && back[63] == i + 7, "%s: async allocation %d", route, i);
-        checksum = checksum * 31 + back[0];
+        check_bytes(route, i, p, size, (unsigned char)(i + 7));
         CT_CHECK(release(p, stream));
         CT_CHECK(drv.cuStreamSynchronize(stream));
-        allocations++;
     }
 }
 

@@ -20,7 +20,7 @@ import tempfile
 TESTS = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, TESTS)
 sys.path.insert(0, os.path.join(TESTS, "tracer"))
-from run_serving import command, plain_env, run  # noqa: E402
+from run_serving import command, plain_env, run, run_under_optmem  # noqa: E402
 from report_schema import SchemaError, validate  # noqa: E402
 
 OPS = {"==": operator.eq, ">=": operator.ge, "<=": operator.le}
@@ -132,15 +132,8 @@ def main():
         env = dict(base, LD_PRELOAD=args.preload, OPTMEM_MODE="plan", OPTMEM_VERIFY="1",
                    OPTMEM_DEVICES=args.devices, OPTMEM_REPORT=f"{tmp}/report.%p.json",
                    CUDA_TEST_EXPECT=args.expect)
-        rc, out, err = run(cmd, env)
-        failures = []
-        if rc != 0:
-            failures.append(f"exit status {rc} under optmem:\n{err}")
-        if out != plain_out:
-            failures.append("stdout differs from the plain run:\n--- plain\n" + plain_out +
-                            "--- optmem\n" + out)
-        if rc == 0 and ("verify:" in err or "double free" in err or "FAIL" in err):
-            failures.append(f"problems reported on stderr:\n{err}")
+        err, failures = run_under_optmem(cmd, env, plain_out,
+                                         problems=("verify:", "double free", "FAIL"))
         reports = []
         for path in sorted(glob.glob(f"{tmp}/report.*.json")):
             try:

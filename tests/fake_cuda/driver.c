@@ -182,6 +182,18 @@ static CUresult ready(void)
     return CUDA_SUCCESS;
 }
 
+/* Opens every entry point that needs cuInit: counts the call, then refuses it before any
+ * argument is looked at, so that a call before cuInit or in a forked child fails the same way
+ * whatever it passes (the static helpers the entry points share run after it). A macro
+ * because it returns from the entry point. */
+#define ENTER(name)                                                                                \
+    do {                                                                                           \
+        COUNT(name);                                                                               \
+        CUresult not_ready = ready();                                                              \
+        if (not_ready)                                                                             \
+            return not_ready;                                                                      \
+    } while (0)
+
 static int current_device(void)
 {
     return ctx_depth > 0 ? ctx_stack[ctx_depth - 1]->device : -1;
@@ -372,10 +384,7 @@ CUresult cuDriverGetVersion(int *version)
 
 CUresult cuDeviceGetCount(int *count)
 {
-    COUNT(cuDeviceGetCount);
-    CUresult rc = ready();
-    if (rc)
-        return rc;
+    ENTER(cuDeviceGetCount);
     if (!count)
         return CUDA_ERROR_INVALID_VALUE;
     *count = g.devices;
@@ -384,10 +393,7 @@ CUresult cuDeviceGetCount(int *count)
 
 CUresult cuDeviceGet(CUdevice *device, int ordinal)
 {
-    COUNT(cuDeviceGet);
-    CUresult rc = ready();
-    if (rc)
-        return rc;
+    ENTER(cuDeviceGet);
     if (!device)
         return CUDA_ERROR_INVALID_VALUE;
     if (!valid_device(ordinal))
@@ -398,10 +404,7 @@ CUresult cuDeviceGet(CUdevice *device, int ordinal)
 
 CUresult cuDeviceTotalMem_v2(size_t *bytes, CUdevice dev)
 {
-    COUNT(cuDeviceTotalMem_v2);
-    CUresult rc = ready();
-    if (rc)
-        return rc;
+    ENTER(cuDeviceTotalMem_v2);
     if (!bytes)
         return CUDA_ERROR_INVALID_VALUE;
     if (!valid_device(dev))
@@ -412,10 +415,7 @@ CUresult cuDeviceTotalMem_v2(size_t *bytes, CUdevice dev)
 
 CUresult cuDevicePrimaryCtxRetain(CUcontext *ctx, CUdevice dev)
 {
-    COUNT(cuDevicePrimaryCtxRetain);
-    CUresult rc = ready();
-    if (rc)
-        return rc;
+    ENTER(cuDevicePrimaryCtxRetain);
     if (!ctx)
         return CUDA_ERROR_INVALID_VALUE;
     if (!valid_device(dev))
@@ -426,10 +426,7 @@ CUresult cuDevicePrimaryCtxRetain(CUcontext *ctx, CUdevice dev)
 
 CUresult cuDevicePrimaryCtxRelease_v2(CUdevice dev)
 {
-    COUNT(cuDevicePrimaryCtxRelease_v2);
-    CUresult rc = ready();
-    if (rc)
-        return rc;
+    ENTER(cuDevicePrimaryCtxRelease_v2);
     return valid_device(dev) ? CUDA_SUCCESS : CUDA_ERROR_INVALID_DEVICE;
 }
 
@@ -441,10 +438,7 @@ static int valid_context(CUcontext ctx)
 
 CUresult cuCtxSetCurrent(CUcontext ctx)
 {
-    COUNT(cuCtxSetCurrent);
-    CUresult rc = ready();
-    if (rc)
-        return rc;
+    ENTER(cuCtxSetCurrent);
     if (!ctx) {
         if (ctx_depth > 0)
             ctx_depth--;
@@ -460,10 +454,7 @@ CUresult cuCtxSetCurrent(CUcontext ctx)
 
 CUresult cuCtxGetCurrent(CUcontext *ctx)
 {
-    COUNT(cuCtxGetCurrent);
-    CUresult rc = ready();
-    if (rc)
-        return rc;
+    ENTER(cuCtxGetCurrent);
     if (!ctx)
         return CUDA_ERROR_INVALID_VALUE;
     *ctx = ctx_depth > 0 ? ctx_stack[ctx_depth - 1] : NULL;
@@ -472,10 +463,7 @@ CUresult cuCtxGetCurrent(CUcontext *ctx)
 
 CUresult cuCtxPushCurrent_v2(CUcontext ctx)
 {
-    COUNT(cuCtxPushCurrent_v2);
-    CUresult rc = ready();
-    if (rc)
-        return rc;
+    ENTER(cuCtxPushCurrent_v2);
     if (!valid_context(ctx))
         return CUDA_ERROR_INVALID_CONTEXT;
     if (ctx_depth == CTX_STACK)
@@ -486,10 +474,7 @@ CUresult cuCtxPushCurrent_v2(CUcontext ctx)
 
 CUresult cuCtxPopCurrent_v2(CUcontext *ctx)
 {
-    COUNT(cuCtxPopCurrent_v2);
-    CUresult rc = ready();
-    if (rc)
-        return rc;
+    ENTER(cuCtxPopCurrent_v2);
     if (ctx_depth == 0)
         return CUDA_ERROR_INVALID_CONTEXT;
     CUcontext top = ctx_stack[--ctx_depth];
@@ -500,10 +485,7 @@ CUresult cuCtxPopCurrent_v2(CUcontext *ctx)
 
 CUresult cuCtxGetDevice(CUdevice *device)
 {
-    COUNT(cuCtxGetDevice);
-    CUresult rc = ready();
-    if (rc)
-        return rc;
+    ENTER(cuCtxGetDevice);
     if (!device)
         return CUDA_ERROR_INVALID_VALUE;
     int dev = current_device();
@@ -515,13 +497,11 @@ CUresult cuCtxGetDevice(CUdevice *device)
 
 CUresult cuCtxSynchronize(void)
 {
-    COUNT(cuCtxSynchronize);
-    CUresult rc = ready();
-    if (rc)
-        return rc;
+    ENTER(cuCtxSynchronize);
     int dev = current_device();
     if (dev < 0)
         return CUDA_ERROR_INVALID_CONTEXT;
+    CUresult rc = CUDA_SUCCESS;
     pthread_mutex_lock(&lock);
     for (int i = 0; i < MAX_STREAMS && !rc; i++)
         if (streams[i].used && streams[i].device == dev && streams[i].capturing)
@@ -539,10 +519,7 @@ CUresult cuCtxSynchronize(void)
 
 CUresult cuMemGetInfo_v2(size_t *free, size_t *total)
 {
-    COUNT(cuMemGetInfo_v2);
-    CUresult rc = ready();
-    if (rc)
-        return rc;
+    ENTER(cuMemGetInfo_v2);
     int dev = current_device();
     if (dev < 0)
         return CUDA_ERROR_INVALID_CONTEXT;
@@ -557,36 +534,33 @@ CUresult cuMemGetInfo_v2(size_t *free, size_t *total)
 
 static CUresult alloc_on_current(CUdeviceptr *dptr, size_t size, int managed)
 {
-    CUresult rc = ready();
-    if (rc)
-        return rc;
     int dev = current_device();
     if (dev < 0)
         return CUDA_ERROR_INVALID_CONTEXT;
     pthread_mutex_lock(&lock);
-    rc = direct_alloc(dptr, size, dev, managed);
+    CUresult rc = direct_alloc(dptr, size, dev, managed);
     pthread_mutex_unlock(&lock);
     return rc;
 }
 
 CUresult cuMemAlloc_v2(CUdeviceptr *dptr, size_t size)
 {
-    COUNT(cuMemAlloc_v2);
+    ENTER(cuMemAlloc_v2);
     return alloc_on_current(dptr, size, 0);
 }
 
 CUresult cuMemAllocManaged(CUdeviceptr *dptr, size_t size, unsigned int flags)
 {
-    COUNT(cuMemAllocManaged);
+    ENTER(cuMemAllocManaged);
     return alloc_on_current(dptr, size, 1);
 }
 
 CUresult cuMemFree_v2(CUdeviceptr dptr)
 {
-    COUNT(cuMemFree_v2);
-    CUresult rc = ready();
-    if (rc || dptr == 0)
-        return rc;
+    ENTER(cuMemFree_v2);
+    if (dptr == 0)
+        return CUDA_SUCCESS;
+    CUresult rc = CUDA_SUCCESS;
     pthread_mutex_lock(&lock);
     struct direct *d = direct_at((uintptr_t)dptr, 0);
     if (d && !d->freeing)
@@ -600,38 +574,35 @@ CUresult cuMemFree_v2(CUdeviceptr dptr)
 /* Fresh memory needs no stream order: it is mapped at once, on the stream's device. */
 static CUresult alloc_async(CUdeviceptr *dptr, size_t size, CUstream stream)
 {
-    CUresult rc = ready();
-    if (rc)
-        return rc;
     pthread_mutex_lock(&lock);
     struct CUstream_st *st = stream_get(stream);
-    rc = st ? direct_alloc(dptr, size, st->device, 0) : no_stream(stream);
+    CUresult rc = st ? direct_alloc(dptr, size, st->device, 0) : no_stream(stream);
     pthread_mutex_unlock(&lock);
     return rc;
 }
 
 CUresult cuMemAllocAsync(CUdeviceptr *dptr, size_t size, CUstream stream)
 {
-    COUNT(cuMemAllocAsync);
+    ENTER(cuMemAllocAsync);
     return alloc_async(dptr, size, stream);
 }
 
 CUresult cuMemAllocAsync_ptsz(CUdeviceptr *dptr, size_t size, CUstream stream)
 {
-    COUNT(cuMemAllocAsync_ptsz);
+    ENTER(cuMemAllocAsync_ptsz);
     return alloc_async(dptr, size, stream);
 }
 
 CUresult cuMemAllocFromPoolAsync(CUdeviceptr *dptr, size_t size, CUmemoryPool pool, CUstream stream)
 {
-    COUNT(cuMemAllocFromPoolAsync);
+    ENTER(cuMemAllocFromPoolAsync);
     return alloc_async(dptr, size, stream);
 }
 
 CUresult cuMemAllocFromPoolAsync_ptsz(CUdeviceptr *dptr, size_t size, CUmemoryPool pool,
                                       CUstream stream)
 {
-    COUNT(cuMemAllocFromPoolAsync_ptsz);
+    ENTER(cuMemAllocFromPoolAsync_ptsz);
     return alloc_async(dptr, size, stream);
 }
 
@@ -639,9 +610,7 @@ CUresult cuMemAllocFromPoolAsync_ptsz(CUdeviceptr *dptr, size_t size, CUmemoryPo
  * still lands there; a free captured into a graph leaves the memory to the graph. */
 static CUresult free_async(CUdeviceptr dptr, CUstream stream)
 {
-    CUresult rc = ready();
-    if (rc)
-        return rc;
+    CUresult rc = CUDA_SUCCESS;
     pthread_mutex_lock(&lock);
     struct CUstream_st *st = stream_get(stream);
     struct direct *d = direct_at((uintptr_t)dptr, 0);
@@ -661,22 +630,20 @@ static CUresult free_async(CUdeviceptr dptr, CUstream stream)
 
 CUresult cuMemFreeAsync(CUdeviceptr dptr, CUstream stream)
 {
-    COUNT(cuMemFreeAsync);
+    ENTER(cuMemFreeAsync);
     return free_async(dptr, stream);
 }
 
 CUresult cuMemFreeAsync_ptsz(CUdeviceptr dptr, CUstream stream)
 {
-    COUNT(cuMemFreeAsync_ptsz);
+    ENTER(cuMemFreeAsync_ptsz);
     return free_async(dptr, stream);
 }
 
 /* Synchronous copies and sets happen at once; they report an earlier deferred fault. */
 static CUresult copy(void *dst, const void *src, size_t n, int dst_dev, int src_dev)
 {
-    CUresult rc = ready();
-    if (rc)
-        return rc;
+    CUresult rc = CUDA_SUCCESS;
     pthread_mutex_lock(&lock);
     if ((dst_dev && !device_range((uintptr_t)dst, n, 0)) ||
         (src_dev && !device_range((uintptr_t)src, n, 0)))
@@ -689,35 +656,33 @@ static CUresult copy(void *dst, const void *src, size_t n, int dst_dev, int src_
 
 CUresult cuMemcpyHtoD_v2(CUdeviceptr dst, const void *src, size_t n)
 {
-    COUNT(cuMemcpyHtoD_v2);
+    ENTER(cuMemcpyHtoD_v2);
     return copy((void *)(uintptr_t)dst, src, n, 1, 0);
 }
 
 CUresult cuMemcpyDtoH_v2(void *dst, CUdeviceptr src, size_t n)
 {
-    COUNT(cuMemcpyDtoH_v2);
+    ENTER(cuMemcpyDtoH_v2);
     return copy(dst, (const void *)(uintptr_t)src, n, 0, 1);
 }
 
 CUresult cuMemcpyDtoD_v2(CUdeviceptr dst, CUdeviceptr src, size_t n)
 {
-    COUNT(cuMemcpyDtoD_v2);
+    ENTER(cuMemcpyDtoD_v2);
     return copy((void *)(uintptr_t)dst, (const void *)(uintptr_t)src, n, 1, 1);
 }
 
 /* Unified addressing: either side may be host memory, so neither is checked. */
 CUresult cuMemcpy(CUdeviceptr dst, CUdeviceptr src, size_t n)
 {
-    COUNT(cuMemcpy);
+    ENTER(cuMemcpy);
     return copy((void *)(uintptr_t)dst, (const void *)(uintptr_t)src, n, 0, 0);
 }
 
 CUresult cuMemsetD8_v2(CUdeviceptr dst, unsigned char value, size_t n)
 {
-    COUNT(cuMemsetD8_v2);
-    CUresult rc = ready();
-    if (rc)
-        return rc;
+    ENTER(cuMemsetD8_v2);
+    CUresult rc = CUDA_SUCCESS;
     pthread_mutex_lock(&lock);
     if (!device_range((uintptr_t)dst, n, 0))
         rc = CUDA_ERROR_INVALID_VALUE;
@@ -729,9 +694,7 @@ CUresult cuMemsetD8_v2(CUdeviceptr dst, unsigned char value, size_t n)
 
 static CUresult fill_async(uintptr_t dst, unsigned char value, size_t n, CUstream stream)
 {
-    CUresult rc = ready();
-    if (rc)
-        return rc;
+    CUresult rc = CUDA_SUCCESS;
     pthread_mutex_lock(&lock);
     struct CUstream_st *st = stream_get(stream);
     if (!st)
@@ -746,13 +709,13 @@ static CUresult fill_async(uintptr_t dst, unsigned char value, size_t n, CUstrea
 
 CUresult cuMemsetD8Async(CUdeviceptr dst, unsigned char value, size_t n, CUstream stream)
 {
-    COUNT(cuMemsetD8Async);
+    ENTER(cuMemsetD8Async);
     return fill_async((uintptr_t)dst, value, n, stream);
 }
 
 CUresult cuMemsetD8Async_ptsz(CUdeviceptr dst, unsigned char value, size_t n, CUstream stream)
 {
-    COUNT(cuMemsetD8Async_ptsz);
+    ENTER(cuMemsetD8Async_ptsz);
     return fill_async((uintptr_t)dst, value, n, stream);
 }
 
@@ -766,10 +729,7 @@ static int granular(size_t v)
 CUresult cuMemAddressReserve(CUdeviceptr *ptr, size_t size, size_t alignment, CUdeviceptr addr,
                              unsigned long long flags)
 {
-    COUNT(cuMemAddressReserve);
-    CUresult rc = ready();
-    if (rc)
-        return rc;
+    ENTER(cuMemAddressReserve);
     if (g.no_vmm)
         return CUDA_ERROR_NOT_SUPPORTED;
     if (!ptr || size == 0 || !granular(size) || (alignment & (alignment - 1)) || flags)
@@ -778,6 +738,7 @@ CUresult cuMemAddressReserve(CUdeviceptr *ptr, size_t size, size_t alignment, CU
         alignment = GRANULARITY;
     if (size + alignment < size)
         return CUDA_ERROR_OUT_OF_MEMORY;
+    CUresult rc = CUDA_SUCCESS;
     pthread_mutex_lock(&lock);
     struct reservation *r = NULL;
     for (int i = 0; i < MAX_RESERVED && !r; i++)
@@ -818,12 +779,9 @@ static void mapping_drop(struct mapping *m)
 
 CUresult cuMemAddressFree(CUdeviceptr ptr, size_t size)
 {
-    COUNT(cuMemAddressFree);
-    CUresult rc = ready();
-    if (rc)
-        return rc;
+    ENTER(cuMemAddressFree);
     pthread_mutex_lock(&lock);
-    rc = CUDA_ERROR_INVALID_VALUE;
+    CUresult rc = CUDA_ERROR_INVALID_VALUE;
     for (int i = 0; i < MAX_RESERVED; i++) {
         struct reservation *r = &reservations[i];
         if (r->len && r->base == (uintptr_t)ptr && r->len == size) {
@@ -843,16 +801,14 @@ CUresult cuMemAddressFree(CUdeviceptr ptr, size_t size)
 CUresult cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size,
                      const CUmemAllocationProp *prop, unsigned long long flags)
 {
-    COUNT(cuMemCreate);
-    CUresult rc = ready();
-    if (rc)
-        return rc;
+    ENTER(cuMemCreate);
     if (!handle || !prop || size == 0 || !granular(size) || flags ||
         prop->type != CU_MEM_ALLOCATION_TYPE_PINNED)
         return CUDA_ERROR_INVALID_VALUE;
     if (prop->location.type != CU_MEM_LOCATION_TYPE_DEVICE || !valid_device(prop->location.id))
         return CUDA_ERROR_INVALID_DEVICE;
     int dev = prop->location.id;
+    CUresult rc = CUDA_SUCCESS;
     pthread_mutex_lock(&lock);
     unsigned h = 0;
     while (h < MAX_HANDLES && handles[h].used)
@@ -883,10 +839,8 @@ static struct handle *handle_get(CUmemGenericAllocationHandle h)
 /* The physical memory goes once it is neither referenced by the handle nor mapped. */
 CUresult cuMemRelease(CUmemGenericAllocationHandle handle)
 {
-    COUNT(cuMemRelease);
-    CUresult rc = ready();
-    if (rc)
-        return rc;
+    ENTER(cuMemRelease);
+    CUresult rc = CUDA_SUCCESS;
     pthread_mutex_lock(&lock);
     struct handle *hd = handle_get(handle);
     if (!hd) {
@@ -917,13 +871,11 @@ static int reserved(uintptr_t p, size_t n)
 CUresult cuMemMap(CUdeviceptr ptr, size_t size, size_t offset, CUmemGenericAllocationHandle handle,
                   unsigned long long flags)
 {
-    COUNT(cuMemMap);
-    CUresult rc = ready();
-    if (rc)
-        return rc;
+    ENTER(cuMemMap);
     uintptr_t p = (uintptr_t)ptr;
     if (size == 0 || !granular(p) || !granular(size) || !granular(offset) || flags)
         return CUDA_ERROR_INVALID_VALUE;
+    CUresult rc = CUDA_SUCCESS;
     pthread_mutex_lock(&lock);
     struct handle *hd = handle_get(handle);
     if (!hd || offset > hd->size || size > hd->size - offset || !reserved(p, size)) {
@@ -961,13 +913,11 @@ static int whole_mappings(uintptr_t p, size_t n)
 
 CUresult cuMemUnmap(CUdeviceptr ptr, size_t size)
 {
-    COUNT(cuMemUnmap);
-    CUresult rc = ready();
-    if (rc)
-        return rc;
+    ENTER(cuMemUnmap);
     uintptr_t p = (uintptr_t)ptr;
     if (size == 0 || !granular(p) || !granular(size))
         return CUDA_ERROR_INVALID_VALUE;
+    CUresult rc = CUDA_SUCCESS;
     pthread_mutex_lock(&lock);
     if (!whole_mappings(p, size)) {
         rc = CUDA_ERROR_INVALID_VALUE;
@@ -985,10 +935,7 @@ CUresult cuMemUnmap(CUdeviceptr ptr, size_t size)
 
 CUresult cuMemSetAccess(CUdeviceptr ptr, size_t size, const CUmemAccessDesc *desc, size_t count)
 {
-    COUNT(cuMemSetAccess);
-    CUresult rc = ready();
-    if (rc)
-        return rc;
+    ENTER(cuMemSetAccess);
     uintptr_t p = (uintptr_t)ptr;
     if (!desc || count == 0 || size == 0 || !granular(p) || !granular(size))
         return CUDA_ERROR_INVALID_VALUE;
@@ -1001,6 +948,7 @@ CUresult cuMemSetAccess(CUdeviceptr ptr, size_t size, const CUmemAccessDesc *des
             return CUDA_ERROR_INVALID_VALUE;
         access |= desc[i].flags == CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
     }
+    CUresult rc = CUDA_SUCCESS;
     pthread_mutex_lock(&lock);
     if (!whole_mappings(p, size)) {
         rc = CUDA_ERROR_INVALID_VALUE;
@@ -1017,10 +965,7 @@ CUresult cuMemSetAccess(CUdeviceptr ptr, size_t size, const CUmemAccessDesc *des
 CUresult cuMemGetAllocationGranularity(size_t *granularity, const CUmemAllocationProp *prop,
                                        int option)
 {
-    COUNT(cuMemGetAllocationGranularity);
-    CUresult rc = ready();
-    if (rc)
-        return rc;
+    ENTER(cuMemGetAllocationGranularity);
     if (!granularity || !prop)
         return CUDA_ERROR_INVALID_VALUE;
     if (prop->location.type != CU_MEM_LOCATION_TYPE_DEVICE || !valid_device(prop->location.id))
@@ -1033,17 +978,14 @@ CUresult cuMemGetAllocationGranularity(size_t *granularity, const CUmemAllocatio
 
 CUresult cuEventCreate(CUevent *event, unsigned int flags)
 {
-    COUNT(cuEventCreate);
-    CUresult rc = ready();
-    if (rc)
-        return rc;
+    ENTER(cuEventCreate);
     if (!event)
         return CUDA_ERROR_INVALID_VALUE;
     if (current_device() < 0)
         return CUDA_ERROR_INVALID_CONTEXT;
     pthread_mutex_lock(&lock);
     static size_t hint;
-    rc = CUDA_ERROR_OUT_OF_MEMORY;
+    CUresult rc = CUDA_ERROR_OUT_OF_MEMORY;
     for (size_t n = 0; n < MAX_EVENTS; n++) {
         struct CUevent_st *ev = &events[(hint + n) % MAX_EVENTS];
         if (!ev->used) {
@@ -1062,9 +1004,7 @@ CUresult cuEventCreate(CUevent *event, unsigned int flags)
  * refuses to query or wait for it. */
 static CUresult event_record(CUevent event, CUstream stream)
 {
-    CUresult rc = ready();
-    if (rc)
-        return rc;
+    CUresult rc = CUDA_SUCCESS;
     pthread_mutex_lock(&lock);
     struct CUevent_st *ev = event_get(event);
     struct CUstream_st *st = stream_get(stream);
@@ -1082,22 +1022,20 @@ static CUresult event_record(CUevent event, CUstream stream)
 
 CUresult cuEventRecord(CUevent event, CUstream stream)
 {
-    COUNT(cuEventRecord);
+    ENTER(cuEventRecord);
     return event_record(event, stream);
 }
 
 CUresult cuEventRecord_ptsz(CUevent event, CUstream stream)
 {
-    COUNT(cuEventRecord_ptsz);
+    ENTER(cuEventRecord_ptsz);
     return event_record(event, stream);
 }
 
 CUresult cuEventQuery(CUevent event)
 {
-    COUNT(cuEventQuery);
-    CUresult rc = ready();
-    if (rc)
-        return rc;
+    ENTER(cuEventQuery);
+    CUresult rc = CUDA_SUCCESS;
     pthread_mutex_lock(&lock);
     struct CUevent_st *ev = event_get(event);
     if (!ev)
@@ -1112,10 +1050,8 @@ CUresult cuEventQuery(CUevent event)
 
 CUresult cuEventSynchronize(CUevent event)
 {
-    COUNT(cuEventSynchronize);
-    CUresult rc = ready();
-    if (rc)
-        return rc;
+    ENTER(cuEventSynchronize);
+    CUresult rc = CUDA_SUCCESS;
     pthread_mutex_lock(&lock);
     struct CUevent_st *ev = event_get(event);
     if (!ev) {
@@ -1133,10 +1069,8 @@ CUresult cuEventSynchronize(CUevent event)
 
 CUresult cuEventDestroy_v2(CUevent event)
 {
-    COUNT(cuEventDestroy_v2);
-    CUresult rc = ready();
-    if (rc)
-        return rc;
+    ENTER(cuEventDestroy_v2);
+    CUresult rc = CUDA_SUCCESS;
     pthread_mutex_lock(&lock);
     struct CUevent_st *ev = event_get(event);
     if (ev)
@@ -1151,17 +1085,14 @@ CUresult cuEventDestroy_v2(CUevent event)
 
 CUresult cuStreamCreate(CUstream *stream, unsigned int flags)
 {
-    COUNT(cuStreamCreate);
-    CUresult rc = ready();
-    if (rc)
-        return rc;
+    ENTER(cuStreamCreate);
     if (!stream)
         return CUDA_ERROR_INVALID_VALUE;
     int dev = current_device();
     if (dev < 0)
         return CUDA_ERROR_INVALID_CONTEXT;
     pthread_mutex_lock(&lock);
-    rc = CUDA_ERROR_OUT_OF_MEMORY;
+    CUresult rc = CUDA_ERROR_OUT_OF_MEMORY;
     for (int i = MAX_DEVICES; i < MAX_STREAMS; i++) {
         struct CUstream_st *st = &streams[i];
         if (!st->used) {
@@ -1182,10 +1113,8 @@ CUresult cuStreamCreate(CUstream *stream, unsigned int flags)
  * complete. */
 CUresult cuStreamDestroy_v2(CUstream stream)
 {
-    COUNT(cuStreamDestroy_v2);
-    CUresult rc = ready();
-    if (rc)
-        return rc;
+    ENTER(cuStreamDestroy_v2);
+    CUresult rc = CUDA_SUCCESS;
     pthread_mutex_lock(&lock);
     struct CUstream_st *st = stream_get(stream);
     if (!st || st < &streams[MAX_DEVICES]) {
@@ -1201,9 +1130,7 @@ CUresult cuStreamDestroy_v2(CUstream stream)
 
 static CUresult stream_sync(CUstream stream)
 {
-    CUresult rc = ready();
-    if (rc)
-        return rc;
+    CUresult rc = CUDA_SUCCESS;
     pthread_mutex_lock(&lock);
     struct CUstream_st *st = stream_get(stream);
     if (!st) {
@@ -1220,23 +1147,21 @@ static CUresult stream_sync(CUstream stream)
 
 CUresult cuStreamSynchronize(CUstream stream)
 {
-    COUNT(cuStreamSynchronize);
+    ENTER(cuStreamSynchronize);
     return stream_sync(stream);
 }
 
 CUresult cuStreamSynchronize_ptsz(CUstream stream)
 {
-    COUNT(cuStreamSynchronize_ptsz);
+    ENTER(cuStreamSynchronize_ptsz);
     return stream_sync(stream);
 }
 
 static CUresult is_capturing(CUstream stream, int *status)
 {
-    CUresult rc = ready();
-    if (rc)
-        return rc;
     if (!status)
         return CUDA_ERROR_INVALID_VALUE;
+    CUresult rc = CUDA_SUCCESS;
     pthread_mutex_lock(&lock);
     struct CUstream_st *st = stream_get(stream);
     if (st)
@@ -1249,24 +1174,22 @@ static CUresult is_capturing(CUstream stream, int *status)
 
 CUresult cuStreamIsCapturing(CUstream stream, int *status)
 {
-    COUNT(cuStreamIsCapturing);
+    ENTER(cuStreamIsCapturing);
     return is_capturing(stream, status);
 }
 
 CUresult cuStreamIsCapturing_ptsz(CUstream stream, int *status)
 {
-    COUNT(cuStreamIsCapturing_ptsz);
+    ENTER(cuStreamIsCapturing_ptsz);
     return is_capturing(stream, status);
 }
 
 CUresult cuStreamBeginCapture_v2(CUstream stream, int mode)
 {
-    COUNT(cuStreamBeginCapture_v2);
-    CUresult rc = ready();
-    if (rc)
-        return rc;
+    ENTER(cuStreamBeginCapture_v2);
     if (mode < 0 || mode > 2)
         return CUDA_ERROR_INVALID_VALUE;
+    CUresult rc = CUDA_SUCCESS;
     pthread_mutex_lock(&lock);
     struct CUstream_st *st = stream_get(stream);
     if (!st)
@@ -1283,12 +1206,10 @@ CUresult cuStreamBeginCapture_v2(CUstream stream, int mode)
 
 CUresult cuStreamEndCapture(CUstream stream, CUgraph *graph)
 {
-    COUNT(cuStreamEndCapture);
-    CUresult rc = ready();
-    if (rc)
-        return rc;
+    ENTER(cuStreamEndCapture);
     if (!graph)
         return CUDA_ERROR_INVALID_VALUE;
+    CUresult rc = CUDA_SUCCESS;
     pthread_mutex_lock(&lock);
     struct CUstream_st *st = stream_get(stream);
     if (!st)
@@ -1413,7 +1334,8 @@ CUresult cuGetProcAddress_v2(const char *symbol, void **pfn, int cudaVersion, cu
 
 CUresult fakeLaunchFill(void *dst, size_t len, int byte, CUstream stream)
 {
-    return fill_async((uintptr_t)dst, (unsigned char)byte, len, stream);
+    CUresult rc = ready();
+    return rc ? rc : fill_async((uintptr_t)dst, (unsigned char)byte, len, stream);
 }
 
 int fakeStreamRunOne(CUstream stream)

@@ -135,6 +135,15 @@ static cudaError_t enter(void)
             return e_;                                                                             \
     } while (0)
 
+/* A runtime call that is one driver call in the thread's context, defined as
+ * FORWARD(runtime function, driver call, its parameters...). */
+#define FORWARD(name, call, ...)                                                                   \
+    cudaError_t name(__VA_ARGS__)                                                                  \
+    {                                                                                              \
+        ENTER();                                                                                   \
+        return rt(drv.call);                                                                       \
+    }
+
 static CUdeviceptr dptr(const void *p)
 {
     return (CUdeviceptr)(uintptr_t)p;
@@ -171,11 +180,7 @@ cudaError_t cudaSetDevice(int device)
     return enter();
 }
 
-cudaError_t cudaDeviceSynchronize(void)
-{
-    ENTER();
-    return rt(drv.cuCtxSynchronize());
-}
+FORWARD(cudaDeviceSynchronize, cuCtxSynchronize(), void)
 
 cudaError_t cudaRuntimeGetVersion(int *version)
 {
@@ -194,8 +199,12 @@ static cudaError_t out_ptr(void **ptr, CUdeviceptr d, CUresult rc)
     return rt(rc);
 }
 
-/* As the real runtime: a request of 0 bytes succeeds with NULL. */
-cudaError_t cudaMalloc(void **ptr, size_t size)
+typedef CUresult (*alloc_fn)(CUdeviceptr *, size_t, CUstream);
+typedef CUresult (*pool_alloc_fn)(CUdeviceptr *, size_t, CUmemoryPool, CUstream);
+
+/* As the real runtime: a request of 0 bytes succeeds with NULL. The driver entry is passed
+ * by its slot: the slots are filled by the first ENTER(). */
+static cudaError_t malloc_with(void **ptr, size_t size, cudaStream_t stream, const alloc_fn *fn)
 {
     ENTER();
     if (!ptr)
@@ -205,7 +214,19 @@ cudaError_t cudaMalloc(void **ptr, size_t size)
         return cudaSuccess;
     }
     CUdeviceptr d = 0;
-    return out_ptr(ptr, d, drv.cuMemAlloc(&d, size));
+    return out_ptr(ptr, d, (*fn)(&d, size, stream));
+}
+
+/* cuMemAlloc in cuMemAllocAsync's shape, for malloc_with. */
+static CUresult mem_alloc(CUdeviceptr *d, size_t size, CUstream unused)
+{
+    return drv.cuMemAlloc(d, size);
+}
+
+cudaError_t cudaMalloc(void **ptr, size_t size)
+{
+    static const alloc_fn sync_alloc = mem_alloc;
+    return malloc_with(ptr, size, NULL, &sync_alloc);
 }
 
 /* cudaFree(NULL) only initialises; any other free waits for the device first. */
@@ -227,52 +248,37 @@ cudaError_t cudaMallocManaged(void **ptr, size_t size, unsigned int flags)
     return out_ptr(ptr, d, drv.cuMemAllocManaged(&d, size, flags));
 }
 
-static cudaError_t malloc_async(void **ptr, size_t size, cudaStream_t stream,
-                                CUresult (*fn)(CUdeviceptr *, size_t, CUstream))
-{
-    ENTER();
-    if (!ptr)
-        return cudaErrorInvalidValue;
-    if (size == 0) {
-        *ptr = NULL;
-        return cudaSuccess;
-    }
-    CUdeviceptr d = 0;
-    return out_ptr(ptr, d, fn(&d, size, stream));
-}
-
 cudaError_t cudaMallocAsync(void **ptr, size_t size, cudaStream_t stream)
 {
-    return malloc_async(ptr, size, stream, drv.cuMemAllocAsync);
+    return malloc_with(ptr, size, stream, &drv.cuMemAllocAsync);
 }
 
 cudaError_t cudaMallocAsync_ptsz(void **ptr, size_t size, cudaStream_t stream)
 {
-    return malloc_async(ptr, size, stream, drv.cuMemAllocAsync_ptsz);
+    return malloc_with(ptr, size, stream, &drv.cuMemAllocAsync_ptsz);
 }
 
 /* The pool is the caller's business: the fake driver ignores it. */
 static cudaError_t malloc_from_pool(void **ptr, size_t size, cudaMemPool_t pool,
-                                    cudaStream_t stream,
-                                    CUresult (*fn)(CUdeviceptr *, size_t, CUmemoryPool, CUstream))
+                                    cudaStream_t stream, const pool_alloc_fn *fn)
 {
     ENTER();
     if (!ptr || size == 0)
         return cudaErrorInvalidValue;
     CUdeviceptr d = 0;
-    return out_ptr(ptr, d, fn(&d, size, pool, stream));
+    return out_ptr(ptr, d, (*fn)(&d, size, pool, stream));
 }
 
 cudaError_t cudaMallocFromPoolAsync(void **ptr, size_t size, cudaMemPool_t pool,
                                     cudaStream_t stream)
 {
-    return malloc_from_pool(ptr, size, pool, stream, drv.cuMemAllocFromPoolAsync);
+    return malloc_from_pool(ptr, size, pool, stream, &drv.cuMemAllocFromPoolAsync);
 }
 
 cudaError_t cudaMallocFromPoolAsync_ptsz(void **ptr, size_t size, cudaMemPool_t pool,
                                          cudaStream_t stream)
 {
-    return malloc_from_pool(ptr, size, pool, stream, drv.cuMemAllocFromPoolAsync_ptsz);
+    return malloc_from_pool(ptr, size, pool, stream, &drv.cuMemAllocFromPoolAsync_ptsz);
 }
 
 cudaError_t cudaFreeAsync(void *ptr, cudaStream_t stream)
@@ -306,91 +312,28 @@ cudaError_t cudaMemcpy(void *dst, const void *src, size_t n, int kind)
     return cudaErrorInvalidValue;
 }
 
-cudaError_t cudaMemset(void *ptr, int value, size_t n)
-{
-    ENTER();
-    return rt(drv.cuMemsetD8(dptr(ptr), (unsigned char)value, n));
-}
-
-cudaError_t cudaMemsetAsync(void *ptr, int value, size_t n, cudaStream_t stream)
-{
-    ENTER();
-    return rt(drv.cuMemsetD8Async(dptr(ptr), (unsigned char)value, n, stream));
-}
+FORWARD(cudaMemset, cuMemsetD8(dptr(ptr), (unsigned char)value, n), void *ptr, int value, size_t n)
+FORWARD(cudaMemsetAsync, cuMemsetD8Async(dptr(ptr), (unsigned char)value, n, stream), void *ptr,
+        int value, size_t n, cudaStream_t stream)
 
 /* ---- streams and events ---- */
 
-cudaError_t cudaStreamCreate(cudaStream_t *stream)
-{
-    ENTER();
-    return rt(drv.cuStreamCreate(stream, 0));
-}
+FORWARD(cudaStreamCreate, cuStreamCreate(stream, 0), cudaStream_t *stream)
+FORWARD(cudaStreamDestroy, cuStreamDestroy(stream), cudaStream_t stream)
+FORWARD(cudaStreamSynchronize, cuStreamSynchronize(stream), cudaStream_t stream)
+FORWARD(cudaStreamIsCapturing, cuStreamIsCapturing(stream, status), cudaStream_t stream,
+        int *status)
+FORWARD(cudaStreamIsCapturing_ptsz, cuStreamIsCapturing_ptsz(stream, status), cudaStream_t stream,
+        int *status)
+FORWARD(cudaStreamBeginCapture, cuStreamBeginCapture(stream, mode), cudaStream_t stream, int mode)
+FORWARD(cudaStreamEndCapture, cuStreamEndCapture(stream, graph), cudaStream_t stream,
+        cudaGraph_t *graph)
 
-cudaError_t cudaStreamDestroy(cudaStream_t stream)
-{
-    ENTER();
-    return rt(drv.cuStreamDestroy(stream));
-}
-
-cudaError_t cudaStreamSynchronize(cudaStream_t stream)
-{
-    ENTER();
-    return rt(drv.cuStreamSynchronize(stream));
-}
-
-cudaError_t cudaStreamIsCapturing(cudaStream_t stream, int *status)
-{
-    ENTER();
-    return rt(drv.cuStreamIsCapturing(stream, status));
-}
-
-cudaError_t cudaStreamIsCapturing_ptsz(cudaStream_t stream, int *status)
-{
-    ENTER();
-    return rt(drv.cuStreamIsCapturing_ptsz(stream, status));
-}
-
-cudaError_t cudaStreamBeginCapture(cudaStream_t stream, int mode)
-{
-    ENTER();
-    return rt(drv.cuStreamBeginCapture(stream, mode));
-}
-
-cudaError_t cudaStreamEndCapture(cudaStream_t stream, cudaGraph_t *graph)
-{
-    ENTER();
-    return rt(drv.cuStreamEndCapture(stream, graph));
-}
-
-cudaError_t cudaEventCreate(cudaEvent_t *event)
-{
-    ENTER();
-    return rt(drv.cuEventCreate(event, 0));
-}
-
-cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream)
-{
-    ENTER();
-    return rt(drv.cuEventRecord(event, stream));
-}
-
-cudaError_t cudaEventQuery(cudaEvent_t event)
-{
-    ENTER();
-    return rt(drv.cuEventQuery(event));
-}
-
-cudaError_t cudaEventSynchronize(cudaEvent_t event)
-{
-    ENTER();
-    return rt(drv.cuEventSynchronize(event));
-}
-
-cudaError_t cudaEventDestroy(cudaEvent_t event)
-{
-    ENTER();
-    return rt(drv.cuEventDestroy(event));
-}
+FORWARD(cudaEventCreate, cuEventCreate(event, 0), cudaEvent_t *event)
+FORWARD(cudaEventRecord, cuEventRecord(event, stream), cudaEvent_t event, cudaStream_t stream)
+FORWARD(cudaEventQuery, cuEventQuery(event), cudaEvent_t event)
+FORWARD(cudaEventSynchronize, cuEventSynchronize(event), cudaEvent_t event)
+FORWARD(cudaEventDestroy, cuEventDestroy(event), cudaEvent_t event)
 
 /* ---- driver entry points ---- */
 
