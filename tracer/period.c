@@ -7,25 +7,52 @@
 #define H OM_PERIOD_HISTORY
 #define MAX_PERIOD ((H - 1) / 2)
 
+/* Exact repeats are believed after one period, repeats with substitutions after two: a
+ * first step with a few extra requests at its end (lazily created state) offers a
+ * candidate one step plus those requests long, whose first comparison period sees them as
+ * substitutions, and only its second the shift of every request after them. */
+#define NOISY_PERIODS 2
+/* A period whose live bytes do not come back is believed only after this many: a handful
+ * of identical layers repeat inside a training step, a program that keeps part of every
+ * step (a leak, outputs kept for the epoch's metrics) goes on. */
+#define UNBALANCED_PERIODS 4
+/* Live bytes may move by this fraction of the bytes requested in a period and still count
+ * as balanced: a helper thread's frees of the stream's blocks land anywhere. */
+#define BALANCE_SLACK 16
+
 int om_period_init(struct om_period *d)
 {
     memset(d, 0, sizeof *d);
     d->hist = om_sys_map(H * sizeof *d->hist);
     d->tag = om_sys_map(H * sizeof *d->tag);
+    d->live = om_sys_map(H * sizeof *d->live);
+    d->born = om_sys_map(H * sizeof *d->born);
     d->kgram_last = om_sys_map(OM_PERIOD_KGRAM_SLOTS * sizeof *d->kgram_last);
-    if (!d->hist || !d->tag || !d->kgram_last)
+    if (!d->hist || !d->tag || !d->live || !d->born || !d->kgram_last)
         return -ENOMEM;
     return 0;
 }
 
 void om_period_reset(struct om_period *d)
 {
-    uint64_t *hist = d->hist, *tag = d->tag, *kl = d->kgram_last;
+    uint64_t *hist = d->hist, *tag = d->tag, *live = d->live, *born = d->born;
+    uint64_t *kl = d->kgram_last;
     memset(d, 0, sizeof *d);
     d->hist = hist;
     d->tag = tag;
+    d->live = live;
+    d->born = born;
     d->kgram_last = kl;
     memset(kl, 0, OM_PERIOD_KGRAM_SLOTS * sizeof *kl);
+}
+
+void om_period_unmap(struct om_period *d)
+{
+    om_sys_unmap(d->hist, H * sizeof *d->hist);
+    om_sys_unmap(d->tag, H * sizeof *d->tag);
+    om_sys_unmap(d->live, H * sizeof *d->live);
+    om_sys_unmap(d->born, H * sizeof *d->born);
+    om_sys_unmap(d->kgram_last, OM_PERIOD_KGRAM_SLOTS * sizeof *d->kgram_last);
 }
 
 static inline uint64_t at(const struct om_period *d, uint64_t i)
@@ -49,10 +76,30 @@ static uint64_t mix(uint64_t h)
     return h;
 }
 
+/* A training step frees what it allocates within about a step, so its live bytes come
+ * back one period later. A layer repeated inside the step does not: in the forward pass
+ * each keeps its activations for the backward one (+29% of what it requests in the
+ * bundled transformer), in the backward pass each frees them (-17%). The sums wrap around
+ * like the caller's counts; only their differences matter. */
+static int unbalanced(const struct om_period *d, uint64_t i, uint64_t p)
+{
+    uint64_t grew = d->live[i % H] - d->live[(i - p) % H];
+    uint64_t moved = (int64_t)grew < 0 ? -grew : grew;
+    uint64_t requested = d->born[i % H] - d->born[(i - p) % H];
+    return moved > requested / BALANCE_SLACK;
+}
+
+/* Balance is judged over the whole last period, as mismatches are: at the end of a run of
+ * layers, the one point that compares the next part of the step with the last layer may
+ * well balance. */
 static int confirmed(const struct om_period *d, const struct om_period_candidate *c)
 {
     uint64_t age = d->n - c->created;
-    return age >= 2 * c->p && age >= OM_PERIOD_MIN_EVIDENCE;
+    if (age < OM_PERIOD_MIN_EVIDENCE)
+        return 0;
+    if (c->unbalanced > tolerance(c->p))
+        return age >= UNBALANCED_PERIODS * c->p;
+    return age >= (c->mismatch ? NOISY_PERIODS : 1) * c->p;
 }
 
 static void drop(struct om_period *d, unsigned k)
@@ -85,7 +132,10 @@ static void propose(struct om_period *d, uint64_t p, uint64_t created)
     }
     d->cand[slot].p = p;
     d->cand[slot].created = created;
-    d->cand[slot].mismatch = 0;
+    d->cand[slot].mismatch = 0; /* the k-gram matched */
+    d->cand[slot].unbalanced = 0;
+    for (uint64_t j = created; j < d->n; j++)
+        d->cand[slot].unbalanced += unbalanced(d, j, p);
 }
 
 /* The repeat is extended backwards over exact matches: the first steady iteration starts
@@ -106,12 +156,19 @@ static void lock(struct om_period *d, const struct om_period_candidate *c, om_pe
     d->next_start = s;
 }
 
-void om_period_push(struct om_period *d, uint64_t token, uint64_t tag, om_period_start_fn fn,
-                    void *ctx)
+uint64_t om_period_covered(const struct om_period *d)
+{
+    return d->p ? d->n - d->s0 : 0;
+}
+
+void om_period_push(struct om_period *d, uint64_t token, uint64_t tag, uint64_t live, uint64_t size,
+                    om_period_start_fn fn, void *ctx)
 {
     uint64_t i = d->n++;
     d->hist[i % H] = token;
     d->tag[i % H] = tag;
+    d->live[i % H] = live;
+    d->born[i % H] = d->born_total += size;
 
     if (d->p && i == d->next_start) {
         fn(ctx, tag, OM_START_LIVE);
@@ -122,8 +179,11 @@ void om_period_push(struct om_period *d, uint64_t token, uint64_t tag, om_period
         struct om_period_candidate *c = &d->cand[k];
         uint64_t p = c->p;
         c->mismatch += at(d, i) != at(d, i - p);
-        if (i - p >= c->created)
+        c->unbalanced += unbalanced(d, i, p);
+        if (i - p >= c->created) {
             c->mismatch -= at(d, i - p) != at(d, i - 2 * p);
+            c->unbalanced -= unbalanced(d, i - p, p);
+        }
         if (c->mismatch > tolerance(p)) {
             if (p == d->p)
                 d->p = 0; /* the program changed, or the lock was a sub-period */

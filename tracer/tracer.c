@@ -240,9 +240,7 @@ static void domain_restart(struct om_domain *d)
 
 static void domain_unmap(struct om_domain *d)
 {
-    om_sys_unmap(d->det.hist, OM_PERIOD_HISTORY * sizeof *d->det.hist);
-    om_sys_unmap(d->det.tag, OM_PERIOD_HISTORY * sizeof *d->det.tag);
-    om_sys_unmap(d->det.kgram_last, OM_PERIOD_KGRAM_SLOTS * sizeof *d->det.kgram_last);
+    om_period_unmap(&d->det);
     om_sys_unmap(d->records, OM_SAMPLE_RECORDS * sizeof *d->records);
     om_sys_unmap(d->live, d->live_cap * sizeof *d->live);
     om_sys_unmap(d, sizeof *d);
@@ -408,15 +406,19 @@ void om_tracer_on_alloc(unsigned domain, void *ptr, size_t size, size_t usable, 
         }
         if (tid == d->threads.det_tid) {
             d->start_now = 0;
-            om_period_push(&d->det, token_of(site->id, size), seq, on_period_start, d);
+            d->det_live += size;
+            om_period_push(&d->det, token_of(site->id, size), seq, d->det_live, size,
+                           on_period_start, d);
             if (info) {
                 info->iteration_start = d->start_now;
                 info->period = d->det.p;
+                info->periodic = om_period_covered(&d->det);
             }
         }
     } else if (info && d->nmarks >= cfg.warmup) {
         info->iteration_start = d->marks[(d->nmarks - 1) % OM_MARKS] == seq;
         info->period = d->period_fixed;
+        info->periodic = seq - d->marks[(d->nmarks - 1) % OM_MARKS] + 1;
     }
     if (info)
         info->seq = seq;
@@ -425,10 +427,13 @@ void om_tracer_on_alloc(unsigned domain, void *ptr, size_t size, size_t usable, 
     om_acct_birth(&d->acct, size);
 
     struct om_live *e = live_slot(d->live, d->live_cap, (uintptr_t)ptr);
-    if (e->ptr == 0)
+    if (e->ptr == 0) {
         d->live_used++;
-    else /* a block we missed the free of: its memory is being handed out again */
+    } else { /* a block we missed the free of: its memory is being handed out again */
         site_change(d, e->site, -(int64_t)e->size, -1);
+        if (e->tid == d->threads.det_tid)
+            d->det_live -= e->size;
+    }
     *e = (struct om_live){(uintptr_t)ptr,  size, usable, alignment, seq, now,
                           d->acct.iter_no, site, tid};
 
@@ -478,6 +483,8 @@ int om_tracer_on_free(unsigned domain, void *ptr)
     d->live_bytes -= b.size;
     d->live_blocks--;
     d->live_usable -= b.usable;
+    if (b.tid == d->threads.det_tid)
+        d->det_live -= b.size;
     int cat = om_acct_death(&d->acct, b.size, b.birth_iter);
 
     struct om_site *s = b.site;

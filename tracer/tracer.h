@@ -52,6 +52,11 @@ struct om_alloc_info {
     uint64_t seq;        /* its number among managed requests */
     int iteration_start; /* it begins an iteration of the cycle thread */
     uint64_t period;     /* requests per iteration of the cycle thread; 0 while unknown */
+    /* Requests of the cycle thread, up to this one, known to repeat with period: back to
+     * the start of the first steady iteration of a detected period (found after the fact,
+     * it may lie periods back), or to the latest optmem_step() mark; 0 while no period is
+     * known. (periodic - 1) % period is this request's place in its iteration. */
+    uint64_t periodic;
 };
 
 /* Records the birth of a managed block; usable is what its allocator really holds for it

@@ -92,15 +92,19 @@ void om_sites_symbolize(struct om_sites *const *tables, unsigned n);
 
 struct om_period_candidate {
     uint64_t p;
-    uint64_t created;  /* stream index of the first comparison */
-    uint64_t mismatch; /* mismatches among the last p comparisons */
+    uint64_t created;    /* stream index of the first comparison */
+    uint64_t mismatch;   /* mismatches among the last p comparisons */
+    uint64_t unbalanced; /* comparisons among the last p where live bytes moved */
 };
 
 struct om_period {
     uint64_t *hist;       /* tokens, by stream index modulo OM_PERIOD_HISTORY */
     uint64_t *tag;        /* a caller value per token (the global sequence number) */
+    uint64_t *live;       /* the stream's live bytes once the token's request was made */
+    uint64_t *born;       /* bytes requested by the stream up to and including the token */
     uint64_t *kgram_last; /* stream index + 1 of the last k-gram with this hash */
     uint64_t n;           /* tokens seen */
+    uint64_t born_total;
     struct om_period_candidate cand[OM_PERIOD_CANDIDATES];
     unsigned ncand;
     /* The locked period: iterations start at s0 + k p in stream indices. */
@@ -119,9 +123,15 @@ typedef void (*om_period_start_fn)(void *ctx, uint64_t tag, int kind);
 /* Storage from om_sys_map; returns 0 or -ENOMEM. */
 int om_period_init(struct om_period *d);
 void om_period_reset(struct om_period *d);
-/* Adds one token; calls on_start for each iteration start it establishes. */
-void om_period_push(struct om_period *d, uint64_t token, uint64_t tag, om_period_start_fn on_start,
-                    void *ctx);
+void om_period_unmap(struct om_period *d);
+/* Adds one token: its request of size bytes left the stream's blocks holding live bytes
+ * (what the stream's requests hold, whoever frees them). Calls on_start for each
+ * iteration start it establishes. */
+void om_period_push(struct om_period *d, uint64_t token, uint64_t tag, uint64_t live, uint64_t size,
+                    om_period_start_fn on_start, void *ctx);
+/* Tokens up to the last one pushed that repeat with the locked period, the first steady
+ * iteration's included; 0 while no period is locked. */
+uint64_t om_period_covered(const struct om_period *d);
 
 /* Which thread's requests feed the detector: the one that makes most of them. */
 #define OM_THREADS 64 /* threads whose requests are counted */
@@ -245,6 +255,10 @@ struct om_domain {
     /* Iterations: detected on one thread's stream, or marked. */
     struct om_period det;
     struct om_threads threads;
+    /* Bytes of the live blocks the detector's thread requested: its balance over a period
+     * tells a training step from a layer repeated inside one. Wraps around when the thread
+     * changes; only differences are used. */
+    uint64_t det_live;
     uint64_t starts[OM_STARTS], nstarts;
     uint64_t first_steady_seq, period_fixed;
     int have_steady;

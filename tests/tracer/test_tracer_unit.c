@@ -55,10 +55,16 @@ static int setup_det(void **state)
     return 0;
 }
 
+/* A request whose block is freed before the next one: live bytes stay where they are. */
+static void push(uint64_t token, uint64_t tag)
+{
+    om_period_push(&det, token, tag, 1 << 20, 4096, collect, &got);
+}
+
 static void push_all(const uint64_t *tokens, size_t n)
 {
     for (size_t i = 0; i < n; i++)
-        om_period_push(&det, tokens[i], i, collect, &got);
+        push(tokens[i], i);
 }
 
 static void assert_starts(uint64_t s0, uint64_t p, uint64_t n)
@@ -128,7 +134,7 @@ static void test_noise_tolerated(void **state)
 static void test_random_never_locks(void **state)
 {
     for (int i = 0; i < 20000; i++)
-        om_period_push(&det, rnd() % 50, (uint64_t)i, collect, &got);
+        push(rnd() % 50, (uint64_t)i);
     assert_int_equal(det.p, 0);
 }
 
@@ -146,11 +152,129 @@ static void test_sub_period_gives_way(void **state)
     for (int it = 0; it < ITERS; it++) {
         for (int l = 0; l < LAYERS; l++)
             for (int k = 0; k < LAYER; k++)
-                om_period_push(&det, layer[k], i++, collect, &got);
+                push(layer[k], i++);
         for (int k = 0; k < TAIL; k++)
-            om_period_push(&det, tail[k], i++, collect, &got);
+            push(tail[k], i++);
     }
     assert_int_equal(det.p, LAYER * LAYERS + TAIL);
+}
+
+/* An exact repeat is believed as soon as one whole period has been compared: a steady
+ * step is found at the end of the second one. */
+static void test_locks_after_one_period(void **state)
+{
+    enum { P = 100 };
+    uint64_t iter[P];
+    for (int k = 0; k < P; k++)
+        iter[k] = rnd();
+    for (uint64_t i = 0; i < 2 * P; i++) {
+        assert_int_equal(det.p, 0);
+        push(iter[i % P], i);
+    }
+    assert_int_equal(det.p, P);
+    assert_int_equal(det.s0, 0);
+    assert_int_equal(om_period_covered(&det), 2 * P);
+    assert_starts(0, P, 2 * P);
+}
+
+/* The first step ends with a few requests the others do not make (state created lazily):
+ * the candidate one step plus those requests long sees them as substitutions within its
+ * first period, so it waits for a second one, where the shift shows. */
+static void test_first_step_extra_tail(void **state)
+{
+    enum { P = 64, EXTRA = 3, STEPS = 8 };
+    _Static_assert(EXTRA <= (P + EXTRA) / 16, "the extra requests look like substitutions");
+    uint64_t iter[P], i = 0;
+    for (int k = 0; k < P; k++)
+        iter[k] = rnd();
+    for (int step = 0; step < STEPS; step++) {
+        for (int k = 0; k < P; k++)
+            push(iter[k], i++);
+        for (int k = 0; step == 0 && k < EXTRA; k++)
+            push(rnd(), i++);
+        if (step == 2)
+            assert_int_equal(det.p, P);
+    }
+    assert_int_equal(det.locks, 1);
+    assert_int_equal(det.p, P);
+    assert_int_equal(det.s0, P + EXTRA);
+    assert_starts(P + EXTRA, P, i);
+}
+
+/* A training step of identical layers: a forward layer keeps its activation for the
+ * backward pass, a backward layer frees it; gradients live until the next step's
+ * zero_grad; the first step creates the optimizer's state. The layers repeat exactly but
+ * their live bytes climb or fall: only the step is ever locked, at the end of step 2. */
+struct model {
+    uint64_t live, tag;
+};
+
+static void model_push(struct model *m, uint64_t token, uint64_t size, int kept)
+{
+    m->live += size;
+    om_period_push(&det, token, m->tag++, m->live, size, collect, &got);
+    if (!kept)
+        m->live -= size;
+}
+
+static void test_training_layers_not_locked(void **state)
+{
+    enum { LAYERS = 4, FWD = 20, BWD = 30, OPT = 10, STATE = 8, STEPS = 8 };
+    enum { ACT = 256 << 10, GRAD = 64 << 10, TEMP = 32 << 10 };
+    uint64_t embed[3], fwd[FWD], bwd[BWD], opt[OPT];
+    for (int k = 0; k < 3; k++)
+        embed[k] = rnd();
+    for (int k = 0; k < FWD; k++)
+        fwd[k] = rnd();
+    for (int k = 0; k < BWD; k++)
+        bwd[k] = rnd();
+    for (int k = 0; k < OPT; k++)
+        opt[k] = rnd();
+    const uint64_t step_len = 3 + LAYERS * (FWD + BWD) + OPT;
+    struct model m = {.live = 8 << 20};
+    for (int k = 0; k < 40; k++) /* building the model */
+        model_push(&m, rnd(), 128 << 10, 1);
+    for (int step = 0; step < STEPS; step++) {
+        if (step > 0)
+            m.live -= LAYERS * GRAD; /* zero_grad(set_to_none=True) */
+        for (int k = 0; k < 3; k++)
+            model_push(&m, embed[k], TEMP, 0);
+        for (int l = 0; l < LAYERS; l++)
+            for (int k = 0; k < FWD; k++)
+                model_push(&m, fwd[k], k == 0 ? ACT : TEMP, k == 0);
+        for (int l = 0; l < LAYERS; l++) {
+            m.live -= ACT;
+            for (int k = 0; k < BWD; k++)
+                model_push(&m, bwd[k], k == 0 ? GRAD : TEMP, k == 0);
+        }
+        for (int k = 0; step == 0 && k < STATE; k++)
+            model_push(&m, rnd(), GRAD, 1);
+        for (int k = 0; k < OPT; k++)
+            model_push(&m, opt[k], TEMP, 0);
+        assert_int_equal(det.p, step < 2 ? 0 : step_len);
+    }
+    assert_int_equal(det.locks, 1);
+    /* The optimizer's requests that end the first step already repeat. */
+    assert_int_equal(det.s0, 40 + step_len + STATE - OPT);
+    assert_int_equal(om_period_covered(&det), m.tag - det.s0);
+}
+
+/* A step that keeps a block for good (outputs kept for the epoch's metrics) is still a
+ * period, believed after four of them rather than one. */
+static void test_leaky_step_locks_late(void **state)
+{
+    enum { P = 40 };
+    uint64_t iter[P];
+    for (int k = 0; k < P; k++)
+        iter[k] = rnd();
+    struct model m = {.live = 1 << 20};
+    for (uint64_t i = 0; i < 6 * P; i++) {
+        assert_int_equal(det.p, i < 5 * P ? 0 : P);
+        int k = (int)(i % P);
+        model_push(&m, iter[k], k == 7 ? 64 << 10 : 4096, k == 7);
+    }
+    assert_int_equal(det.p, P);
+    assert_int_equal(det.s0, 0);
 }
 
 /* A helper thread allocates at random moments: detection runs on the main thread's
@@ -171,7 +295,7 @@ static void test_two_threads(void **state)
         if (om_threads_note(&threads, tid))
             om_period_reset(&det);
         if (tid == threads.det_tid)
-            om_period_push(&det, token, seq, collect, &got);
+            push(token, seq);
         main_index_of[seq] = helper ? UINT64_MAX : m;
         if (!helper)
             m++;
@@ -408,6 +532,10 @@ int main(void)
         cmocka_unit_test_setup(test_noise_tolerated, setup_det),
         cmocka_unit_test_setup(test_random_never_locks, setup_det),
         cmocka_unit_test_setup(test_sub_period_gives_way, setup_det),
+        cmocka_unit_test_setup(test_locks_after_one_period, setup_det),
+        cmocka_unit_test_setup(test_first_step_extra_tail, setup_det),
+        cmocka_unit_test_setup(test_training_layers_not_locked, setup_det),
+        cmocka_unit_test_setup(test_leaky_step_locks_late, setup_det),
         cmocka_unit_test_setup(test_two_threads, setup_det),
         cmocka_unit_test(test_threads_switch_to_majority),
         cmocka_unit_test(test_interning),
