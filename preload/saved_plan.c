@@ -10,11 +10,21 @@
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #define MAGIC "OPTMPLN1"
 #define MAX_SLOTS ((uint64_t)1 << 24)
-#define BUILD_BUDGET_MS 200 /* at exit, once: a better plan is worth a little time */
+/* At exit, once: a better plan is worth a little time. Each search stops at its bound,
+ * which the bundled workloads reach in 30 to 100 ms all told; the circle's budget is four
+ * times what the largest one's arcs (1883) need alone, so that a loaded machine still gets
+ * there, and the line has at least LINE_BUDGET_MS whatever the circle took. */
+#define CIRCLE_BUDGET_MS 250
+#define LINE_BUDGET_MS 150
+/* Within this share of its lower bound a plan is good enough: alignment keeps many a plan a
+ * few bytes above its bound, and proving that the last bytes cannot go would take the search
+ * its whole budget. */
+#define CLOSE_ENOUGH(lb) ((lb) + (lb) / 1024)
 
 struct file_header {
     char magic[8];
@@ -86,114 +96,411 @@ static size_t copy_of(const struct om_request_log *log, uint64_t i, uint64_t npr
     return same ? a : 0;
 }
 
+static uint64_t now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+static uint64_t align_up(uint64_t x, uint64_t a)
+{
+    return a > 1 ? (x + a - 1) & ~(a - 1) : x;
+}
+
+/*
+ * The line: the prologue up to two iterations into the cycle. Its blocks, each group by
+ * birth: [0, npinned) the fixed blocks of the warm-up copies and the arcs, [npinned,
+ * nmovable0) the persistent blocks (stacked by birth, so each ends above the ones before),
+ * [nmovable0, n) the prologue's other blocks, which the line places.
+ */
+struct line {
+    om_rp_block *b;
+    uint64_t *off;
+    size_t npinned, nmovable0, n;
+    uint64_t longest; /* the longest lifetime of a pinned block */
+};
+
+/* The movable blocks [first, end) of the line, which no movable block outside them meets. */
+struct part {
+    size_t first, end;
+    uint64_t upper, peak, lower_bound;
+    int optimal;
+};
+
+/* The first block of [lo, hi) born at or after t (the group is by birth). */
+static size_t born_from(const om_rp_block *b, size_t lo, size_t hi, uint64_t t)
+{
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (b[mid].lower < t)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo;
+}
+
+/*
+ * One part's instance, on its own span [A, B) of the line: its movable blocks first, then
+ * the fixed blocks live in the span, clipped to it. The persistent blocks born before A
+ * fill [0, top) and are one block here: thousands of parameters under every block of
+ * the prologue made the line's search spend its budget stepping over them.
+ */
+static size_t part_instance(const struct line *l, const struct part *p, om_rp_block *pb)
+{
+    uint64_t a = l->b[p->first].lower, z = p->upper;
+    size_t k = 0, j = born_from(l->b, l->npinned, l->nmovable0, a);
+    for (size_t x = p->first; x < p->end; x++)
+        pb[k++] = l->b[x];
+    if (j > l->npinned)
+        pb[k++] = (om_rp_block){.id = UINT64_MAX,
+                                .lower = a,
+                                .upper = z,
+                                .size = l->off[j - 1] + l->b[j - 1].size,
+                                .fixed = 1};
+    for (; j < l->nmovable0 && l->b[j].lower < z; j++) {
+        pb[k] = l->b[j];
+        pb[k++].upper = z;
+    }
+    j = born_from(l->b, 0, l->npinned, a > l->longest ? a - l->longest : 0);
+    for (; j < l->npinned && l->b[j].lower < z; j++) {
+        if (l->b[j].upper <= a)
+            continue;
+        pb[k] = l->b[j];
+        pb[k].lower = pb[k].lower > a ? pb[k].lower : a;
+        pb[k].upper = pb[k].upper < z ? pb[k].upper : z;
+        k++;
+    }
+    return k;
+}
+
+/* Plans part p: its movable blocks' offsets in poff, first to last, when it returns 0;
+ * kept (in l->off) only if the plan is lower than the part's before, if any. */
+static int plan_part(struct line *l, struct part *p, om_rp_block *pb, uint64_t *poff,
+                     const om_rp_options *opt)
+{
+    om_rp_result res;
+    int rc = om_rp_plan(pb, part_instance(l, p, pb), opt, poff, &res);
+    if (rc != 0 || (p->peak && res.peak >= p->peak))
+        return rc;
+    for (size_t x = p->first; x < p->end; x++)
+        l->off[x] = poff[x - p->first];
+    p->peak = res.peak;
+    p->lower_bound = res.lower_bound;
+    p->optimal = res.optimal;
+    return 0;
+}
+
+/*
+ * Places the line's movable blocks part by part (no part meets another: smaller searches,
+ * the branch and bound for most), aiming at the circle's peak, below which nothing is
+ * gained. First a share of the time each; then the rest goes to the highest part while it
+ * is above every part's lower bound and improves.
+ */
+static int plan_line(struct line *l, struct part *parts, size_t nparts, om_rp_block *pb,
+                     uint64_t *poff, uint64_t goal, uint64_t deadline, om_rp_options *opt)
+{
+    for (size_t x = 0; x < nparts; x++) {
+        uint64_t now = now_ns(), left = now < deadline ? (deadline - now) / 1000000u : 0;
+        opt->algo = left ? OM_RP_ALGO_AUTO : OM_RP_ALGO_GREEDY;
+        opt->budget_ms = (uint32_t)(left / 2 / (nparts - x) + 1);
+        opt->goal = goal;
+        int rc = plan_part(l, &parts[x], pb, poff, opt);
+        if (rc != 0)
+            return rc;
+    }
+    uint64_t target = 0;
+    for (size_t x = 0; x < nparts; x++)
+        target = parts[x].lower_bound > target ? parts[x].lower_bound : target;
+    target = CLOSE_ENOUGH(target) > goal ? CLOSE_ENOUGH(target) : goal;
+    opt->algo = OM_RP_ALGO_AUTO;
+    opt->goal = target;
+    for (;;) {
+        struct part *worst = NULL;
+        for (size_t x = 0; x < nparts; x++)
+            if (!parts[x].optimal && parts[x].peak > target &&
+                (!worst || parts[x].peak > worst->peak))
+                worst = &parts[x];
+        uint64_t now = now_ns(), before;
+        if (!worst || now + 2000000u >= deadline)
+            return 0;
+        before = worst->peak;
+        opt->budget_ms = (uint32_t)((deadline - now) / 1000000u);
+        opt->seed++;
+        int rc = plan_part(l, worst, pb, poff, opt);
+        if (rc != 0)
+            return rc;
+        if (worst->peak == before)
+            worst->optimal = 1; /* no lower plan within the time: the others' turn */
+    }
+}
+
+/* The build's arrays, all in one mapping. */
+struct build {
+    om_rp_block *circle;
+    uint64_t *circle_off;
+    struct line line;
+    om_rp_block *pb; /* one part's instance */
+    uint64_t *poff;
+    struct part *parts;
+    size_t *arc_at;   /* slot -> arc index + 1 */
+    size_t *by_birth; /* arcs by their lower end */
+    size_t *count;
+};
+
+/* Points b's arrays into base (or sets them NULL); returns the bytes they take. */
+static size_t layout(struct build *b, char *base, uint64_t nprologue, size_t narcs, uint64_t period)
+{
+    size_t at = 0, nline = nprologue + 2 * narcs + 1;
+#define CARVE(field, n)                                                                            \
+    (b->field = (void *)(base ? base + at : NULL),                                                 \
+     at += ((n) * sizeof *b->field + 15) & ~(size_t)15)
+    CARVE(circle, narcs + nprologue + 1);
+    CARVE(circle_off, narcs + nprologue + 1);
+    CARVE(line.b, nline);
+    CARVE(line.off, nline);
+    CARVE(pb, nline + 1);
+    CARVE(poff, nline + 1);
+    CARVE(parts, nprologue + 1);
+    CARVE(arc_at, period);
+    CARVE(by_birth, narcs + 1);
+    CARVE(count, period + 1);
+#undef CARVE
+    return at;
+}
+
+/*
+ * The circle: the arcs, planned on their own, over the persistent prologue blocks stacked
+ * by birth. Blocks live all the time lose nothing at the bottom (each other block lies
+ * wholly above or below them in any plan), and in this order the stack only grows during
+ * the prologue: at any time the persistent blocks born so far fill [0, top), the prologue's
+ * other blocks have everything above, and the line's lower bound stays within reach.
+ * Planned with the arcs, they went anywhere on the circle (on cnn_bn_adam up to its top,
+ * and with 3 s instead of 200 ms, another optimal circle put 255 of its 525 above 100 MiB),
+ * fixed from their birth they split the room of the first iteration's large blocks (1.106
+ * of the lower bound, 1.28 with 3 s), and the transformer's 2400 were too many for the search.
+ */
+static int plan_circle(struct build *b, const struct om_request_log *log, uint64_t nprologue,
+                       const struct om_cycle_arc *arcs, size_t narcs, uint64_t period,
+                       om_rp_options *opt, size_t *n, om_rp_result *res, char *err, size_t errlen)
+{
+    uint64_t top = 0, amax = 1;
+    for (size_t a = 0; a < narcs; a++) {
+        b->circle[a] = (om_rp_block){.id = a,
+                                     .lower = arcs[a].lower,
+                                     .upper = arcs[a].upper,
+                                     .size = arcs[a].len,
+                                     .align = arcs[a].alignment};
+        amax = arcs[a].alignment > amax ? arcs[a].alignment : amax;
+    }
+    uint64_t lb;
+    int rc = om_rp_lower_bound(b->circle, narcs, period, &om_rp_mmap, &lb, err, errlen);
+    if (rc != 0)
+        return rc;
+    opt->goal = CLOSE_ENOUGH(lb);
+    if ((rc = om_rp_plan(b->circle, narcs, opt, b->circle_off, res)) != 0)
+        return rc;
+    *n = narcs;
+    for (uint64_t i = 0; i < nprologue; i++) {
+        const struct om_logged_request *e = &log->entries[i];
+        if (!persists(e, nprologue, period))
+            continue;
+        b->circle[*n] = (om_rp_block){
+            .id = narcs + i, .lower = 0, .upper = period, .size = e->len, .align = e->alignment};
+        top = align_up(top, e->alignment);
+        b->circle_off[(*n)++] = top;
+        top += e->len;
+    }
+    top = align_up(top, amax);
+    for (size_t a = 0; a < narcs; a++)
+        b->circle_off[a] += top;
+    res->peak = om_rp_peak(b->circle, *n, b->circle_off);
+    rc = om_rp_check(b->circle, *n, period, b->circle_off, &om_rp_mmap, err, errlen);
+    if (rc == 0)
+        rc = om_rp_lower_bound(b->circle, *n, period, &om_rp_mmap, &res->lower_bound, err, errlen);
+    return rc;
+}
+
+/* The arcs by their lower end (a counting sort: lower < period), for the line's groups. */
+static void sort_arcs(struct build *b, const struct om_cycle_arc *arcs, size_t narcs,
+                      uint64_t period)
+{
+    memset(b->count, 0, (period + 1) * sizeof *b->count);
+    for (size_t a = 0; a < narcs; a++)
+        b->count[arcs[a].lower + 1]++;
+    for (uint64_t t = 0; t < period; t++)
+        b->count[t + 1] += b->count[t];
+    for (size_t a = 0; a < narcs; a++)
+        b->by_birth[b->count[arcs[a].lower]++] = a;
+}
+
+/* Adds a fixed block to the line; pinned blocks are kept by birth, so callers add them so. */
+static void pin(struct line *l, om_rp_block blk, uint64_t offset)
+{
+    blk.fixed = 1;
+    blk.offset = offset;
+    l->off[l->n] = offset;
+    l->b[l->n++] = blk;
+    if (blk.upper - blk.lower > l->longest)
+        l->longest = blk.upper - blk.lower;
+}
+
+/*
+ * The line up to two iterations into the cycle. Fixed: the warm-up iterations' copies of
+ * the arcs and the arcs of the cycle's first two iterations, at the arcs' offsets, and the
+ * persistent blocks, from their birth on; the prologue's other blocks go around them.
+ */
+static void make_line(struct build *b, const struct om_request_log *log, uint64_t nprologue,
+                      const struct om_cycle_arc *arcs, size_t narcs, uint64_t period,
+                      size_t ncircle, struct om_saved_plan *out)
+{
+    struct line *l = &b->line;
+    uint64_t horizon = nprologue + 2 * period;
+    *l = (struct line){b->line.b, b->line.off, 0, 0, 0, 0};
+    for (uint64_t i = 0; i < nprologue; i++) {
+        const struct om_logged_request *e = &log->entries[i];
+        size_t a = persists(e, nprologue, period)
+                       ? 0
+                       : copy_of(log, i, nprologue, period, arcs, b->arc_at);
+        if (!a)
+            continue;
+        pin(l,
+            (om_rp_block){.id = narcs + i,
+                          .lower = i,
+                          .upper = e->death,
+                          .size = arcs[a - 1].len,
+                          .align = e->alignment},
+            b->circle_off[a - 1]);
+        set_slot(&out->slots[i], e->token, b->circle_off[a - 1], &l->b[l->n - 1]);
+    }
+    for (uint64_t it = 0; it < 2; it++)
+        for (size_t x = 0; x < narcs; x++) {
+            size_t a = b->by_birth[x];
+            uint64_t lower = nprologue + it * period + arcs[a].lower;
+            uint64_t upper = nprologue + it * period + arcs[a].upper;
+            if (upper > horizon)
+                upper = horizon;
+            if (lower < upper)
+                pin(l,
+                    (om_rp_block){.id = a,
+                                  .lower = lower,
+                                  .upper = upper,
+                                  .size = arcs[a].len,
+                                  .align = arcs[a].alignment},
+                    b->circle_off[a]);
+        }
+    l->npinned = l->n;
+    for (size_t k = narcs; k < ncircle; k++) {
+        om_rp_block c = b->circle[k];
+        uint64_t i = c.id - narcs;
+        c.lower = i;
+        c.upper = horizon;
+        pin(l, c, b->circle_off[k]);
+        set_slot(&out->slots[i], log->entries[i].token, b->circle_off[k], &c);
+    }
+    l->nmovable0 = l->n;
+    for (uint64_t i = 0; i < nprologue; i++) {
+        const struct om_logged_request *e = &log->entries[i];
+        if (!persists(e, nprologue, period) && !copy_of(log, i, nprologue, period, arcs, b->arc_at))
+            l->b[l->n++] = (om_rp_block){.id = narcs + i,
+                                         .lower = i,
+                                         .upper = e->death,
+                                         .size = e->len,
+                                         .align = e->alignment};
+    }
+}
+
+/*
+ * Cuts the line's movable blocks where none spans the cut: those are independent parts.
+ * Runs of small parts are then planned as one, so that a prologue of many short-lived
+ * blocks, each alone in time, is not as many plans (each costs some mappings and a pass
+ * over the fixed blocks); a large part stays alone, its search unburdened.
+ */
+#define PART_SMALL 64
+
+static size_t find_parts(struct build *b)
+{
+    const struct line *l = &b->line;
+    size_t nparts = 0, merged = 0;
+    for (size_t x = l->nmovable0; x < l->n; x++) {
+        struct part *p = &b->parts[nparts - (nparts > 0)];
+        if (nparts && l->b[x].lower < p->upper) {
+            p->end = x + 1;
+            p->upper = l->b[x].upper > p->upper ? l->b[x].upper : p->upper;
+        } else {
+            b->parts[nparts++] = (struct part){.first = x, .end = x + 1, .upper = l->b[x].upper};
+        }
+    }
+    for (size_t x = 0; x < nparts; x++) {
+        struct part *p = &b->parts[x], *q = merged ? &b->parts[merged - 1] : NULL;
+        if (q && q->end - q->first < PART_SMALL && p->end - p->first < PART_SMALL) {
+            q->end = p->end;
+            q->upper = p->upper;
+        } else {
+            b->parts[merged++] = *p;
+        }
+    }
+    return merged;
+}
+
 int om_saved_plan_build(const struct om_request_log *log, uint64_t nprologue,
                         const struct om_cycle_arc *arcs, size_t narcs, uint64_t period,
                         struct om_saved_plan *out, char *err, size_t errlen)
 {
-    /* The circle holds the arcs and up to the whole prologue; the line two copies of
-     * every arc, and the whole prologue. */
-    size_t cap = 2 * nprologue + 3 * narcs;
-    size_t nslots = nprologue + period;
-    om_rp_block *in = om_sys_map(cap * sizeof *in);
-    uint64_t *off = om_sys_map(cap * sizeof *off);
-    size_t *arc_at = om_sys_map(period * sizeof *arc_at); /* slot -> arc index + 1 */
-    uint64_t *arc_off = om_sys_map(narcs * sizeof *arc_off);
+    size_t nslots = nprologue + period, ncircle;
+    struct build b;
+    size_t bytes = layout(&b, NULL, nprologue, narcs, period);
+    char *base = om_sys_map(bytes);
     memset(out, 0, sizeof *out);
     out->slots = om_sys_map(nslots * sizeof *out->slots);
     int rc = -ENOMEM;
-    if (!in || !off || !arc_at || !arc_off || !out->slots || nprologue > log->n)
+    if (!base || !out->slots || nprologue > log->n)
         goto out;
+    layout(&b, base, nprologue, narcs, period);
+    for (size_t a = 0; a < narcs; a++)
+        b.arc_at[arcs[a].slot] = a + 1;
 
-    /* The circle: the arcs, then the persistent prologue blocks all the way round. */
-    size_t n = 0;
-    for (size_t a = 0; a < narcs; a++) {
-        in[n++] = (om_rp_block){.id = a,
-                                .lower = arcs[a].lower,
-                                .upper = arcs[a].upper,
-                                .size = arcs[a].len,
-                                .align = arcs[a].alignment};
-        arc_at[arcs[a].slot] = a + 1;
-    }
-    for (uint64_t i = 0; i < nprologue; i++)
-        if (persists(&log->entries[i], nprologue, period))
-            in[n++] = (om_rp_block){.id = narcs + i,
-                                    .lower = 0,
-                                    .upper = period,
-                                    .size = log->entries[i].len,
-                                    .align = log->entries[i].alignment};
     om_rp_options opt = {.period = period,
-                         .budget_ms = BUILD_BUDGET_MS,
+                         .budget_ms = CIRCLE_BUDGET_MS,
                          .alloc = om_rp_mmap,
                          .err = err,
                          .errlen = errlen};
-    om_rp_result circle, line;
-    rc = om_rp_plan(in, n, &opt, off, &circle);
+    om_rp_result circle;
+    rc = plan_circle(&b, log, nprologue, arcs, narcs, period, &opt, &ncircle, &circle, err, errlen);
     if (rc != 0)
         goto out;
+    for (size_t a = 0; a < narcs; a++)
+        set_slot(&out->slots[nprologue + arcs[a].slot], arcs[a].token, b.circle_off[a],
+                 &b.circle[a]);
+    sort_arcs(&b, arcs, narcs, period);
+    make_line(&b, log, nprologue, arcs, narcs, period, ncircle, out);
 
-    /* The line up to two iterations into the cycle: what the circle placed is fixed (the
-     * arcs twice, the persistent blocks from their birth), and so are the warm-up
-     * iterations' copies of the arcs; the prologue's other blocks go around them. */
-    uint64_t horizon = nprologue + 2 * period;
-    size_t m = n;
-    for (size_t k = 0; k < n; k++) {
-        om_rp_block b = in[k];
-        b.offset = off[k];
-        b.fixed = 1;
-        if (b.id >= narcs) {
-            uint64_t i = b.id - narcs;
-            set_slot(&out->slots[i], log->entries[i].token, off[k], &b);
-            b.lower = i;
-            b.upper = horizon;
-            in[m++] = b;
-            continue;
-        }
-        arc_off[b.id] = off[k];
-        set_slot(&out->slots[nprologue + arcs[b.id].slot], arcs[b.id].token, off[k], &b);
-        for (uint64_t it = 0; it < 2; it++) {
-            b.lower = nprologue + it * period + in[k].lower;
-            b.upper = nprologue + it * period + in[k].upper;
-            if (b.upper > horizon)
-                b.upper = horizon;
-            if (b.lower < b.upper)
-                in[m++] = b;
-        }
-    }
-    for (uint64_t i = 0; i < nprologue; i++) {
-        const struct om_logged_request *e = &log->entries[i];
-        if (persists(e, nprologue, period))
-            continue;
-        size_t a = copy_of(log, i, nprologue, period, arcs, arc_at);
-        in[m] = (om_rp_block){.id = narcs + i,
-                              .lower = i,
-                              .upper = e->death,
-                              .size = a ? arcs[a - 1].len : e->len,
-                              .align = e->alignment,
-                              .offset = a ? arc_off[a - 1] : 0,
-                              .fixed = a != 0};
-        if (a)
-            set_slot(&out->slots[i], e->token, arc_off[a - 1], &in[m]);
-        m++;
-    }
+    struct line *l = &b.line;
+    size_t nparts = find_parts(&b);
     opt.period = 0;
-    rc = om_rp_plan(in + n, m - n, &opt, off + n, &line);
+    rc = plan_line(l, b.parts, nparts, b.pb, b.poff, circle.peak,
+                   now_ns() + (uint64_t)LINE_BUDGET_MS * 1000000u, &opt);
     if (rc != 0)
         goto out;
-    for (size_t k = n; k < m; k++)
-        if (!in[k].fixed)
-            set_slot(&out->slots[in[k].id - narcs], log->entries[in[k].id - narcs].token, off[k],
-                     &in[k]);
+    for (size_t x = l->nmovable0; x < l->n; x++) {
+        uint64_t i = l->b[x].id - narcs;
+        set_slot(&out->slots[i], log->entries[i].token, l->off[x], &l->b[x]);
+    }
+    /* Whatever the parts did, the whole line must hold before a run trusts it. */
+    uint64_t line_lb;
+    rc = om_rp_check(l->b, l->n, 0, l->off, &om_rp_mmap, err, errlen);
+    if (rc == 0)
+        rc = om_rp_lower_bound(l->b, l->n, 0, &om_rp_mmap, &line_lb, err, errlen);
+    if (rc != 0)
+        goto out;
+    uint64_t line_peak = om_rp_peak(l->b, l->n, l->off);
     out->nprologue = nprologue;
     out->period = period;
-    out->peak = circle.peak > line.peak ? circle.peak : line.peak;
-    out->lower_bound =
-        circle.lower_bound > line.lower_bound ? circle.lower_bound : line.lower_bound;
-    rc = 0;
+    out->peak = circle.peak > line_peak ? circle.peak : line_peak;
+    out->lower_bound = circle.lower_bound > line_lb ? circle.lower_bound : line_lb;
 out:
-    om_sys_unmap(in, cap * sizeof *in);
-    om_sys_unmap(off, cap * sizeof *off);
-    om_sys_unmap(arc_at, period * sizeof *arc_at);
-    om_sys_unmap(arc_off, narcs * sizeof *arc_off);
+    om_sys_unmap(base, bytes);
     if (rc != 0 && out->slots) {
         om_sys_unmap(out->slots, nslots * sizeof *out->slots);
         out->slots = NULL;

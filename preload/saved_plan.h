@@ -44,9 +44,10 @@ int om_request_log_init(struct om_request_log *log, size_t cap);
 uint32_t om_request_log_add(struct om_request_log *log, uint64_t token, uint64_t len,
                             uint64_t alignment);
 
-/* Places the log's prologue [0, nprologue) and the arcs together: the arcs and every block
- * of the prologue that outlives the first iteration on the circle, then the rest of the
- * prologue on a line around them. 0, -EINVAL (message in err) or -ENOMEM. */
+/* Places the log's prologue [0, nprologue) and the arcs together: on the circle the arcs,
+ * above every block of the prologue that outlives the first iteration (stacked by birth),
+ * then the rest of the prologue on a line around them, part by part. The plan is checked
+ * whole before it is returned. 0, -EINVAL (message in err) or -ENOMEM. */
 int om_saved_plan_build(const struct om_request_log *log, uint64_t nprologue,
                         const struct om_cycle_arc *arcs, size_t narcs, uint64_t period,
                         struct om_saved_plan *out, char *err, size_t errlen);

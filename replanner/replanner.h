@@ -55,6 +55,8 @@ typedef struct om_rp_options {
     uint64_t seed;      /* for the randomized search */
     uint64_t max_nodes; /* if nonzero, also stop the search after this many decodes or nodes:
                            with a budget that never runs out first, the plan is reproducible */
+    uint64_t goal;      /* if nonzero: a plan with a peak at most this is good enough, and the
+                           search stops there (the caller has a higher peak elsewhere) */
     int algo;           /* enum om_rp_algo */
     om_rp_allocator alloc;
     char *err; /* optional: a one-line message on failure */

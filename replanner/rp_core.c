@@ -84,7 +84,173 @@ static int validate_one(const om_rp_block *b, uint64_t period, char *err, size_t
     return 0;
 }
 
-int om_rp_validate(const om_rp_block *blocks, size_t n, uint64_t period, char *err, size_t errlen)
+static uint32_t find_point(const uint64_t *pts, uint32_t npts, uint64_t t)
+{
+    uint32_t lo = 0, hi = npts;
+
+    while (hi - lo > 1) {
+        uint32_t mid = lo + (hi - lo) / 2;
+        if (pts[mid] <= t)
+            lo = mid;
+        else
+            hi = mid;
+    }
+    return lo;
+}
+
+/* A count of live blocks per byte range: range add, range max, on compressed offsets. */
+typedef struct rp_cover {
+    int32_t *mx, *add;
+    uint32_t size;
+} rp_cover;
+
+static void cover_add(rp_cover *c, uint32_t node, uint32_t nl, uint32_t nr, uint32_t l, uint32_t r,
+                      int32_t v)
+{
+    if (r <= nl || nr <= l)
+        return;
+    if (l <= nl && nr <= r) {
+        c->mx[node] += v;
+        c->add[node] += v;
+        return;
+    }
+    uint32_t mid = nl + (nr - nl) / 2;
+    cover_add(c, 2 * node, nl, mid, l, r, v);
+    cover_add(c, 2 * node + 1, mid, nr, l, r, v);
+    int32_t a = c->mx[2 * node], b = c->mx[2 * node + 1];
+    c->mx[node] = c->add[node] + (a > b ? a : b);
+}
+
+static int32_t cover_max(const rp_cover *c, uint32_t node, uint32_t nl, uint32_t nr, uint32_t l,
+                         uint32_t r)
+{
+    if (r <= nl || nr <= l)
+        return -1;
+    if (l <= nl && nr <= r)
+        return c->mx[node];
+    uint32_t mid = nl + (nr - nl) / 2;
+    int32_t a = cover_max(c, 2 * node, nl, mid, l, r),
+            b = cover_max(c, 2 * node + 1, mid, nr, l, r);
+    return c->add[node] + (a > b ? a : b);
+}
+
+/*
+ * Two blocks of blocks[idx[0..count)] that share bytes while both live, at offsets off[i]
+ * (the blocks' own offsets if off is NULL): 1 with their indices in *x < *y, 0 if none, or
+ * -ENOMEM. A sweep over time: when a block starts, the blocks live then are disjoint (else
+ * a pair was found before), so one range query over a count of live blocks per byte tells
+ * whether it meets any. n log n: comparing every two blocks that share bytes at any time
+ * was quadratic where a few offsets serve many blocks in turn (a saved plan's prologue of
+ * 200 000 blocks took 16 s). On a circle each block goes twice, a period apart, on a line
+ * of three periods, where every shift at which two arcs can meet shows.
+ */
+static int find_collision(const om_rp_block *blocks, const uint32_t *idx, size_t count,
+                          const uint64_t *off, uint64_t period, rp_mem *m, uint32_t *x, uint32_t *y)
+{
+    size_t copies = period ? 2 : 1, ne = count * copies, npts = 0;
+    rp_kv *kv = rp_alloc(m, 2 * ne + 1, sizeof(*kv));
+    uint64_t *pts = rp_alloc(m, 2 * count + 1, sizeof(*pts));
+    uint32_t *lo = rp_alloc(m, count + 1, sizeof(uint32_t));
+    uint32_t *hi = rp_alloc(m, count + 1, sizeof(uint32_t));
+    unsigned char *live = rp_alloc(m, ne + 1, 1);
+    rp_cover c = {NULL, NULL, 1};
+
+#define OFF(k) (off ? off[idx[k]] : blocks[idx[k]].offset)
+    if (!kv || !pts || !lo || !hi || !live)
+        return -ENOMEM;
+    for (size_t k = 0; k < count; k++) {
+        kv[2 * k].k1 = OFF(k);
+        kv[2 * k + 1].k1 = OFF(k) + blocks[idx[k]].size;
+    }
+    rp_sort_kv(kv, 2 * count);
+    for (size_t k = 0; k < 2 * count; k++)
+        if (npts == 0 || pts[npts - 1] != kv[k].k1)
+            pts[npts++] = kv[k].k1;
+    for (size_t k = 0; k < count; k++) {
+        lo[k] = find_point(pts, (uint32_t)npts, OFF(k));
+        hi[k] = find_point(pts, (uint32_t)npts, OFF(k) + blocks[idx[k]].size);
+    }
+    while (c.size < npts)
+        c.size <<= 1;
+    c.mx = rp_alloc(m, 2 * (size_t)c.size, sizeof(int32_t));
+    c.add = rp_alloc(m, 2 * (size_t)c.size, sizeof(int32_t));
+    if (!c.mx || !c.add)
+        return -ENOMEM;
+    /* Ends sort before starts at the same time: lifetimes are half-open. */
+    for (size_t e = 0; e < ne; e++) {
+        const om_rp_block *b = &blocks[idx[e / copies]];
+        uint64_t shift = (e % copies) * period;
+        kv[2 * e] = (rp_kv){b->lower + shift, 1, 0, (uint32_t)e};
+        kv[2 * e + 1] = (rp_kv){b->upper + shift, 0, 0, (uint32_t)e};
+    }
+    rp_sort_kv(kv, 2 * ne);
+    for (size_t t = 0; t < 2 * ne; t++) {
+        uint32_t e = kv[t].v, k = e / (uint32_t)copies;
+        if (!kv[t].k2) {
+            live[e] = 0;
+            cover_add(&c, 1, 0, c.size, lo[k], hi[k], -1);
+            continue;
+        }
+        if (cover_max(&c, 1, 0, c.size, lo[k], hi[k]) > 0) {
+            for (uint32_t f = 0; f < ne; f++) {
+                uint32_t j = f / (uint32_t)copies;
+                if (live[f] && lo[j] < hi[k] && lo[k] < hi[j]) {
+                    *x = idx[j] < idx[k] ? idx[j] : idx[k];
+                    *y = idx[j] < idx[k] ? idx[k] : idx[j];
+                    return 1;
+                }
+            }
+        }
+        live[e] = 1;
+        cover_add(&c, 1, 0, c.size, lo[k], hi[k], 1);
+    }
+#undef OFF
+    return 0;
+}
+
+static int collide(const om_rp_block *a, const om_rp_block *b, char *err, size_t errlen)
+{
+    return rp_errf(err, errlen,
+                   "fixed blocks %" PRIu64 " and %" PRIu64 " collide: bytes [%" PRIu64 ",%" PRIu64
+                   ") and [%" PRIu64 ",%" PRIu64 ") while both live",
+                   a->id, b->id, a->offset, a->offset + a->size, b->offset, b->offset + b->size),
+           -EINVAL;
+}
+
+/*
+ * Fixed blocks that share bytes must not live at the same time. With scratch memory by a
+ * sweep (find_collision): a saved plan's line has thousands of fixed blocks, where nf^2
+ * took its whole budget; without (om_rp_validate), pair by pair.
+ */
+static int check_fixed(const om_rp_block *blocks, size_t n, uint64_t period, rp_mem *m, char *err,
+                       size_t errlen)
+{
+    size_t nf = 0;
+
+    if (!m) {
+        for (size_t i = 0; i < n; i++)
+            for (size_t j = i + 1; blocks[i].fixed && j < n; j++) {
+                const om_rp_block *a = &blocks[i], *b = &blocks[j];
+                if (b->fixed && raw_overlap(a, b, period) && a->offset < b->offset + b->size &&
+                    b->offset < a->offset + a->size)
+                    return collide(a, b, err, errlen);
+            }
+        return 0;
+    }
+    uint32_t *fix = rp_alloc(m, n + 1, sizeof(uint32_t)), x, y;
+    if (!fix)
+        return rp_errf(err, errlen, "out of memory"), -ENOMEM;
+    for (size_t i = 0; i < n; i++)
+        if (blocks[i].fixed)
+            fix[nf++] = (uint32_t)i;
+    int rc = find_collision(blocks, fix, nf, NULL, period, m, &x, &y);
+    if (rc < 0)
+        return rp_errf(err, errlen, "out of memory"), rc;
+    return rc ? collide(&blocks[x], &blocks[y], err, errlen) : 0;
+}
+
+static int validate(const om_rp_block *blocks, size_t n, uint64_t period, rp_mem *m, char *err,
+                    size_t errlen)
 {
     uint64_t total = 0;
     int rc;
@@ -105,38 +271,12 @@ int om_rp_validate(const om_rp_block *blocks, size_t n, uint64_t period, char *e
                            b->id),
                    -EINVAL;
     }
-    for (size_t i = 0; i < n; i++) {
-        if (!blocks[i].fixed)
-            continue;
-        for (size_t j = i + 1; j < n; j++) {
-            const om_rp_block *a = &blocks[i], *b = &blocks[j];
-
-            if (!b->fixed || !raw_overlap(a, b, period))
-                continue;
-            if (a->offset < b->offset + b->size && b->offset < a->offset + a->size)
-                return rp_errf(err, errlen,
-                               "fixed blocks %" PRIu64 " and %" PRIu64 " collide: bytes [%" PRIu64
-                               ",%" PRIu64 ") and [%" PRIu64 ",%" PRIu64 ") while both live",
-                               a->id, b->id, a->offset, a->offset + a->size, b->offset,
-                               b->offset + b->size),
-                       -EINVAL;
-        }
-    }
-    return 0;
+    return check_fixed(blocks, n, period, m, err, errlen);
 }
 
-static uint32_t find_point(const uint64_t *pts, uint32_t npts, uint64_t t)
+int om_rp_validate(const om_rp_block *blocks, size_t n, uint64_t period, char *err, size_t errlen)
 {
-    uint32_t lo = 0, hi = npts;
-
-    while (hi - lo > 1) {
-        uint32_t mid = lo + (hi - lo) / 2;
-        if (pts[mid] <= t)
-            lo = mid;
-        else
-            hi = mid;
-    }
-    return lo;
+    return validate(blocks, n, period, NULL, err, errlen);
 }
 
 static void add_range(uint64_t *diff, uint32_t a, uint32_t b, uint64_t v)
@@ -147,7 +287,178 @@ static void add_range(uint64_t *diff, uint32_t a, uint32_t b, uint64_t v)
     }
 }
 
-int rp_inst_build(rp_inst *in, rp_mem *m, const om_rp_block *blocks, size_t n, uint64_t period)
+/* The runs of sections of block i: [s0, s1) and, for a wrapping arc, [w0, w1). */
+static int run_of(const rp_inst *in, uint32_t i, int r, uint32_t *a, uint32_t *e)
+{
+    *a = r ? in->w0[i] : in->s0[i];
+    *e = r ? in->w1[i] : in->s1[i];
+    return *a < *e;
+}
+
+/* Runs grouped by their first section: start[x] .. start[x + 1] in blk and end. */
+typedef struct run_index {
+    uint32_t *start, *blk, *end;
+} run_index;
+
+static int index_runs(const rp_inst *in, rp_mem *m, const uint32_t *blocks, uint32_t count,
+                      run_index *ri)
+{
+    uint32_t a, e;
+
+    ri->start = rp_alloc(m, (size_t)in->nsec + 2, sizeof(uint32_t));
+    ri->blk = rp_alloc(m, 2 * (size_t)count + 1, sizeof(uint32_t));
+    ri->end = rp_alloc(m, 2 * (size_t)count + 1, sizeof(uint32_t));
+    if (!ri->start || !ri->blk || !ri->end)
+        return -ENOMEM;
+    for (uint32_t k = 0; k < count; k++)
+        for (int r = 0; r < 2; r++)
+            if (run_of(in, blocks[k], r, &a, &e))
+                ri->start[a + 1]++;
+    for (uint32_t x = 0; x < in->nsec; x++)
+        ri->start[x + 1] += ri->start[x];
+    for (uint32_t k = 0; k < count; k++)
+        for (int r = 0; r < 2; r++)
+            if (run_of(in, blocks[k], r, &a, &e)) {
+                /* start[a] walks up to where a's group ends, then is shifted back below */
+                ri->blk[ri->start[a]] = k;
+                ri->end[ri->start[a]++] = e;
+            }
+    memmove(ri->start + 1, ri->start, (size_t)in->nsec * sizeof(uint32_t));
+    ri->start[0] = 0;
+    return 0;
+}
+
+/*
+ * Calls emit(k, f) for each movable block k (position in mov) and fixed block f (position
+ * in fixed runs' blocks) that meet in time, twice at most (a wrapping arc meets another
+ * in both runs). A sweep over sections: a movable run [a, e) meets the fixed runs active
+ * at a and those starting in (a, e), so the cost is the pairs, not nm x nf (a saved plan's
+ * line of 5000 movable and 8000 fixed blocks spent its whole budget there).
+ */
+typedef void (*emit_fn)(void *ctx, uint32_t k, uint32_t f);
+
+static void sweep_fixed(const rp_inst *in, const run_index *mr, const run_index *fr,
+                        uint32_t *active, emit_fn emit, void *ctx)
+{
+    uint32_t na = 0;
+
+    for (uint32_t x = 0; x < in->nsec; x++) {
+        for (uint32_t y = fr->start[x]; y < fr->start[x + 1]; y++)
+            active[na++] = y;
+        if (mr->start[x] == mr->start[x + 1])
+            continue;
+        uint32_t kept = 0;
+        for (uint32_t y = 0; y < na; y++)
+            if (fr->end[active[y]] > x)
+                active[kept++] = active[y];
+        na = kept;
+        for (uint32_t z = mr->start[x]; z < mr->start[x + 1]; z++) {
+            uint32_t k = mr->blk[z], e = mr->end[z];
+            for (uint32_t y = 0; y < na; y++)
+                emit(ctx, k, fr->blk[active[y]]);
+            for (uint32_t y = fr->start[x + 1]; y < fr->start[e]; y++)
+                emit(ctx, k, fr->blk[y]);
+        }
+    }
+}
+
+typedef struct fx_build {
+    uint32_t *per_k, *per_f; /* pair counts, then fill positions */
+    uint32_t *by_f;          /* movable blocks grouped by fixed block */
+} fx_build;
+
+static void count_fx(void *ctx, uint32_t k, uint32_t f)
+{
+    fx_build *b = ctx;
+    b->per_k[k]++;
+    b->per_f[f]++;
+}
+
+static void fill_fx(void *ctx, uint32_t k, uint32_t f)
+{
+    fx_build *b = ctx;
+    b->by_f[b->per_f[f]++] = k;
+}
+
+/* fx_reach[x]: the highest end among k's fixed blocks up to x, for rp_bump_fixed's search. */
+static int build_reach(rp_inst *in, rp_mem *m)
+{
+    if (!(in->fx_reach = rp_alloc(m, (size_t)in->fx_start[in->nm] + 1, sizeof(uint64_t))))
+        return -ENOMEM;
+    for (uint32_t k = 0; k < in->nm; k++) {
+        uint64_t reach = 0;
+        for (uint32_t x = in->fx_start[k]; x < in->fx_start[k + 1]; x++) {
+            const om_rp_block *f = &in->b[in->fx_list[x]];
+            reach = f->offset + f->size > reach ? f->offset + f->size : reach;
+            in->fx_reach[x] = reach;
+        }
+    }
+    return 0;
+}
+
+/*
+ * Per movable block, the fixed blocks live with it ordered by offset (rp_bump_fixed stops
+ * at the first one above): pairs are found by fixed block, in offset order (by_off), and
+ * dealt out to the movable blocks in that order, so no list needs sorting.
+ */
+static int build_fixed_lists(rp_inst *in, rp_mem *m, const rp_kv *by_off, uint32_t nf)
+{
+    uint32_t *fixed = rp_alloc(m, (size_t)nf + 1, sizeof(uint32_t));
+    uint32_t *active = rp_alloc(m, 2 * (size_t)nf + 1, sizeof(uint32_t));
+    fx_build b = {rp_alloc(m, (size_t)in->nm + 1, sizeof(uint32_t)),
+                  rp_alloc(m, (size_t)nf + 1, sizeof(uint32_t)), NULL};
+    run_index mr, fr;
+    size_t total = 0, cnt = 0;
+
+    if (!fixed || !active || !b.per_k || !b.per_f)
+        return -ENOMEM;
+    if (nf == 0) /* fx_start is all 0 */
+        return (in->fx_list = rp_alloc(m, 1, sizeof(uint32_t))) &&
+                       (in->fx_reach = rp_alloc(m, 1, sizeof(uint64_t)))
+                   ? 0
+                   : -ENOMEM;
+    for (uint32_t r = 0; r < nf; r++)
+        fixed[r] = by_off[r].v;
+    if (index_runs(in, m, in->mov, in->nm, &mr) != 0 || index_runs(in, m, fixed, nf, &fr) != 0)
+        return -ENOMEM;
+    sweep_fixed(in, &mr, &fr, active, count_fx, &b);
+    for (uint32_t r = 0; r < nf; r++) {
+        uint32_t c = b.per_f[r];
+        b.per_f[r] = (uint32_t)total;
+        total += c;
+    }
+    if (total > UINT32_MAX - 1 || !(b.by_f = rp_alloc(m, total + 1, sizeof(uint32_t))) ||
+        !(in->fx_list = rp_alloc(m, total + 1, sizeof(uint32_t))))
+        return -ENOMEM;
+    sweep_fixed(in, &mr, &fr, active, fill_fx, &b);
+    for (uint32_t k = 0; k < in->nm; k++) {
+        in->fx_start[k] = (uint32_t)cnt;
+        cnt += b.per_k[k];
+        b.per_k[k] = in->fx_start[k];
+    }
+    in->fx_start[in->nm] = (uint32_t)cnt;
+    /* per_f[r] now ends fixed block r's group */
+    for (uint32_t r = 0, y = 0; r < nf; r++)
+        for (; y < b.per_f[r]; y++)
+            in->fx_list[b.per_k[b.by_f[y]]++] = fixed[r];
+    if (!in->period)
+        return build_reach(in, m);
+    /* A pair met in two runs is listed twice, next to itself. */
+    cnt = 0;
+    for (uint32_t k = 0; k < in->nm; k++) {
+        uint32_t from = in->fx_start[k], to = in->fx_start[k + 1];
+        in->fx_start[k] = (uint32_t)cnt;
+        for (uint32_t x = from; x < to; x++)
+            if (x == from || in->fx_list[x] != in->fx_list[x - 1])
+                in->fx_list[cnt++] = in->fx_list[x];
+    }
+    in->fx_start[in->nm] = (uint32_t)cnt;
+    return build_reach(in, m);
+}
+
+/* The sections, loads and lower bound; with lists, also what the placement needs. */
+static int inst_build(rp_inst *in, rp_mem *m, const om_rp_block *blocks, size_t n, uint64_t period,
+                      int lists)
 {
     rp_kv *kv = NULL;
     uint64_t *pts, *diff;
@@ -216,6 +527,9 @@ int rp_inst_build(rp_inst *in, rp_mem *m, const om_rp_block *blocks, size_t n, u
             in->lb = in->load[s];
     }
     in->floor_lb = in->lb > in->fixed_top ? in->lb : in->fixed_top;
+    in->stop = in->floor_lb;
+    if (!lists)
+        return 0;
 
     /* Fixed blocks by offset, so that one pass of rp_bump_fixed suffices. */
     for (uint32_t k = 0; k < nf; k++) {
@@ -226,24 +540,8 @@ int rp_inst_build(rp_inst *in, rp_mem *m, const om_rp_block *blocks, size_t n, u
     rp_sort_kv(kv, nf);
     in->fx_start = rp_alloc(m, (size_t)in->nm + 1, sizeof(uint32_t));
     in->secmax = rp_alloc(m, (size_t)in->nm + 1, sizeof(uint64_t));
-    if (!in->fx_start || !in->secmax)
+    if (!in->fx_start || !in->secmax || build_fixed_lists(in, m, kv, nf) != 0)
         return -ENOMEM;
-    for (int pass = 0; pass < 2; pass++) {
-        size_t cnt = 0;
-        for (uint32_t k = 0; k < in->nm; k++) {
-            in->fx_start[k] = (uint32_t)cnt;
-            for (uint32_t f = 0; f < nf; f++) {
-                if (!rp_overlap_time(in, in->mov[k], kv[f].v))
-                    continue;
-                if (pass)
-                    in->fx_list[cnt] = kv[f].v;
-                cnt++;
-            }
-        }
-        in->fx_start[in->nm] = (uint32_t)cnt;
-        if (!pass && !(in->fx_list = rp_alloc(m, cnt + 1, sizeof(uint32_t))))
-            return -ENOMEM;
-    }
     for (uint32_t k = 0; k < in->nm; k++) {
         uint32_t i = in->mov[k];
         uint64_t mx = 0;
@@ -254,6 +552,11 @@ int rp_inst_build(rp_inst *in, rp_mem *m, const om_rp_block *blocks, size_t n, u
         in->secmax[k] = mx;
     }
     return 0;
+}
+
+int rp_inst_build(rp_inst *in, rp_mem *m, const om_rp_block *blocks, size_t n, uint64_t period)
+{
+    return inst_build(in, m, blocks, n, period, 1);
 }
 
 static int ranges_meet(uint32_t a0, uint32_t a1, uint32_t b0, uint32_t b1)
@@ -272,11 +575,23 @@ int rp_overlap_time(const rp_inst *in, uint32_t i, uint32_t j)
 uint64_t rp_bump_fixed(const rp_inst *in, uint32_t k, uint64_t off)
 {
     const om_rp_block *b = &in->b[in->mov[k]];
+    uint32_t lo = in->fx_start[k], hi = in->fx_start[k + 1];
 
     off = rp_align_up(off, b->align);
-    for (uint32_t x = in->fx_start[k]; x < in->fx_start[k + 1]; x++) {
+    /* Skip the fixed blocks that all end at or below off: a list may hold thousands (a
+     * saved plan's parameters under every block of its prologue). */
+    while (lo < hi) {
+        uint32_t mid = lo + (hi - lo) / 2;
+        if (in->fx_reach[mid] <= off)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    for (uint32_t x = lo; x < in->fx_start[k + 1]; x++) {
         const om_rp_block *f = &in->b[in->fx_list[x]];
-        if (f->offset < off + b->size && off < f->offset + f->size)
+        if (f->offset >= off + b->size)
+            break; /* by offset: every later one is above as well */
+        if (off < f->offset + f->size)
             off = rp_align_up(f->offset + f->size, b->align);
     }
     return off;
@@ -289,9 +604,10 @@ int om_rp_lower_bound(const om_rp_block *blocks, size_t n, uint64_t period,
     rp_inst in;
     int rc;
 
-    if ((rc = om_rp_validate(blocks, n, period, err, errlen)) < 0)
-        return rc;
-    if ((rc = rp_inst_build(&in, &m, blocks, n, period)) < 0) {
+    if ((rc = validate(blocks, n, period, &m, err, errlen)) < 0)
+        goto out;
+    /* No lists: a saved plan's line of 14000 blocks, 8000 fixed, needs only its bound. */
+    if ((rc = inst_build(&in, &m, blocks, n, period, 0)) < 0) {
         rp_errf(err, errlen, "out of memory");
         goto out;
     }
@@ -315,54 +631,48 @@ int om_rp_check(const om_rp_block *blocks, size_t n, uint64_t period, const uint
                 const om_rp_allocator *alloc, char *err, size_t errlen)
 {
     rp_mem m = {alloc, NULL};
-    rp_kv *kv;
+    uint32_t *all, x, y;
     int rc;
 
-    if ((rc = om_rp_validate(blocks, n, period, err, errlen)) < 0)
-        return rc;
+    if ((rc = validate(blocks, n, period, &m, err, errlen)) < 0)
+        goto out;
     for (size_t i = 0; i < n; i++) {
         const om_rp_block *b = &blocks[i];
-        if (offsets[i] > OM_RP_MAX_BYTES)
-            return rp_errf(err, errlen, "block %" PRIu64 ": offset %" PRIu64 " overflows", b->id,
-                           offsets[i]),
-                   -EINVAL;
-        if (b->align > 1 && offsets[i] % b->align)
-            return rp_errf(err, errlen,
-                           "block %" PRIu64 ": offset %" PRIu64 " is not aligned to %" PRIu64,
-                           b->id, offsets[i], b->align),
-                   -EINVAL;
-        if (b->fixed && offsets[i] != b->offset)
-            return rp_errf(err, errlen,
-                           "block %" PRIu64 ": fixed at %" PRIu64 " but placed at %" PRIu64, b->id,
-                           b->offset, offsets[i]),
-                   -EINVAL;
+        rc = -EINVAL;
+        if (offsets[i] > OM_RP_MAX_BYTES) {
+            rp_errf(err, errlen, "block %" PRIu64 ": offset %" PRIu64 " overflows", b->id,
+                    offsets[i]);
+            goto out;
+        }
+        if (b->align > 1 && offsets[i] % b->align) {
+            rp_errf(err, errlen, "block %" PRIu64 ": offset %" PRIu64 " is not aligned to %" PRIu64,
+                    b->id, offsets[i], b->align);
+            goto out;
+        }
+        if (b->fixed && offsets[i] != b->offset) {
+            rp_errf(err, errlen, "block %" PRIu64 ": fixed at %" PRIu64 " but placed at %" PRIu64,
+                    b->id, b->offset, offsets[i]);
+            goto out;
+        }
+        rc = 0;
     }
-    if (!(kv = rp_alloc(&m, n + 1, sizeof(*kv)))) {
+    if (!(all = rp_alloc(&m, n + 1, sizeof(uint32_t)))) {
         rc = -ENOMEM;
         rp_errf(err, errlen, "out of memory");
         goto out;
     }
-    for (size_t i = 0; i < n; i++) {
-        kv[i].k1 = offsets[i];
-        kv[i].v = (uint32_t)i;
-    }
-    rp_sort_kv(kv, n);
-    /* By offset: only blocks starting below the end of block i can share its bytes. */
-    for (size_t x = 0; x < n && rc == 0; x++) {
-        const om_rp_block *a = &blocks[kv[x].v];
-        uint64_t end = offsets[kv[x].v] + a->size;
-
-        for (size_t y = x + 1; y < n && kv[y].k1 < end; y++) {
-            const om_rp_block *b = &blocks[kv[y].v];
-            if (!raw_overlap(a, b, period))
-                continue;
-            rp_errf(err, errlen,
-                    "blocks %" PRIu64 " and %" PRIu64 " overlap: bytes [%" PRIu64 ",%" PRIu64
-                    ") and [%" PRIu64 ",%" PRIu64 ") while both live",
-                    a->id, b->id, kv[x].k1, end, kv[y].k1, kv[y].k1 + b->size);
-            rc = -EINVAL;
-            break;
-        }
+    for (size_t i = 0; i < n; i++)
+        all[i] = (uint32_t)i;
+    rc = find_collision(blocks, all, n, offsets, period, &m, &x, &y);
+    if (rc < 0) {
+        rp_errf(err, errlen, "out of memory");
+    } else if (rc) {
+        rp_errf(err, errlen,
+                "blocks %" PRIu64 " and %" PRIu64 " overlap: bytes [%" PRIu64 ",%" PRIu64
+                ") and [%" PRIu64 ",%" PRIu64 ") while both live",
+                blocks[x].id, blocks[y].id, offsets[x], offsets[x] + blocks[x].size, offsets[y],
+                offsets[y] + blocks[y].size);
+        rc = -EINVAL;
     }
 out:
     rp_mem_free_all(&m);
@@ -421,10 +731,12 @@ int om_rp_plan(const om_rp_block *blocks, size_t n, const om_rp_options *opt, ui
         return rp_errf(opt->err, opt->errlen, "no allocator given"), -EINVAL;
     if (opt->algo < OM_RP_ALGO_AUTO || opt->algo > OM_RP_ALGO_BNB)
         return rp_errf(opt->err, opt->errlen, "unknown algorithm %d", opt->algo), -EINVAL;
-    if ((rc = om_rp_validate(blocks, n, opt->period, opt->err, opt->errlen)) < 0)
-        return rc;
+    if ((rc = validate(blocks, n, opt->period, &m, opt->err, opt->errlen)) < 0)
+        goto out;
     if ((rc = rp_inst_build(&in, &m, blocks, n, opt->period)) < 0)
         goto nomem;
+    if (opt->goal > in.stop)
+        in.stop = opt->goal;
     best.off = rp_alloc(&m, (size_t)in.nm + 1, sizeof(uint64_t));
     best.order = rp_alloc(&m, (size_t)in.nm + 1, sizeof(uint32_t));
     if (!best.off || !best.order) {
@@ -436,7 +748,7 @@ int om_rp_plan(const om_rp_block *blocks, size_t n, const om_rp_options *opt, ui
     clk.max_nodes = opt->max_nodes;
     if ((rc = rp_greedy(&in, &m, &best, &clk)) < 0)
         goto nomem;
-    if (best.peak > in.floor_lb && opt->algo != OM_RP_ALGO_GREEDY) {
+    if (best.peak > in.stop && opt->algo != OM_RP_ALGO_GREEDY) {
         int use_bnb = opt->algo == OM_RP_ALGO_BNB ||
                       (opt->algo == OM_RP_ALGO_AUTO && in.nm <= OM_RP_BNB_MAX_BLOCKS);
         if (in.nm > OM_RP_BNB_MAX_BLOCKS)

@@ -243,7 +243,7 @@ int rp_local(const rp_inst *in, rp_mem *m, rp_best *best, rp_clock *clk, uint64_
     memcpy(cur, best->order, n * sizeof(uint32_t));
     decode(in, &t, cur, off, RP_NONE - 1, &crit, NULL);
     /* A decode can take milliseconds: look at the clock before each one. */
-    while (cur_peak > in->floor_lb && !rp_expired(clk) && rp_now_ns() < clk->deadline_ns) {
+    while (cur_peak > in->stop && !rp_expired(clk) && rp_now_ns() < clk->deadline_ns) {
         uint64_t peak;
 
         memcpy(cand, cur, n * sizeof(uint32_t));

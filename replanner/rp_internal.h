@@ -45,11 +45,13 @@ typedef struct rp_inst {
     uint32_t *s0, *s1, *w0, *w1; /* per block */
     uint64_t lb;                 /* max live bytes over sections */
     uint64_t floor_lb;           /* max(lb, highest fixed end): no plan can beat it */
+    uint64_t stop;               /* max(floor_lb, the caller's goal): a plan this good ends it */
     uint32_t nm;                 /* movable blocks */
     uint32_t *mov;               /* their indices into b */
     /* per movable block (by position in mov), the fixed blocks live with it, by offset */
     uint32_t *fx_start;
     uint32_t *fx_list;
+    uint64_t *fx_reach; /* per fx_list entry: the highest end of the list up to it */
     uint64_t fixed_top;
     uint64_t *load;   /* per section: bytes of all blocks live in it */
     uint64_t *secmax; /* per movable block: max load over its sections */

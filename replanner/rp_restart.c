@@ -27,7 +27,7 @@ typedef struct driver {
     rp_best *best;
     rp_clock *clk;
     uint64_t lo;       /* no plan has a lower peak (proven) */
-    int lb_infeasible; /* the run at LB failed completely */
+    int lb_infeasible; /* the run at LB (or the goal) failed completely */
     uint64_t descents; /* runs below the best plan so far */
 } driver;
 
@@ -66,22 +66,22 @@ static uint64_t target(const driver *d, uint64_t j)
 }
 
 /*
- * One ranking: a run at LB (until that is proven infeasible), then runs below the best plan
- * until DESCENT_FAILS of them fail (twice the nodes once LB is out of reach: those runs are
- * all that is left). 1 when the search is over (optimal or out of time), 0 to go on, or
- * -ENOMEM.
+ * One ranking: a run at LB, or at the caller's goal above it (until that is proven
+ * infeasible), then runs below the best plan until DESCENT_FAILS of them fail (twice the
+ * nodes once LB is out of reach: those runs are all that is left). 1 when the search is over
+ * (optimal, at the goal or out of time), 0 to go on, or -ENOMEM.
  */
 static int attempt(driver *d, const rp_ranking *rk, uint64_t limit)
 {
     int rc, fails = 0;
 
     if (!d->lb_infeasible) {
-        rc = rp_search_run(d->s, rk, d->in->floor_lb, limit);
+        rc = rp_search_run(d->s, rk, d->in->stop, limit);
         if (rc < 0)
             return rc;
         if (rc == RP_NOTFOUND) {
             d->lb_infeasible = 1;
-            d->lo = d->in->floor_lb + 1;
+            d->lo = d->in->stop + 1;
         }
         if (rc == RP_FOUND || d->clk->stopped)
             return 1;
@@ -98,7 +98,7 @@ static int attempt(driver *d, const rp_ranking *rk, uint64_t limit)
         if (rc != RP_FOUND)
             fails++;
     }
-    return d->best->peak <= d->lo || d->clk->stopped;
+    return d->best->peak <= d->lo || d->best->peak <= d->in->stop || d->clk->stopped;
 }
 
 int rp_bnb(const rp_inst *in, rp_mem *m, rp_best *best, rp_clock *clk, uint64_t seed)
@@ -134,13 +134,13 @@ int rp_bnb(const rp_inst *in, rp_mem *m, rp_best *best, rp_clock *clk, uint64_t 
     for (size_t x = 0; x < NRANKINGS && !d.lb_infeasible; x++) {
         if (rp_now_ns() >= clk->deadline_ns)
             return 0;
-        rc = rp_search_run(d.s, &rk[(x + NRANKINGS - 1) % NRANKINGS], in->floor_lb,
+        rc = rp_search_run(d.s, &rk[(x + NRANKINGS - 1) % NRANKINGS], in->stop,
                            2 * (uint64_t)in->nm + 64);
         if (rc < 0)
             return rc;
         if (rc == RP_NOTFOUND) {
             d.lb_infeasible = 1;
-            d.lo = in->floor_lb + 1;
+            d.lo = in->stop + 1;
         }
         if (rc == RP_FOUND || clk->stopped)
             return 0;
@@ -152,7 +152,7 @@ int rp_bnb(const rp_inst *in, rp_mem *m, rp_best *best, rp_clock *clk, uint64_t 
      * the static ones solves soon.
      */
     rc = 0;
-    for (uint32_t r = 0; best->peak > d.lo && rc == 0; r++) {
+    for (uint32_t r = 0; best->peak > d.lo && best->peak > in->stop && rc == 0; r++) {
         uint64_t limit = (uint64_t)RESTART_NODES << (r < 24 ? r : 24);
 
         for (size_t h = 0; h < NRANKINGS && rc == 0; h++)

@@ -220,6 +220,126 @@ static void test_bottom_blocks(void **state)
     }
 }
 
+static int meets(const om_rp_block *a, const om_rp_block *b, uint64_t p)
+{
+    if (a->lower < b->upper && b->lower < a->upper)
+        return 1;
+    return p && ((a->lower + p < b->upper && b->lower < a->upper + p) ||
+                 (b->lower + p < a->upper && a->lower < b->upper + p));
+}
+
+/* The lowest aligned offset where block k misses every other block that it meets. */
+static uint64_t first_fit(const om_rp_block *b, size_t n, size_t k, uint64_t period)
+{
+    uint64_t a = b[k].align > 1 ? b[k].align : 1, off = 0;
+    for (int moved = 1; moved;) {
+        moved = 0;
+        for (size_t j = 0; j < n; j++)
+            if (j != k && meets(&b[k], &b[j], period) && b[j].offset < off + b[k].size &&
+                off < b[j].offset + b[j].size) {
+                off = (b[j].offset + b[j].size + a - 1) / a * a;
+                moved = 1;
+            }
+    }
+    return off;
+}
+
+/*
+ * Many fixed blocks (a saved plan's line has thousands): each movable block's list of the
+ * fixed blocks it meets comes from a sweep, and the greedy skips those below by a search.
+ * With one movable block among fixed ones, the greedy must put it where first fit over all
+ * others does: a fixed block missing from its list shows as an overlap, one listed that it
+ * does not meet as a higher offset. Then half of them movable, planned by every stage.
+ */
+static void test_many_fixed(void **state)
+{
+    enum { N = 700 };
+    static om_rp_block b[N];
+    static uint64_t off[N];
+    uint64_t seed = 31;
+    om_rp_options opt = {0};
+    om_rp_result res;
+    char err[256] = "";
+    (void)state;
+
+    opt.alloc = t_alloc;
+    opt.err = err;
+    opt.errlen = sizeof(err);
+    opt.algo = OM_RP_ALGO_GREEDY;
+    for (int cyclic = 0; cyclic < 2; cyclic++) {
+        uint64_t period = cyclic ? 300 : 0;
+
+        t_random_blocks(b, N, 300, cyclic, 1, &seed);
+        opt.period = period;
+        if (om_rp_plan(b, N, &opt, off, &res) != 0)
+            fail_msg("%s", err);
+        for (size_t i = 0; i < N; i++) {
+            b[i].fixed = 1;
+            b[i].offset = off[i];
+        }
+        for (int probe = 0; probe < 40; probe++) {
+            size_t k = t_rand(&seed) % N;
+            uint64_t want;
+
+            b[k].fixed = 0;
+            want = first_fit(b, N, k, period);
+            if (om_rp_plan(b, N, &opt, off, &res) != 0)
+                fail_msg("%s", err);
+            if (off[k] != want)
+                fail_msg("period %llu, block %zu: greedy at %llu, first fit at %llu",
+                         (unsigned long long)period, k, (unsigned long long)off[k],
+                         (unsigned long long)want);
+            b[k].fixed = 1;
+        }
+        for (size_t i = 0; i < N; i += 2)
+            b[i].fixed = 0;
+        for (size_t a = 0; a < 4; a++)
+            t_plan_checked(b, N, period, algos[a], 20, NULL);
+    }
+    assert_int_equal(t_live_bytes(), 0);
+}
+
+/*
+ * A goal above LB: the search stops at the first plan that reaches it (the saved plan's
+ * line needs its parts only below the circle's peak). Instances whose greedy plan misses
+ * LB: with the greedy peak as the goal nothing is searched; without, the search runs.
+ */
+static void test_goal(void **state)
+{
+    static om_rp_block b[200];
+    static uint64_t off[200];
+    uint64_t seed = 5;
+    int seen = 0;
+    om_rp_options opt = {0};
+    om_rp_result greedy, res;
+    (void)state;
+
+    opt.alloc = t_alloc;
+    opt.max_nodes = 20000;
+    opt.budget_ms = 10000;
+    for (int iter = 0; iter < 20; iter++) {
+        t_random_blocks(b, 200, 100, 0, 0, &seed);
+        opt.algo = OM_RP_ALGO_GREEDY;
+        opt.goal = 0;
+        assert_int_equal(om_rp_plan(b, 200, &opt, off, &greedy), 0);
+        if (greedy.peak == greedy.lower_bound)
+            continue;
+        seen++;
+        opt.algo = OM_RP_ALGO_AUTO;
+        opt.goal = greedy.peak;
+        assert_int_equal(om_rp_plan(b, 200, &opt, off, &res), 0);
+        assert_int_equal(res.peak, greedy.peak);
+        assert_int_equal(res.nodes, 0);
+        assert_int_equal(om_rp_check(b, 200, 0, off, &t_alloc, NULL, 0), 0);
+        opt.goal = 0;
+        assert_int_equal(om_rp_plan(b, 200, &opt, off, &res), 0);
+        assert_true(res.nodes > 0);
+        assert_true(res.peak <= greedy.peak);
+    }
+    assert_true(seen > 0);
+    assert_int_equal(t_live_bytes(), 0);
+}
+
 static void test_cyclic_wrap(void **state)
 {
     /* A (8..12 mod 10) wraps into B's [0,3): they must not share bytes; C fits beside. */
@@ -316,6 +436,11 @@ static void test_bad_input(void **state)
     b[0].offset = 0;
     b[1].offset = 0;
     expect_einval(b, 2, 0, "fixed blocks 5 and 9 collide");
+    /* By offset 9 comes first; the message keeps the input's order. */
+    b[0].offset = 8;
+    b[1].size = 16;
+    b[1].align = 0;
+    expect_einval(b, 2, 0, "fixed blocks 5 and 9 collide");
     b[0] = blk(5, 0, 4, 8);
     b[1] = blk(9, 2, 15, 8);
     expect_einval(b, 2, 10, "block 9: arc [2,15) is longer than the period 10");
@@ -347,6 +472,45 @@ static void test_checker_rejects(void **state)
     b[2].offset = 32;
     assert_int_equal(om_rp_check(b, 3, 0, off, &t_alloc, err, sizeof(err)), -EINVAL);
     assert_non_null(strstr(err, "block 3: fixed at 32 but placed at 48"));
+    assert_int_equal(t_live_bytes(), 0);
+}
+
+/*
+ * The checker's sweep against every pair: random offsets in a narrow range, so that about
+ * half of the plans collide, on lines and circles; a pair it names must collide.
+ */
+static void test_checker_random(void **state)
+{
+    enum { N = 12 };
+    om_rp_block b[N];
+    uint64_t off[N], seed = 77;
+    char err[256];
+    (void)state;
+
+    for (int iter = 0; iter < 3000; iter++) {
+        int cyclic = iter & 1;
+        uint64_t period = cyclic ? 20 : 0, bad = 0;
+
+        t_random_blocks(b, N, 20, cyclic, 0, &seed);
+        for (size_t i = 0; i < N; i++)
+            off[i] = t_rand(&seed) % 400;
+        for (size_t i = 0; i < N; i++)
+            for (size_t j = i + 1; j < N; j++)
+                bad |= meets(&b[i], &b[j], period) && off[i] < off[j] + b[j].size &&
+                       off[j] < off[i] + b[i].size;
+        int rc = om_rp_check(b, N, period, off, &t_alloc, err, sizeof(err));
+        if ((rc != 0) != (bad != 0))
+            fail_msg("iteration %d: checker says %d, pairs say %s", iter, rc,
+                     bad ? "collision" : "none");
+        if (rc != 0) {
+            unsigned long long x, y;
+            assert_int_equal(sscanf(err, "blocks %llu and %llu overlap", &x, &y), 2);
+            x -= 100; /* t_random_blocks numbers them from 100 */
+            y -= 100;
+            assert_true(x < y && y < N && meets(&b[x], &b[y], period));
+            assert_true(off[x] < off[y] + b[y].size && off[y] < off[x] + b[x].size);
+        }
+    }
     assert_int_equal(t_live_bytes(), 0);
 }
 
@@ -441,8 +605,11 @@ int main(void)
         cmocka_unit_test(test_bottom_blocks),
         cmocka_unit_test(test_cyclic_wrap),
         cmocka_unit_test(test_fixed_and_alignment),
+        cmocka_unit_test(test_many_fixed),
+        cmocka_unit_test(test_goal),
         cmocka_unit_test(test_bad_input),
         cmocka_unit_test(test_checker_rejects),
+        cmocka_unit_test(test_checker_random),
         cmocka_unit_test(test_deterministic),
         cmocka_unit_test(test_empty),
         cmocka_unit_test(test_bnb_restarts),
