@@ -39,15 +39,24 @@
 #define FAILED_PERIODS 8
 /* A plan that serves this many iterations proves the program steady again. */
 #define STEADY_ITERATIONS 3
+/* While learning, the iteration-defining thread's last requests: once a period is known, the
+ * plan is made from an iteration already past whose next one is past too, rather than from
+ * one recorded and one observed from then on, two iterations later. Periods up to a third
+ * of it are planned at once, up to half of it at the end of an iteration; longer ones
+ * (detected ones reach 32767) are recorded as they come. Its pages are touched only as far
+ * as it is used. */
+#define RING (1u << 15)
 
-/* Learn: waiting for the tracer to find an iteration start. Record: one iteration's
- * requests. Observe: the next iteration, to see when the last blocks die. Serve.
- * Prologue: a saved plan serves the main thread's requests before the iteration. */
+/* Learn: waiting for the tracer to find a period, the ring keeping the requests. Record:
+ * one iteration's requests, for a period too long for the ring. Observe: the next
+ * iteration, to see when the last blocks die. Serve. Prologue: a saved plan serves the
+ * main thread's requests before the iteration. */
 enum phase { LEARN, RECORD, OBSERVE, SERVE, PROLOGUE };
 
 struct record {
-    uint64_t token, lower, upper;
+    uint64_t token, lower, upper; /* in the ring: indices among the requests learnt */
     size_t size, len, alignment;
+    uint32_t log; /* in the ring: the request's index + 1 in the request log, 0 for none */
 };
 
 struct om_pool {
@@ -68,15 +77,23 @@ struct om_pool {
     uint64_t period, cursor, observed;
     struct record *records;
     size_t nrecords;
+    struct record *ring;
+    uint64_t learnt;       /* requests put in the ring: the index of the next */
+    uint64_t ring_first;   /* the first of the current learning; those before are stale */
+    uint64_t steady_from;  /* the first known to repeat with period; UINT64_MAX: none */
     struct om_slot *slots; /* the plan: one per request of the iteration */
     struct om_slot_index plan_index;
     size_t plan_end; /* the plan's region ends here; fallbacks go above */
     struct om_serving_stats stats;
     uint64_t iteration_misses, served_iterations;
     /* Periods whose plans missed: sub-periods (a layer repeated inside a step) that the
-     * detector locks onto before the whole step. Not planned again until a plan holds. */
-    uint64_t failed[FAILED_PERIODS];
+     * detector locks onto before the whole step. Not planned again until a plan holds, or
+     * until the period has repeated over twice the requests it had when it was planned. */
+    struct {
+        uint64_t period, evidence; /* planned again once it repeats over this many requests */
+    } failed[FAILED_PERIODS];
     unsigned nfailed;
+    uint64_t evidence; /* requests the period was seen to repeat over when it was planned */
     /* OPTMEM_PLAN_FILE */
     char plan_file[PATH_MAX];
     struct om_saved_plan saved; /* loaded: its prologue is being served */
@@ -160,7 +177,8 @@ int om_pool_create(struct om_pool **out, const struct om_backend *backend, unsig
         pool->records = om_sys_map(MAX_PERIOD * sizeof *pool->records);
         pool->slots = om_sys_map(MAX_PERIOD * sizeof *pool->slots);
         pool->freed = om_sys_map(FREED_RANGES * sizeof *pool->freed);
-        if (!pool->records || !pool->slots || !pool->freed)
+        pool->ring = om_sys_map(RING * sizeof *pool->ring);
+        if (!pool->records || !pool->slots || !pool->freed || !pool->ring)
             rc = -ENOMEM;
     }
     if (rc != 0)
@@ -172,6 +190,7 @@ int om_pool_create(struct om_pool **out, const struct om_backend *backend, unsig
     pool->max_request = pool->host ? pool->arena.reserved / 4 : pool->arena.reserved;
     pool->redzone = cfg->verify && pool->host ? REDZONE : 0;
     pool->log_cycle_start = UINT64_MAX;
+    pool->steady_from = UINT64_MAX;
     if (cfg->plan_file[0] && pool->host)
         open_plan_file(pool, cfg);
     om_tracer_set_arena(domain, pool->arena.base, pool->arena.reserved);
@@ -264,6 +283,16 @@ out:
 
 /* ---- the phases ---- */
 
+/* Learning starts over: what the ring holds was before a gap (served, or recorded). */
+static void learn(struct om_pool *pool)
+{
+    pool->phase = LEARN;
+    pool->generation++;
+    pool->ring_first = pool->learnt;
+    pool->period = 0;
+    pool->steady_from = UINT64_MAX;
+}
+
 static void start_recording(struct om_pool *pool, const struct om_block *b)
 {
     pool->log_cycle_start = b->log ? b->log - 1 : UINT64_MAX;
@@ -273,10 +302,10 @@ static void start_recording(struct om_pool *pool, const struct om_block *b)
     pool->cursor = 0;
 }
 
-static int period_failed(const struct om_pool *pool, uint64_t period)
+static int period_failed(const struct om_pool *pool, uint64_t period, uint64_t evidence)
 {
     for (unsigned i = 0; i < pool->nfailed && i < FAILED_PERIODS; i++)
-        if (pool->failed[i] == period)
+        if (pool->failed[i].period == period && evidence < pool->failed[i].evidence)
             return 1;
     return 0;
 }
@@ -289,11 +318,20 @@ static void end_of_served_iteration(struct om_pool *pool)
         om_debug("%llu misses in an iteration of %llu requests: learning again",
                  (unsigned long long)pool->iteration_misses, (unsigned long long)pool->period);
         pool->stats.replans++;
-        /* A plan that missed at once was for a wrong period; one that held a while was
-         * right until the program changed, and its period may well come back. */
-        if (pool->served_iterations < STEADY_ITERATIONS)
-            pool->failed[pool->nfailed++ % FAILED_PERIODS] = pool->period;
-        pool->phase = LEARN;
+        /* A plan that missed at once was for a wrong period, or for the right one while
+         * the program still changed (Python's interpreter specializes its calls over the
+         * first steps, and the call sites of numpy's requests change with them): the
+         * period is planned again once it has repeated over twice as many requests, which
+         * a run of layers inside a step soon cannot. One that held a while was right until
+         * the program changed, and its period may well come back. */
+        if (pool->served_iterations < STEADY_ITERATIONS) {
+            pool->failed[pool->nfailed % FAILED_PERIODS].period = pool->period;
+            pool->failed[pool->nfailed++ % FAILED_PERIODS].evidence = 2 * pool->evidence;
+        }
+        /* The plan's pages would stay resident beside the holes best fit fills again. */
+        pool->stats.released_bytes += om_arena_release_free(&pool->arena);
+        pool->nfreed = 0;
+        learn(pool);
     } else {
         pool->stats.released_bytes += om_arena_release_tail(&pool->arena, pool->plan_end);
         if (++pool->served_iterations == STEADY_ITERATIONS)
@@ -303,18 +341,105 @@ static void end_of_served_iteration(struct om_pool *pool)
     pool->cursor = 0;
 }
 
+/* Plans the iteration in records; serving goes on at the slot of the next request. */
+static void plan_now(struct om_pool *pool, uint64_t cursor)
+{
+    /* The plan goes above everything handed out, so the free pages below will not
+     * serve it: they go back first, and the replanner's working memory takes
+     * their place instead of adding to the peak. */
+    pool->stats.released_bytes += om_arena_release_free(&pool->arena);
+    pool->nfreed = 0;
+    if (build_plan(pool) != 0) {
+        learn(pool);
+        return;
+    }
+    pool->phase = SERVE;
+    pool->cursor = cursor;
+    pool->iteration_misses = pool->served_iterations = 0;
+}
+
+/* Of the iterations in the ring, the latest in which fewest blocks outlived a period: a
+ * block that lingers now and then (freed an iteration late) gets no slot in a plan made
+ * from an iteration where it lingered, and every later iteration misses it; from one
+ * where it did not, it gets its slot, and the guard turns it away when it lingers. */
+static uint64_t pick_iteration(const struct om_pool *pool, uint64_t latest, uint64_t p,
+                               uint64_t now)
+{
+    uint64_t best = latest, best_long = UINT64_MAX;
+    for (uint64_t first = latest;; first -= p) {
+        uint64_t lived_long = 0;
+        for (uint64_t r = 0; r < p; r++) {
+            const struct record *e = &pool->ring[(first + r) % RING];
+            lived_long += e->upper == NO_DEATH || e->upper > e->lower + p;
+        }
+        if (lived_long < best_long) {
+            best = first;
+            best_long = lived_long;
+        }
+        if (lived_long == 0 || first < pool->ring_first + p || first < pool->steady_from + p ||
+            now - first + p >= RING)
+            return best;
+    }
+}
+
+/* A request learnt: into the ring. Where the tracer knows the requests to repeat with a
+ * period far enough back, the last iteration whose next one is past as well is planned:
+ * every block it made has died, or lives longer than a period. */
+static void learn_request(struct om_pool *pool, struct om_block *b, uint64_t token,
+                          size_t alignment, const struct om_alloc_info *info)
+{
+    uint64_t now = pool->learnt++;
+    pool->ring[now % RING] =
+        (struct record){token, now, NO_DEATH, b->size, b->len, alignment, b->log};
+    b->record = (uint32_t)now + 1;
+    b->generation = pool->generation;
+    uint64_t p = info->period;
+    if (p < MIN_PERIOD || p > MAX_PERIOD || !info->periodic ||
+        period_failed(pool, p, info->periodic)) {
+        pool->period = 0;
+        return;
+    }
+    if (p != pool->period) {
+        pool->period = p;
+        pool->steady_from = UINT64_MAX;
+    }
+    uint64_t from = info->periodic > now ? 0 : now + 1 - info->periodic;
+    if (from < pool->steady_from)
+        pool->steady_from = from;
+    if (2 * p > RING) { /* recorded as it comes, from the next iteration start */
+        if (info->iteration_start)
+            start_recording(pool, b);
+        return;
+    }
+    uint64_t place = (now - pool->steady_from) % p;
+    uint64_t back = place + (place == p - 1 ? p : 2 * p); /* to the latest iteration planned */
+    if (back >= RING || back > now - pool->ring_first)
+        return;
+    uint64_t first = pick_iteration(pool, now - back, p, now);
+    for (uint64_t r = 0; r < p; r++) {
+        const struct record *e = &pool->ring[(first + r) % RING];
+        uint64_t upper = e->upper == NO_DEATH ? NO_DEATH : e->upper - first;
+        pool->records[r] = (struct record){e->token, r, upper, e->size, e->len, e->alignment, 0};
+    }
+    pool->nrecords = p;
+    uint32_t log = pool->ring[first % RING].log;
+    pool->log_cycle_start = log ? log - 1 : UINT64_MAX;
+    pool->evidence = info->periodic;
+    plan_now(pool, (back + 1) % p);
+}
+
 /* Advances the phase after a request of the iteration-defining thread was placed. */
 static void after_cycle_request(struct om_pool *pool, struct om_block *b, uint64_t token,
                                 size_t alignment, const struct om_alloc_info *info)
 {
-    if (pool->phase == LEARN && info->iteration_start && info->period >= MIN_PERIOD &&
-        info->period <= MAX_PERIOD && !period_failed(pool, info->period)) {
-        pool->period = info->period;
-        start_recording(pool, b);
+    if (pool->phase == LEARN) {
+        learn_request(pool, b, token, alignment, info);
+        if (pool->phase != RECORD)
+            return;
     }
     if (pool->phase == RECORD) {
         pool->records[pool->nrecords] =
-            (struct record){token, pool->nrecords, NO_DEATH, b->size, b->len, alignment};
+            (struct record){token, pool->nrecords, NO_DEATH, b->size, b->len, alignment, 0};
         b->record = (uint32_t)++pool->nrecords;
         b->generation = pool->generation;
         if (pool->nrecords == pool->period) {
@@ -323,14 +448,8 @@ static void after_cycle_request(struct om_pool *pool, struct om_block *b, uint64
         }
     } else if (pool->phase == OBSERVE) {
         if (++pool->observed == pool->period) {
-            /* The plan goes above everything handed out, so the free pages below will not
-             * serve it: they go back first, and the replanner's working memory takes
-             * their place instead of adding to the peak. */
-            pool->stats.released_bytes += om_arena_release_free(&pool->arena);
-            pool->nfreed = 0;
-            pool->phase = build_plan(pool) == 0 ? SERVE : LEARN;
-            pool->cursor = 0;
-            pool->iteration_misses = pool->served_iterations = 0;
+            pool->evidence = info->periodic;
+            plan_now(pool, 0);
         }
     }
 }
@@ -381,7 +500,7 @@ static int place_in_prologue(struct om_pool *pool, size_t len, size_t alignment,
                 "differ); learning as usual, no plan is saved",
                 pool->plan_file, (unsigned long long)pool->prologue_misses, PROLOGUE_PROBE);
         pool->stats.saved_plan = 0;
-        pool->phase = LEARN;
+        learn(pool);
     }
     return served;
 }
@@ -523,10 +642,17 @@ static struct om_block take_block(struct om_pool *pool, void *p, int *found)
     if (pool->redzone)
         check_redzone(pool, b);
     om_tracer_on_free(pool->domain, p);
-    if (b->record && b->generation == pool->generation &&
-        (pool->phase == RECORD || pool->phase == OBSERVE))
-        pool->records[b->record - 1].upper =
-            pool->phase == RECORD ? pool->nrecords : pool->period + pool->observed;
+    if (b->record && b->generation == pool->generation) {
+        if (pool->phase == RECORD || pool->phase == OBSERVE) {
+            pool->records[b->record - 1].upper =
+                pool->phase == RECORD ? pool->nrecords : pool->period + pool->observed;
+        } else if (pool->phase == LEARN) {
+            /* Unless a later request took its place in the ring. */
+            struct record *e = &pool->ring[(b->record - 1) % RING];
+            if ((uint32_t)e->lower == b->record - 1 && e->upper == NO_DEATH)
+                e->upper = pool->learnt;
+        }
+    }
     gone = *b;
     if (gone.log)
         pool->log.entries[gone.log - 1].death = pool->main_requests;
