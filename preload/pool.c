@@ -1,13 +1,8 @@
-/* Plan mode: a domain's arena, the iteration recorder, the plan and the cursor that serves
- * it. */
-#include "pool.h"
-#include "arena.h"
-#include "blockmap.h"
+/* Plan mode's entry points: a domain's pool, placement (saved prologue, planned slots,
+ * best fit), frees and page release. The phases are in phases.c. */
+#include "pool_internal.h"
+
 #include "log.h"
-#include "pending.h"
-#include "replanner.h"
-#include "saved_plan.h"
-#include "slots.h"
 
 #include <errno.h>
 #include <limits.h>
@@ -17,7 +12,6 @@
 
 #define REDZONE 64 /* OPTMEM_VERIFY=1: bytes after each block, checked at free */
 #define REDZONE_BYTE 0xa5
-#define MAX_PERIOD (1u << 20) /* longer iterations are served by best fit only */
 /* While serving, freed blocks this large that were not planned give their pages back at
  * once, as glibc unmaps its mmap'd chunks; blocks at planned offsets keep their pages,
  * which the next iteration reuses. */
@@ -26,82 +20,10 @@
  * when the arena holds more than 1/RESIDENT_SLACK above the most bytes ever live. */
 #define FREED_RANGES 4096
 #define RESIDENT_SLACK 128
-/* The search stops as soon as a plan meets its lower bound; the budget bounds the one-off
- * pause of a plan that cannot (the transformer's 1883-slot iteration needs 30 to 50 ms to
- * reach its bound, and stopped at 1.09 of it with the replanner's 20 ms default). */
-#define PLAN_BUDGET_MS 200
-#define NO_DEATH UINT64_MAX
 #define LOG_CAPACITY ((size_t)1 << 20) /* main-thread requests logged for a saved plan */
 /* A saved plan whose prologue misses more than half of its first requests is another
  * run's: it is dropped and the program is learnt as usual. */
 #define PROLOGUE_PROBE 64
-#define MIN_PERIOD 3 /* shorter "iterations" are runs of equal requests, not a training step */
-#define FAILED_PERIODS 8
-/* A plan that serves this many iterations proves the program steady again. */
-#define STEADY_ITERATIONS 3
-/* While learning, the iteration-defining thread's last requests: once a period is known, the
- * plan is made from an iteration already past whose next one is past too, rather than from
- * one recorded and one observed from then on, two iterations later. Periods up to a third
- * of it are planned at once, up to half of it at the end of an iteration; longer ones
- * (detected ones reach 32767) are recorded as they come. Its pages are touched only as far
- * as it is used. */
-#define RING (1u << 15)
-
-/* Learn: waiting for the tracer to find a period, the ring keeping the requests. Record:
- * one iteration's requests, for a period too long for the ring. Observe: the next
- * iteration, to see when the last blocks die. Serve. Prologue: a saved plan serves the
- * main thread's requests before the iteration. */
-enum phase { LEARN, RECORD, OBSERVE, SERVE, PROLOGUE };
-
-struct record {
-    uint64_t token, lower, upper; /* in the ring: indices among the requests learnt */
-    size_t size, len, alignment;
-    uint32_t log; /* in the ring: the request's index + 1 in the request log, 0 for none */
-};
-
-struct om_pool {
-    pthread_mutex_t lock;
-    struct om_arena arena;
-    struct om_blockmap blocks;
-    struct om_pending pending; /* stream-ordered frees; empty on the host */
-    unsigned domain;
-    int host; /* the host domain: zeroing, red zones, saved plans */
-    /* Before a plan: a ring of freed blocks whose pages may still be resident. */
-    struct om_extent *freed;
-    size_t freed_head, nfreed;
-    size_t peak_used;   /* the most bytes the arena had taken at once */
-    size_t max_request; /* larger requests go to the real allocator */
-    size_t redzone;
-    enum phase phase;
-    uint32_t generation; /* bumped whenever recording starts again */
-    uint64_t period, cursor, observed;
-    struct record *records;
-    size_t nrecords;
-    struct record *ring;
-    uint64_t learnt;       /* requests put in the ring: the index of the next */
-    uint64_t ring_first;   /* the first of the current learning; those before are stale */
-    uint64_t steady_from;  /* the first known to repeat with period; UINT64_MAX: none */
-    struct om_slot *slots; /* the plan: one per request of the iteration */
-    struct om_slot_index plan_index;
-    size_t plan_end; /* the plan's region ends here; fallbacks go above */
-    struct om_serving_stats stats;
-    uint64_t iteration_misses, served_iterations;
-    /* Periods whose plans missed: sub-periods (a layer repeated inside a step) that the
-     * detector locks onto before the whole step. Not planned again until a plan holds, or
-     * until the period has repeated over twice the requests it had when it was planned. */
-    struct {
-        uint64_t period, evidence; /* planned again once it repeats over this many requests */
-    } failed[FAILED_PERIODS];
-    unsigned nfailed;
-    uint64_t evidence; /* requests the period was seen to repeat over when it was planned */
-    /* OPTMEM_PLAN_FILE */
-    char plan_file[PATH_MAX];
-    struct om_saved_plan saved; /* loaded: its prologue is being served */
-    uint64_t prologue_cursor, prologue_misses;
-    int grace;                 /* the iteration after the prologue: its misses do not count */
-    struct om_request_log log; /* not loaded: this run's main-thread requests */
-    uint64_t main_requests, log_cycle_start;
-};
 
 /* The process's first thread: a saved plan's prologue is its requests. */
 static unsigned fork_generation = 1;
@@ -214,246 +136,6 @@ static size_t round16(size_t n)
     return (n + 15) & ~(size_t)15;
 }
 
-/* ---- plan ---- */
-
-/* The recorded iteration's arcs, placed in a fresh region above everything the arena
- * has handed out: no live block can be in the way, so the plan packs the arcs alone,
- * and the pages of the old region's holes can all go back to the kernel. Address space
- * is what this costs, and the reservation has plenty. */
-static int build_plan(struct om_pool *pool)
-{
-    size_t n = 0, cap = pool->nrecords ? pool->nrecords : 1;
-    om_rp_block *in = om_sys_map(cap * sizeof *in);
-    uint64_t *offsets = om_sys_map(cap * sizeof *offsets);
-    int rc = -ENOMEM;
-    if (!in || !offsets)
-        goto out;
-    for (size_t r = 0; r < pool->nrecords; r++) {
-        struct record *rec = &pool->records[r];
-        if (rec->upper == NO_DEATH || rec->upper > rec->lower + pool->period)
-            continue;
-        in[n++] = (om_rp_block){.id = r,
-                                .lower = rec->lower,
-                                .upper = rec->upper,
-                                .size = rec->len,
-                                .align = rec->alignment};
-    }
-    char err[256] = "";
-    om_rp_options opt = {.period = pool->period,
-                         .budget_ms = PLAN_BUDGET_MS,
-                         .alloc = om_rp_mmap,
-                         .err = err,
-                         .errlen = sizeof err};
-    om_rp_result res;
-    rc = om_rp_plan(in, n, &opt, offsets, &res);
-    if (rc != 0) {
-        om_warn("plan of %zu blocks failed: %s", n, err);
-        goto out;
-    }
-    size_t base = (pool->arena.top + OM_ARENA_ALIGNMENT - 1) & ~(OM_ARENA_ALIGNMENT - 1);
-    if (base > pool->arena.reserved || pool->arena.reserved - base < res.peak) {
-        om_warn("the arena has no room left for a plan of %.1f MiB", res.peak / 1048576.0);
-        rc = -ENOMEM;
-        goto out;
-    }
-    memset(pool->slots, 0, pool->period * sizeof *pool->slots);
-    for (size_t i = 0; i < n; i++) {
-        struct record *rec = &pool->records[in[i].id];
-        pool->slots[in[i].id] =
-            (struct om_slot){rec->token, base + offsets[i], rec->len, rec->alignment};
-    }
-    rc = om_slot_index_build(&pool->plan_index, pool->slots, pool->period);
-    if (rc != 0)
-        goto out;
-    pool->plan_end = base + res.peak;
-    pool->stats.plan_peak_bytes = res.peak;
-    pool->stats.plan_lower_bound_bytes = res.lower_bound;
-    pool->stats.plan_slots = n;
-    pool->stats.plans++;
-    om_info("plan: %zu slots of a %llu-request iteration, peak %.1f MiB (%.3f of its lower "
-            "bound) in %.1f ms",
-            n, (unsigned long long)pool->period, res.peak / 1048576.0,
-            res.lower_bound ? (double)res.peak / (double)res.lower_bound : 1.0,
-            res.elapsed_ns / 1e6);
-out:
-    om_sys_unmap(in, cap * sizeof *in);
-    om_sys_unmap(offsets, cap * sizeof *offsets);
-    return rc;
-}
-
-/* ---- the phases ---- */
-
-/* Learning starts over: what the ring holds was before a gap (served, or recorded). */
-static void learn(struct om_pool *pool)
-{
-    pool->phase = LEARN;
-    pool->generation++;
-    pool->ring_first = pool->learnt;
-    pool->period = 0;
-    pool->steady_from = UINT64_MAX;
-}
-
-static void start_recording(struct om_pool *pool, const struct om_block *b)
-{
-    pool->log_cycle_start = b->log ? b->log - 1 : UINT64_MAX;
-    pool->phase = RECORD;
-    pool->generation++;
-    pool->nrecords = 0;
-    pool->cursor = 0;
-}
-
-static int period_failed(const struct om_pool *pool, uint64_t period, uint64_t evidence)
-{
-    for (unsigned i = 0; i < pool->nfailed && i < FAILED_PERIODS; i++)
-        if (pool->failed[i].period == period && evidence < pool->failed[i].evidence)
-            return 1;
-    return 0;
-}
-
-static void end_of_served_iteration(struct om_pool *pool)
-{
-    if (pool->grace) {
-        pool->grace = 0;
-    } else if (pool->iteration_misses * 8 > pool->period) {
-        om_debug("%llu misses in an iteration of %llu requests: learning again",
-                 (unsigned long long)pool->iteration_misses, (unsigned long long)pool->period);
-        pool->stats.replans++;
-        /* A plan that missed at once was for a wrong period, or for the right one while
-         * the program still changed (Python's interpreter specializes its calls over the
-         * first steps, and the call sites of numpy's requests change with them): the
-         * period is planned again once it has repeated over twice as many requests, which
-         * a run of layers inside a step soon cannot. One that held a while was right until
-         * the program changed, and its period may well come back. */
-        if (pool->served_iterations < STEADY_ITERATIONS) {
-            pool->failed[pool->nfailed % FAILED_PERIODS].period = pool->period;
-            pool->failed[pool->nfailed++ % FAILED_PERIODS].evidence = 2 * pool->evidence;
-        }
-        /* The plan's pages would stay resident beside the holes best fit fills again. */
-        pool->stats.released_bytes += om_arena_release_free(&pool->arena);
-        pool->nfreed = 0;
-        learn(pool);
-    } else {
-        pool->stats.released_bytes += om_arena_release_tail(&pool->arena, pool->plan_end);
-        if (++pool->served_iterations == STEADY_ITERATIONS)
-            pool->nfailed = 0;
-    }
-    pool->iteration_misses = 0;
-    pool->cursor = 0;
-}
-
-/* Plans the iteration in records; serving goes on at the slot of the next request. */
-static void plan_now(struct om_pool *pool, uint64_t cursor)
-{
-    /* The plan goes above everything handed out, so the free pages below will not
-     * serve it: they go back first, and the replanner's working memory takes
-     * their place instead of adding to the peak. */
-    pool->stats.released_bytes += om_arena_release_free(&pool->arena);
-    pool->nfreed = 0;
-    if (build_plan(pool) != 0) {
-        learn(pool);
-        return;
-    }
-    pool->phase = SERVE;
-    pool->cursor = cursor;
-    pool->iteration_misses = pool->served_iterations = 0;
-}
-
-/* Of the iterations in the ring, the latest in which fewest blocks outlived a period: a
- * block that lingers now and then (freed an iteration late) gets no slot in a plan made
- * from an iteration where it lingered, and every later iteration misses it; from one
- * where it did not, it gets its slot, and the guard turns it away when it lingers. */
-static uint64_t pick_iteration(const struct om_pool *pool, uint64_t latest, uint64_t p,
-                               uint64_t now)
-{
-    uint64_t best = latest, best_long = UINT64_MAX;
-    for (uint64_t first = latest;; first -= p) {
-        uint64_t lived_long = 0;
-        for (uint64_t r = 0; r < p; r++) {
-            const struct record *e = &pool->ring[(first + r) % RING];
-            lived_long += e->upper == NO_DEATH || e->upper > e->lower + p;
-        }
-        if (lived_long < best_long) {
-            best = first;
-            best_long = lived_long;
-        }
-        if (lived_long == 0 || first < pool->ring_first + p || first < pool->steady_from + p ||
-            now - first + p >= RING)
-            return best;
-    }
-}
-
-/* A request learnt: into the ring. Where the tracer knows the requests to repeat with a
- * period far enough back, the last iteration whose next one is past as well is planned:
- * every block it made has died, or lives longer than a period. */
-static void learn_request(struct om_pool *pool, struct om_block *b, uint64_t token,
-                          size_t alignment, const struct om_alloc_info *info)
-{
-    uint64_t now = pool->learnt++;
-    pool->ring[now % RING] =
-        (struct record){token, now, NO_DEATH, b->size, b->len, alignment, b->log};
-    b->record = (uint32_t)now + 1;
-    b->generation = pool->generation;
-    uint64_t p = info->period;
-    if (p < MIN_PERIOD || p > MAX_PERIOD || !info->periodic ||
-        period_failed(pool, p, info->periodic)) {
-        pool->period = 0;
-        return;
-    }
-    if (p != pool->period) {
-        pool->period = p;
-        pool->steady_from = UINT64_MAX;
-    }
-    uint64_t from = info->periodic > now ? 0 : now + 1 - info->periodic;
-    if (from < pool->steady_from)
-        pool->steady_from = from;
-    if (2 * p > RING) { /* recorded as it comes, from the next iteration start */
-        if (info->iteration_start)
-            start_recording(pool, b);
-        return;
-    }
-    uint64_t place = (now - pool->steady_from) % p;
-    uint64_t back = place + (place == p - 1 ? p : 2 * p); /* to the latest iteration planned */
-    if (back >= RING || back > now - pool->ring_first)
-        return;
-    uint64_t first = pick_iteration(pool, now - back, p, now);
-    for (uint64_t r = 0; r < p; r++) {
-        const struct record *e = &pool->ring[(first + r) % RING];
-        uint64_t upper = e->upper == NO_DEATH ? NO_DEATH : e->upper - first;
-        pool->records[r] = (struct record){e->token, r, upper, e->size, e->len, e->alignment, 0};
-    }
-    pool->nrecords = p;
-    uint32_t log = pool->ring[first % RING].log;
-    pool->log_cycle_start = log ? log - 1 : UINT64_MAX;
-    pool->evidence = info->periodic;
-    plan_now(pool, (back + 1) % p);
-}
-
-/* Advances the phase after a request of the iteration-defining thread was placed. */
-static void after_cycle_request(struct om_pool *pool, struct om_block *b, uint64_t token,
-                                size_t alignment, const struct om_alloc_info *info)
-{
-    if (pool->phase == LEARN) {
-        learn_request(pool, b, token, alignment, info);
-        if (pool->phase != RECORD)
-            return;
-    }
-    if (pool->phase == RECORD) {
-        pool->records[pool->nrecords] =
-            (struct record){token, pool->nrecords, NO_DEATH, b->size, b->len, alignment, 0};
-        b->record = (uint32_t)++pool->nrecords;
-        b->generation = pool->generation;
-        if (pool->nrecords == pool->period) {
-            pool->phase = OBSERVE;
-            pool->observed = 0;
-        }
-    } else if (pool->phase == OBSERVE) {
-        if (++pool->observed == pool->period) {
-            pool->evidence = info->periodic;
-            plan_now(pool, 0);
-        }
-    }
-}
-
 /* The guard: a planned offset is handed out only when the slot holds the request and no
  * live block overlaps it. */
 static int take_planned(struct om_pool *pool, size_t offset, size_t slot_len, size_t len,
@@ -500,7 +182,7 @@ static int place_in_prologue(struct om_pool *pool, size_t len, size_t alignment,
                 "differ); learning as usual, no plan is saved",
                 pool->plan_file, (unsigned long long)pool->prologue_misses, PROLOGUE_PROBE);
         pool->stats.saved_plan = 0;
-        learn(pool);
+        om_pool_learn(pool);
     }
     return served;
 }
@@ -529,10 +211,10 @@ static int place(struct om_pool *pool, size_t len, size_t alignment, uintptr_t s
         if (*planned)
             *off = pool->slots[s].offset;
         if (s != UINT64_MAX && s < pool->cursor) /* the iteration began anew */
-            end_of_served_iteration(pool);
+            om_pool_end_of_served_iteration(pool);
         pool->cursor = next;
         if (pool->cursor >= pool->period)
-            end_of_served_iteration(pool);
+            om_pool_end_of_served_iteration(pool);
         if (*planned)
             return 0;
     }
@@ -607,7 +289,8 @@ void *om_pool_alloc(struct om_pool *pool, size_t size, size_t alignment, int zer
     struct om_alloc_info info;
     om_tracer_on_alloc(pool->domain, p, size, round16(size), alignment, stack, &info);
     if (cycle_thread)
-        after_cycle_request(pool, om_blockmap_get(&pool->blocks, off), token, alignment, &info);
+        om_pool_after_cycle_request(pool, om_blockmap_get(&pool->blocks, off), token, alignment,
+                                    &info);
     pthread_mutex_unlock(&pool->lock);
     return p;
 fail:

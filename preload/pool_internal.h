@@ -1,0 +1,97 @@
+/* Plan mode's internals, shared by the pool's entry points (pool.c) and its phases
+ * (phases.c). */
+#ifndef OPTMEM_PRELOAD_POOL_INTERNAL_H
+#define OPTMEM_PRELOAD_POOL_INTERNAL_H
+
+#include "arena.h"
+#include "blockmap.h"
+#include "pending.h"
+#include "pool.h"
+#include "saved_plan.h"
+#include "slots.h"
+
+#include <limits.h>
+#include <pthread.h>
+#include <stdint.h>
+
+#define MAX_PERIOD (1u << 20) /* longer iterations are served by best fit only */
+#define NO_DEATH UINT64_MAX
+#define MIN_PERIOD 3 /* shorter "iterations" are runs of equal requests, not a training step */
+#define FAILED_PERIODS 8
+/* A plan that serves this many iterations proves the program steady again. */
+#define STEADY_ITERATIONS 3
+/* While learning, the iteration-defining thread's last requests: once a period is known, the
+ * plan is made from an iteration already past whose next one is past too, rather than from
+ * one recorded and one observed from then on, two iterations later. Periods up to a third
+ * of it are planned at once, up to half of it at the end of an iteration; longer ones
+ * (detected ones reach 32767) are recorded as they come. Its pages are touched only as far
+ * as it is used. */
+#define RING (1u << 15)
+
+/* Learn: waiting for the tracer to find a period, the ring keeping the requests. Record:
+ * one iteration's requests, for a period too long for the ring. Observe: the next
+ * iteration, to see when the last blocks die. Serve. Prologue: a saved plan serves the
+ * main thread's requests before the iteration. */
+enum phase { LEARN, RECORD, OBSERVE, SERVE, PROLOGUE };
+
+struct record {
+    uint64_t token, lower, upper; /* in the ring: indices among the requests learnt */
+    size_t size, len, alignment;
+    uint32_t log; /* in the ring: the request's index + 1 in the request log, 0 for none */
+};
+
+struct om_pool {
+    pthread_mutex_t lock;
+    struct om_arena arena;
+    struct om_blockmap blocks;
+    struct om_pending pending; /* stream-ordered frees; empty on the host */
+    unsigned domain;
+    int host; /* the host domain: zeroing, red zones, saved plans */
+    /* Before a plan: a ring of freed blocks whose pages may still be resident. */
+    struct om_extent *freed;
+    size_t freed_head, nfreed;
+    size_t peak_used;   /* the most bytes the arena had taken at once */
+    size_t max_request; /* larger requests go to the real allocator */
+    size_t redzone;
+    enum phase phase;
+    uint32_t generation; /* bumped whenever recording starts again */
+    uint64_t period, cursor, observed;
+    struct record *records;
+    size_t nrecords;
+    struct record *ring;
+    uint64_t learnt;       /* requests put in the ring: the index of the next */
+    uint64_t ring_first;   /* the first of the current learning; those before are stale */
+    uint64_t steady_from;  /* the first known to repeat with period; UINT64_MAX: none */
+    struct om_slot *slots; /* the plan: one per request of the iteration */
+    struct om_slot_index plan_index;
+    size_t plan_end; /* the plan's region ends here; fallbacks go above */
+    struct om_serving_stats stats;
+    uint64_t iteration_misses, served_iterations;
+    /* Periods whose plans missed: sub-periods (a layer repeated inside a step) that the
+     * detector locks onto before the whole step. Not planned again until a plan holds, or
+     * until the period has repeated over twice the requests it had when it was planned. */
+    struct {
+        uint64_t period, evidence; /* planned again once it repeats over this many requests */
+    } failed[FAILED_PERIODS];
+    unsigned nfailed;
+    uint64_t evidence; /* requests the period was seen to repeat over when it was planned */
+    /* OPTMEM_PLAN_FILE */
+    char plan_file[PATH_MAX];
+    struct om_saved_plan saved; /* loaded: its prologue is being served */
+    uint64_t prologue_cursor, prologue_misses;
+    int grace;                 /* the iteration after the prologue: its misses do not count */
+    struct om_request_log log; /* not loaded: this run's main-thread requests */
+    uint64_t main_requests, log_cycle_start;
+};
+
+/* Learning starts over: what the ring holds was before a gap (served, or recorded). */
+void om_pool_learn(struct om_pool *pool);
+
+/* Judges a served iteration that just ended: a replan when it missed too often. */
+void om_pool_end_of_served_iteration(struct om_pool *pool);
+
+/* Advances the phase after a request of the iteration-defining thread was placed. */
+void om_pool_after_cycle_request(struct om_pool *pool, struct om_block *b, uint64_t token,
+                                 size_t alignment, const struct om_alloc_info *info);
+
+#endif
