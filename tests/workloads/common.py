@@ -39,6 +39,53 @@ def status_bytes(field):
     raise RuntimeError("no %s in /proc/self/status" % field)
 
 
+# With OPTMEM_WORKLOAD_RSS_BY_KIND=1, the resident KiB of each kind of mapping right after
+# the imports, so that the result can say what the training-driven RSS is made of.
+_by_kind_after_imports = None
+
+
+def resident_kib_by_kind():
+    """Resident KiB of /proc/self/smaps by kind of mapping: "anonymous" (heap, mmap'd and
+    stack memory), "code" (executable file mappings), "file read-only" (the read-only
+    data of programs and libraries: .rodata, unwind tables) and "file writable"."""
+    kinds = dict.fromkeys(("anonymous", "code", "file read-only", "file writable"), 0)
+    kind, rest = None, b""
+    fd = os.open("/proc/self/smaps", os.O_RDONLY)
+    try:
+        while True:
+            # Small reads: buffers of 4 KiB or more would be requests optmem manages, and
+            # requests the training loop never made can make it plan again.
+            chunk = os.read(fd, 2048)
+            if not chunk:
+                break
+            *lines, rest = (rest + chunk).split(b"\n")
+            for line in lines:
+                fields = line.split()
+                if not fields:
+                    continue
+                if b"-" in fields[0] and b":" not in fields[0]:  # a mapping's header line
+                    path = fields[5] if len(fields) > 5 else b""
+                    if not path.startswith(b"/"):
+                        kind = "anonymous"
+                    elif b"x" in fields[1]:
+                        kind = "code"
+                    else:
+                        kind = "file writable" if b"w" in fields[1] else "file read-only"
+                elif fields[0] == b"Rss:":
+                    kinds[kind] += int(fields[1])
+    finally:
+        os.close(fd)
+    return kinds
+
+
+def rss_after_imports():
+    """VmRSS in bytes, read right after the imports (see train())."""
+    global _by_kind_after_imports
+    if os.environ.get("OPTMEM_WORKLOAD_RSS_BY_KIND") == "1":
+        _by_kind_after_imports = resident_kib_by_kind()
+    return status_bytes("VmRSS")
+
+
 def minor_faults():
     """Minor page faults of the whole process (all threads) so far."""
     return resource.getrusage(resource.RUSAGE_SELF).ru_minflt
@@ -107,6 +154,10 @@ def train(name, args, rss_after_imports, step_fn, metric="loss", extra=None):
         "metric": metric,
         "losses": losses,
     }
+    if _by_kind_after_imports is not None:
+        now = resident_kib_by_kind()
+        result["rss_growth_by_kind_bytes"] = {
+            k: (now[k] - _by_kind_after_imports[k]) * 1024 for k in now}
     result.update(extra or {})
     if args.json:
         print("OPTMEM_RESULT " + json.dumps(result), flush=True)

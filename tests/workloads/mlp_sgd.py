@@ -7,7 +7,7 @@ args = common.parse_args(__doc__)
 import torch  # noqa: E402  (after argument parsing so --help is instant)
 from torch import nn  # noqa: E402
 
-RSS_AFTER_IMPORTS = common.status_bytes("VmRSS")
+RSS_AFTER_IMPORTS = common.rss_after_imports()
 
 BATCH = 512
 IN_FEATURES = 1024

@@ -13,7 +13,7 @@ for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
 
 import numpy as np  # noqa: E402
 
-RSS_AFTER_IMPORTS = common.status_bytes("VmRSS")
+RSS_AFTER_IMPORTS = common.rss_after_imports()
 
 BATCH = 1024
 IN_FEATURES = 1024

@@ -35,7 +35,7 @@ import torch  # noqa: E402  (after argument parsing so --help is instant)
 import torchvision  # noqa: E402
 from torch import nn  # noqa: E402
 
-RSS_AFTER_IMPORTS = common.status_bytes("VmRSS")
+RSS_AFTER_IMPORTS = common.rss_after_imports()
 
 SIZE = args.size or SIZES[args.model]["size"]
 BATCH = args.batch or SIZES[args.model]["batch"]
