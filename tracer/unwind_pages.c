@@ -69,8 +69,10 @@ static int drop_module(struct dl_phdr_info *info, size_t size, void *data)
         return 0;
     const ElfW(Phdr) *seg = segment_of(info, hdr->p_vaddr);
     /* Only pages that are the file's, never written: a writable segment (RELRO included)
-     * holds the program's data, and its copy-on-write pages cannot be read back. */
-    if (!seg || (seg->p_flags & PF_W) || seg->p_filesz != seg->p_memsz ||
+     * holds the program's data, and its copy-on-write pages cannot be read back. Where the
+     * tables share an executable segment with code (linked without separate code), they
+     * are left alone too: breakpoints and uprobes live in copies of code pages. */
+    if (!seg || (seg->p_flags & (PF_W | PF_X)) || seg->p_filesz != seg->p_memsz ||
         has_text_relocations(info))
         return 0;
     /* From the window that reading .eh_frame_hdr's first page mapped to the end of the
