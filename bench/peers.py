@@ -56,6 +56,7 @@ ALLOCATORS = {
     "optmem": {"optmem": True, "env": {"OPTMEM_MODE": "plan"}},
     "optmem-trace": {"optmem": True, "env": {"OPTMEM_MODE": "trace"}},
     "optmem-saved": {"optmem": True, "env": {"OPTMEM_MODE": "plan"}, "saved_plan": True},
+    "optmem-hugepages": {"optmem": True, "env": {"OPTMEM_MODE": "plan", "OPTMEM_HUGEPAGES": "1"}},
 }
 PEERS = ("jemalloc", "tcmalloc", "mimalloc")
 

@@ -189,13 +189,23 @@ static int parse_log(const char *text, struct om_config *cfg)
     return -EINVAL;
 }
 
-static int parse_verify(const char *text, struct om_config *cfg)
+static int parse_flag(const char *text, int *flag)
 {
     if (strcmp(text, "0") == 0 || strcmp(text, "1") == 0) {
-        cfg->verify = text[0] == '1';
+        *flag = text[0] == '1';
         return 0;
     }
     return -EINVAL;
+}
+
+static int parse_verify(const char *text, struct om_config *cfg)
+{
+    return parse_flag(text, &cfg->verify);
+}
+
+static int parse_hugepages(const char *text, struct om_config *cfg)
+{
+    return parse_flag(text, &cfg->hugepages);
 }
 
 /* OPTMEM_LOG comes first so that it governs the error lines of the others. */
@@ -209,6 +219,7 @@ static const struct om_env_var om_env_table[] = {
     {"OPTMEM_PLAN_FILE", "", parse_plan_file, "a path; %p, %r and %% are the only escapes"},
     {"OPTMEM_DEVICES", "cpu", parse_devices, "cpu, cuda or cpu,cuda"},
     {"OPTMEM_VERIFY", "0", parse_verify, "0 or 1"},
+    {"OPTMEM_HUGEPAGES", "0", parse_hugepages, "0 or 1"},
 };
 
 int om_config_load(struct om_config *cfg, om_getenv_fn getenv_fn)

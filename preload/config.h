@@ -21,6 +21,7 @@ struct om_config {
     unsigned devices;
     int log_level;
     int verify;
+    int hugepages; /* the plan's region on transparent huge pages (host) */
 };
 
 /* Reads a variable; getenv in the library, a fake in the tests. */

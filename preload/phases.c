@@ -7,6 +7,7 @@
 
 #include <errno.h>
 #include <string.h>
+#include <sys/mman.h>
 
 /* The search stops as soon as a plan meets its lower bound; the budget bounds the one-off
  * pause of a plan that cannot (the transformer's 1883-slot iteration needs 30 to 50 ms to
@@ -65,6 +66,16 @@ static int build_plan(struct om_pool *pool)
     if (rc != 0)
         goto out;
     pool->plan_end = base + res.peak;
+    /* The region is dense and every iteration reuses it: huge pages make its first touch
+     * a few hundred faults instead of one per page, and cost at most one partly used huge
+     * page. Opt-in: with the kernel's default defrag=madvise, a huge page fault may wait
+     * for compaction when memory is fragmented. A refusal leaves small pages. */
+    if (pool->hugepages) {
+        size_t len = (res.peak + OM_ARENA_ALIGNMENT - 1) & ~(OM_ARENA_ALIGNMENT - 1);
+        if (len > pool->arena.reserved - base) /* never beyond the arena's own mapping */
+            len = pool->arena.reserved - base;
+        (void)madvise(pool->arena.base + base, len, MADV_HUGEPAGE);
+    }
     pool->stats.plan_peak_bytes = res.peak;
     pool->stats.plan_lower_bound_bytes = res.lower_bound;
     pool->stats.plan_slots = n;

@@ -111,6 +111,7 @@ int om_pool_create(struct om_pool **out, const struct om_backend *backend, unsig
      * arena may be one fixed block, and all of it serves. */
     pool->max_request = pool->host ? pool->arena.reserved / 4 : pool->arena.reserved;
     pool->redzone = cfg->verify && pool->host ? REDZONE : 0;
+    pool->hugepages = cfg->hugepages && pool->host;
     pool->log_cycle_start = UINT64_MAX;
     pool->steady_from = UINT64_MAX;
     if (cfg->plan_file[0] && pool->host)

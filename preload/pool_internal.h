@@ -53,6 +53,7 @@ struct om_pool {
     size_t peak_used;   /* the most bytes the arena had taken at once */
     size_t max_request; /* larger requests go to the real allocator */
     size_t redzone;
+    int hugepages; /* OPTMEM_HUGEPAGES=1 on the host */
     enum phase phase;
     uint32_t generation; /* bumped whenever recording starts again */
     uint64_t period, cursor, observed;

@@ -38,6 +38,7 @@ static void test_defaults(void **state)
     assert_int_equal(cfg.warmup, 0);
     assert_int_equal(cfg.devices, OM_DEVICE_CPU);
     assert_int_equal(cfg.verify, 0);
+    assert_int_equal(cfg.hugepages, 0);
     assert_string_equal(cfg.report, "");
     assert_string_equal(cfg.plan_file, "");
 }
@@ -62,6 +63,8 @@ static void test_every_variable(void **state)
                                       "quiet",
                                       "OPTMEM_VERIFY",
                                       "1",
+                                      "OPTMEM_HUGEPAGES",
+                                      "1",
                                       NULL};
     struct om_config cfg;
     assert_int_equal(load(env, &cfg), 0);
@@ -74,6 +77,7 @@ static void test_every_variable(void **state)
     assert_int_equal(cfg.devices, OM_DEVICE_CPU | OM_DEVICE_CUDA);
     assert_int_equal(cfg.log_level, 0);
     assert_int_equal(cfg.verify, 1);
+    assert_int_equal(cfg.hugepages, 1);
 }
 
 static void test_bad_values_take_defaults(void **state)
@@ -94,15 +98,18 @@ static void test_bad_values_take_defaults(void **state)
                                       "yes",
                                       "OPTMEM_REPORT",
                                       "r.%x.json",
+                                      "OPTMEM_HUGEPAGES",
+                                      "2",
                                       NULL};
     struct om_config cfg;
-    assert_int_equal(load(env, &cfg), 7);
+    assert_int_equal(load(env, &cfg), 8);
     assert_int_equal(cfg.mode, OM_MODE_PLAN);
     assert_int_equal(cfg.min_bytes, 4096);
     assert_int_equal(cfg.stack_depth, 16);
     assert_int_equal(cfg.warmup, 0);
     assert_int_equal(cfg.devices, OM_DEVICE_CPU);
     assert_int_equal(cfg.verify, 0);
+    assert_int_equal(cfg.hugepages, 0);
     assert_string_equal(cfg.report, "");
 }
 
