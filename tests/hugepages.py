@@ -13,6 +13,9 @@ import sys
 import tempfile
 
 PYTHON = "/usr/bin/python3"
+# Without this the kernel has no transparent huge pages and refuses the advice: then the
+# option must change nothing.
+THP_SYSFS = "/sys/kernel/mm/transparent_hugepage"
 
 # A training-like loop of managed requests (bytearrays of 512 KiB to 2 MiB); after it, the
 # bytes of the mappings marked "hg", read in 2 KiB chunks so that reading makes no request
@@ -78,6 +81,9 @@ def main():
         failures.append("output %s, %s without optmem" % (total, plain_total))
     if plans < 1:
         failures.append("no plan was made: nothing to mark")
+    elif not os.path.isdir(THP_SYSFS):
+        if marked:
+            failures.append("%d KiB marked on a kernel without huge pages" % marked)
     elif marked < 2048:  # the loop's plan needs at least 2 MiB
         failures.append("the plan's region is not marked for huge pages")
     if marked_default:
