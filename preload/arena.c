@@ -91,6 +91,8 @@ int om_arena_take(struct om_arena *a, size_t off, size_t len)
     if (end > a->touched)
         a->touched = end;
     a->used_bytes += len;
+    if (a->used_bytes > a->peak_used)
+        a->peak_used = a->used_bytes;
     return 0;
 }
 

@@ -23,6 +23,7 @@ struct om_arena {
      * resident is the rest of [0, touched). */
     struct om_extents unbacked;
     size_t used_bytes; /* bytes taken */
+    size_t peak_used;  /* the most bytes taken at once */
     size_t released;   /* bytes given back to the kernel so far */
 };
 

@@ -119,6 +119,13 @@ static int period_failed(const struct om_pool *pool, uint64_t period, uint64_t e
     return 0;
 }
 
+/* Every free page goes back; the ring of freed blocks waiting for release empties with it. */
+static void release_all_free(struct om_pool *pool)
+{
+    pool->stats.released_bytes += om_arena_release_free(&pool->arena);
+    pool->nfreed = 0;
+}
+
 void om_pool_end_of_served_iteration(struct om_pool *pool)
 {
     if (pool->grace) {
@@ -138,8 +145,7 @@ void om_pool_end_of_served_iteration(struct om_pool *pool)
             pool->failed[pool->nfailed++ % FAILED_PERIODS].evidence = 2 * pool->evidence;
         }
         /* The plan's pages would stay resident beside the holes best fit fills again. */
-        pool->stats.released_bytes += om_arena_release_free(&pool->arena);
-        pool->nfreed = 0;
+        release_all_free(pool);
         om_pool_learn(pool);
     } else {
         pool->stats.released_bytes += om_arena_release_tail(&pool->arena, pool->plan_end);
@@ -156,8 +162,7 @@ static void plan_now(struct om_pool *pool, uint64_t cursor)
     /* The plan goes above everything handed out, so the free pages below will not
      * serve it: they go back first, and the replanner's working memory takes
      * their place instead of adding to the peak. */
-    pool->stats.released_bytes += om_arena_release_free(&pool->arena);
-    pool->nfreed = 0;
+    release_all_free(pool);
     if (build_plan(pool) != 0) {
         om_pool_learn(pool);
         return;

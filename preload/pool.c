@@ -237,7 +237,7 @@ static int place(struct om_pool *pool, size_t len, size_t alignment, uintptr_t s
 static void release_idle(struct om_pool *pool)
 {
     size_t released = 0;
-    size_t limit = pool->peak_used + pool->peak_used / RESIDENT_SLACK;
+    size_t limit = pool->arena.peak_used + pool->arena.peak_used / RESIDENT_SLACK;
     while (pool->nfreed && om_arena_resident(&pool->arena) > limit) {
         struct om_extent e = pool->freed[pool->freed_head];
         pool->freed_head = (pool->freed_head + 1) % FREED_RANGES;
@@ -264,8 +264,6 @@ void *om_pool_alloc(struct om_pool *pool, size_t size, size_t alignment, int zer
     int planned;
     if (place(pool, len, alignment, stream, token, cycle_thread, main_thread, &off, &planned) != 0)
         goto fail;
-    if (pool->arena.used_bytes > pool->peak_used)
-        pool->peak_used = pool->arena.used_bytes;
     if (pool->phase != SERVE && om_arena_resident(&pool->arena) > resident)
         release_idle(pool);
     struct om_block b = {off, len, size, 0, 0, 0, planned ? OM_BLOCK_PLANNED : 0};

@@ -50,7 +50,6 @@ struct om_pool {
     /* Before a plan: a ring of freed blocks whose pages may still be resident. */
     struct om_extent *freed;
     size_t freed_head, nfreed;
-    size_t peak_used;   /* the most bytes the arena had taken at once */
     size_t max_request; /* larger requests go to the real allocator */
     size_t redzone;
     int hugepages; /* OPTMEM_HUGEPAGES=1 on the host */
