@@ -163,13 +163,22 @@ size_t om_arena_release_range(struct om_arena *a, size_t off, size_t len)
     return release_pages(a, from, to);
 }
 
-size_t om_arena_release_free(struct om_arena *a)
+size_t om_arena_release_free(struct om_arena *a, size_t from, size_t to)
 {
     size_t released = 0;
+    ptrdiff_t i = om_extents_at_or_below(&a->free, from);
     /* Indices, not a pointer: the unbacked set may move, the free one does not. */
-    for (size_t i = 0; i < a->free.n; i++)
-        released += release_pages(a, a->free.v[i].off, a->free.v[i].off + a->free.v[i].len);
+    for (size_t k = i < 0 ? 0 : (size_t)i; k < a->free.n && a->free.v[k].off < to; k++) {
+        size_t lo = a->free.v[k].off, hi = lo + a->free.v[k].len;
+        released += release_pages(a, lo > from ? lo : from, hi < to ? hi : to);
+    }
     return released;
+}
+
+size_t om_arena_taken_end(const struct om_arena *a)
+{
+    const struct om_extent *last = a->free.n ? &a->free.v[a->free.n - 1] : NULL;
+    return last && last->off + last->len == a->top ? last->off : a->top;
 }
 
 static int check_set(const struct om_extents *s, size_t limit)

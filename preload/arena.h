@@ -78,8 +78,12 @@ size_t om_arena_release_tail(struct om_arena *a, size_t keep);
  * back, lies on. Returns the bytes released. */
 size_t om_arena_release_range(struct om_arena *a, size_t off, size_t len);
 
-/* Returns the whole pages of every free extent. Returns the bytes released. */
-size_t om_arena_release_free(struct om_arena *a);
+/* Returns the whole pages of free space inside [from, to) (0, SIZE_MAX: all of it). Returns
+ * the bytes released. */
+size_t om_arena_release_free(struct om_arena *a, size_t from, size_t to);
+
+/* The end of the highest byte taken: from there on to the reservation's end, all is free. */
+size_t om_arena_taken_end(const struct om_arena *a);
 
 /* Checks the extent table (sorted, coalesced, inside [0, top)); for OPTMEM_VERIFY=1. */
 int om_arena_check(const struct om_arena *a);

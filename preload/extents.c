@@ -19,6 +19,13 @@ int om_extents_init(struct om_extents *s)
     return 0;
 }
 
+void om_extents_destroy(struct om_extents *s)
+{
+    if (s->v)
+        munmap(s->v, s->cap * sizeof *s->v);
+    memset(s, 0, sizeof *s);
+}
+
 int om_extents_reserve(struct om_extents *s, size_t more)
 {
     if (s->n + more <= s->cap)

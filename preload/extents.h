@@ -18,6 +18,9 @@ struct om_extents {
 /* 0 or -ENOMEM. */
 int om_extents_init(struct om_extents *s);
 
+/* Unmaps the table. */
+void om_extents_destroy(struct om_extents *s);
+
 /* Room for `more` extents beyond the present ones, so that the next `more` adds or removes
  * cannot fail. 0 or -ENOMEM. */
 int om_extents_reserve(struct om_extents *s, size_t more);

@@ -3,93 +3,8 @@
 #include "pool_internal.h"
 
 #include "log.h"
-#include "replanner.h"
 
-#include <errno.h>
 #include <string.h>
-#include <sys/mman.h>
-
-/* The search stops as soon as a plan meets its lower bound; the budget bounds the one-off
- * pause of a plan that cannot (the transformer's 1883-slot iteration needs 30 to 50 ms to
- * reach its bound, and stopped at 1.09 of it with the replanner's 20 ms default). */
-#define PLAN_BUDGET_MS 200
-
-/* ---- plan ---- */
-
-/* The recorded iteration's arcs, placed in a fresh region above everything the arena
- * has handed out: no live block can be in the way, so the plan packs the arcs alone,
- * and the pages of the old region's holes can all go back to the kernel. Address space
- * is what this costs, and the reservation has plenty. */
-static int build_plan(struct om_pool *pool)
-{
-    size_t n = 0, cap = pool->nrecords ? pool->nrecords : 1;
-    om_rp_block *in = om_sys_map(cap * sizeof *in);
-    uint64_t *offsets = om_sys_map(cap * sizeof *offsets);
-    int rc = -ENOMEM;
-    if (!in || !offsets)
-        goto out;
-    for (size_t r = 0; r < pool->nrecords; r++) {
-        struct record *rec = &pool->records[r];
-        if (rec->upper == NO_DEATH || rec->upper > rec->lower + pool->period)
-            continue;
-        in[n++] = (om_rp_block){.id = r,
-                                .lower = rec->lower,
-                                .upper = rec->upper,
-                                .size = rec->len,
-                                .align = rec->alignment};
-    }
-    char err[256] = "";
-    om_rp_options opt = {.period = pool->period,
-                         .budget_ms = PLAN_BUDGET_MS,
-                         .alloc = om_rp_mmap,
-                         .err = err,
-                         .errlen = sizeof err};
-    om_rp_result res;
-    rc = om_rp_plan(in, n, &opt, offsets, &res);
-    if (rc != 0) {
-        om_warn("plan of %zu blocks failed: %s", n, err);
-        goto out;
-    }
-    size_t base = (pool->arena.top + OM_ARENA_ALIGNMENT - 1) & ~(OM_ARENA_ALIGNMENT - 1);
-    if (base > pool->arena.reserved || pool->arena.reserved - base < res.peak) {
-        om_warn("the arena has no room left for a plan of %.1f MiB", res.peak / 1048576.0);
-        rc = -ENOMEM;
-        goto out;
-    }
-    memset(pool->slots, 0, pool->period * sizeof *pool->slots);
-    for (size_t i = 0; i < n; i++) {
-        struct record *rec = &pool->records[in[i].id];
-        pool->slots[in[i].id] =
-            (struct om_slot){rec->token, base + offsets[i], rec->len, rec->alignment};
-    }
-    rc = om_slot_index_build(&pool->plan_index, pool->slots, pool->period);
-    if (rc != 0)
-        goto out;
-    pool->plan_end = base + res.peak;
-    /* The region is dense and every iteration reuses it: huge pages make its first touch
-     * a few hundred faults instead of one per page, and cost at most one partly used huge
-     * page. Opt-in: with the kernel's default defrag=madvise, a huge page fault may wait
-     * for compaction when memory is fragmented. A refusal leaves small pages. */
-    if (pool->hugepages) {
-        size_t len = (res.peak + OM_ARENA_ALIGNMENT - 1) & ~(OM_ARENA_ALIGNMENT - 1);
-        if (len > pool->arena.reserved - base) /* never beyond the arena's own mapping */
-            len = pool->arena.reserved - base;
-        (void)madvise(pool->arena.base + base, len, MADV_HUGEPAGE);
-    }
-    pool->stats.plan_peak_bytes = res.peak;
-    pool->stats.plan_lower_bound_bytes = res.lower_bound;
-    pool->stats.plan_slots = n;
-    pool->stats.plans++;
-    om_info("plan: %zu slots of a %llu-request iteration, peak %.1f MiB (%.3f of its lower "
-            "bound) in %.1f ms",
-            n, (unsigned long long)pool->period, res.peak / 1048576.0,
-            res.lower_bound ? (double)res.peak / (double)res.lower_bound : 1.0,
-            res.elapsed_ns / 1e6);
-out:
-    om_sys_unmap(in, cap * sizeof *in);
-    om_sys_unmap(offsets, cap * sizeof *offsets);
-    return rc;
-}
 
 /* ---- the phases ---- */
 
@@ -100,6 +15,7 @@ void om_pool_learn(struct om_pool *pool)
     pool->ring_first = pool->learnt;
     pool->period = 0;
     pool->steady_from = UINT64_MAX;
+    pool->plan_at = 0;
 }
 
 static void start_recording(struct om_pool *pool, const struct om_block *b)
@@ -117,13 +33,6 @@ static int period_failed(const struct om_pool *pool, uint64_t period, uint64_t e
         if (pool->failed[i].period == period && evidence < pool->failed[i].evidence)
             return 1;
     return 0;
-}
-
-/* Every free page goes back; the ring of freed blocks waiting for release empties with it. */
-static void release_all_free(struct om_pool *pool)
-{
-    pool->stats.released_bytes += om_arena_release_free(&pool->arena);
-    pool->nfreed = 0;
 }
 
 void om_pool_end_of_served_iteration(struct om_pool *pool)
@@ -145,7 +54,7 @@ void om_pool_end_of_served_iteration(struct om_pool *pool)
             pool->failed[pool->nfailed++ % FAILED_PERIODS].evidence = 2 * pool->evidence;
         }
         /* The plan's pages would stay resident beside the holes best fit fills again. */
-        release_all_free(pool);
+        om_pool_release_free(pool, 0, SIZE_MAX);
         om_pool_learn(pool);
     } else {
         pool->stats.released_bytes += om_arena_release_tail(&pool->arena, pool->plan_end);
@@ -159,11 +68,7 @@ void om_pool_end_of_served_iteration(struct om_pool *pool)
 /* Plans the iteration in records; serving goes on at the slot of the next request. */
 static void plan_now(struct om_pool *pool, uint64_t cursor)
 {
-    /* The plan goes above everything handed out, so the free pages below will not
-     * serve it: they go back first, and the replanner's working memory takes
-     * their place instead of adding to the peak. */
-    release_all_free(pool);
-    if (build_plan(pool) != 0) {
+    if (om_pool_plan(pool) != 0) {
         om_pool_learn(pool);
         return;
     }
@@ -196,6 +101,36 @@ static uint64_t pick_iteration(const struct om_pool *pool, uint64_t latest, uint
     }
 }
 
+/* Where the iteration in records holds fewest bytes of its own (a training step's end:
+ * the optimizer's state and the weights live on, the activations are gone). Planned there,
+ * the plan's region starts right above the blocks that outlive iterations, over the pages
+ * that warm-up left free, and no block of the iteration stands in its way. */
+static uint64_t quietest_request(const struct om_pool *pool, uint64_t p)
+{
+    uint64_t *delta = om_sys_map(2 * p * sizeof *delta), best = p - 1;
+    if (!delta)
+        return best;
+    for (uint64_t r = 0; r < p; r++) {
+        const struct record *rec = &pool->records[r];
+        if (rec->upper == NO_DEATH || rec->upper > rec->lower + p)
+            continue;
+        delta[rec->lower] += rec->len;
+        delta[rec->upper] -= rec->len; /* unsigned: the sums below come out right */
+    }
+    for (uint64_t t = 1; t < 2 * p; t++)
+        delta[t] += delta[t - 1]; /* bytes live after request t, counting from lower */
+    uint64_t least = UINT64_MAX;
+    for (uint64_t c = 0; c < p; c++) {
+        uint64_t live = delta[c] + delta[c + p]; /* arcs wrapped from the iteration before */
+        if (live < least) {
+            least = live;
+            best = c;
+        }
+    }
+    om_sys_unmap(delta, 2 * p * sizeof *delta);
+    return best;
+}
+
 /* A request learnt: into the ring. Where the tracer knows the requests to repeat with a
  * period far enough back, the last iteration whose next one is past as well is planned:
  * every block it made has died, or lives longer than a period. */
@@ -211,11 +146,13 @@ static void learn_request(struct om_pool *pool, struct om_block *b, uint64_t tok
     if (p < MIN_PERIOD || p > MAX_PERIOD || !info->periodic ||
         period_failed(pool, p, info->periodic)) {
         pool->period = 0;
+        pool->plan_at = 0;
         return;
     }
     if (p != pool->period) {
         pool->period = p;
         pool->steady_from = UINT64_MAX;
+        pool->plan_at = 0;
     }
     uint64_t from = info->periodic > now ? 0 : now + 1 - info->periodic;
     if (from < pool->steady_from)
@@ -227,7 +164,7 @@ static void learn_request(struct om_pool *pool, struct om_block *b, uint64_t tok
     }
     uint64_t place = (now - pool->steady_from) % p;
     uint64_t back = place + (place == p - 1 ? p : 2 * p); /* to the latest iteration planned */
-    if (back >= RING || back > now - pool->ring_first)
+    if (back >= RING || back > now - pool->ring_first || now + 1 < pool->plan_at)
         return;
     uint64_t first = pick_iteration(pool, now - back, p, now);
     for (uint64_t r = 0; r < p; r++) {
@@ -236,6 +173,13 @@ static void learn_request(struct om_pool *pool, struct om_block *b, uint64_t tok
         pool->records[r] = (struct record){e->token, r, upper, e->size, e->len, e->alignment, 0};
     }
     pool->nrecords = p;
+    if (!pool->plan_at) {
+        uint64_t quiet = 3 * p > RING ? p - 1 : quietest_request(pool, p);
+        pool->plan_at = now + 1 + (quiet + p - place) % p;
+        if (now + 1 < pool->plan_at)
+            return;
+    }
+    pool->plan_at = 0;
     uint32_t log = pool->ring[first % RING].log;
     pool->log_cycle_start = log ? log - 1 : UINT64_MAX;
     pool->evidence = info->periodic;

@@ -62,6 +62,7 @@ struct om_pool {
     uint64_t learnt;       /* requests put in the ring: the index of the next */
     uint64_t ring_first;   /* the first of the current learning; those before are stale */
     uint64_t steady_from;  /* the first known to repeat with period; UINT64_MAX: none */
+    uint64_t plan_at;      /* the request after which to plan, + 1; 0: not chosen yet */
     struct om_slot *slots; /* the plan: one per request of the iteration */
     struct om_slot_index plan_index;
     size_t plan_end; /* the plan's region ends here; fallbacks go above */
@@ -86,6 +87,14 @@ struct om_pool {
 
 /* Learning starts over: what the ring holds was before a gap (served, or recorded). */
 void om_pool_learn(struct om_pool *pool);
+
+/* Free pages in [from, to) go back; the ring of freed blocks waiting for release empties
+ * with them. */
+void om_pool_release_free(struct om_pool *pool, size_t from, size_t to);
+
+/* Plans the iteration in records and lays the plan over the arena's free pages: slots,
+ * plan_end and the plan's counters set. 0, or -errno with nothing served from it. */
+int om_pool_plan(struct om_pool *pool);
 
 /* Judges a served iteration that just ended: a replan when it missed too often. */
 void om_pool_end_of_served_iteration(struct om_pool *pool);

@@ -56,6 +56,9 @@ def main():
                     help="guard rejections the scenario is built to cause")
     ap.add_argument("--min-served", type=float, default=0.0,
                     help="served_from_plan as a fraction of the requests made while serving")
+    ap.add_argument("--max-top-ratio", type=float, default=None,
+                    help="the arena's top at exit over the lower bound: a plan laid over the "
+                         "pages warm-up left free keeps it near the warm-up's footprint")
     ap.add_argument("--verify", type=int, default=1)
     ap.add_argument("cmd", nargs=argparse.REMAINDER)
     args = ap.parse_args()
@@ -97,6 +100,10 @@ def main():
             (serving["guard_rejections"] >= args.min_guard,
              f"guard rejections {serving['guard_rejections']} < {args.min_guard}"),
             (served >= args.min_served, f"served fraction {served:.3f} < {args.min_served}"),
+            (args.max_top_ratio is None or
+             serving["arena_top_bytes"] <= args.max_top_ratio * report["lower_bound_bytes"],
+             f"arena top {serving['arena_top_bytes']} > {args.max_top_ratio} x the lower bound "
+             f"{report['lower_bound_bytes']}"),
             (serving["verify_violations"] == 0, "verify violations"),
             (serving["invalid_frees"] == 0, "invalid frees"),
         ]

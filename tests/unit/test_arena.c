@@ -143,7 +143,7 @@ static void test_take_over_released_pages_restores_them(void **state)
     assert_int_equal(om_arena_take(&arena, 0, 8 * p), 0);
     assert_int_equal(om_arena_take(&arena, 8 * p, p), 0); /* keeps the top in place */
     assert_int_equal(om_arena_give(&arena, 0, 8 * p), 0);
-    assert_int_equal(om_arena_release_free(&arena), 8 * p);
+    assert_int_equal(om_arena_release_free(&arena, 0, SIZE_MAX), 8 * p);
     assert_int_equal(om_arena_resident(&arena), p);
     /* A block lies on every page it touches a byte of: 1 to 3 here, not 0 or 4. */
     assert_int_equal(om_arena_take(&arena, p + 10, 2 * p), 0);
@@ -158,6 +158,29 @@ static void test_take_over_released_pages_restores_them(void **state)
     assert_int_equal(om_arena_check(&arena), 0);
 }
 
+static void test_release_free_between_bounds(void **state)
+{
+    size_t p = arena.page;
+    assert_int_equal(om_arena_take(&arena, 0, 2 * p), 0);
+    assert_int_equal(om_arena_take(&arena, 5 * p, p), 0);
+    assert_int_equal(om_arena_take(&arena, 9 * p, p), 0);
+    assert_int_equal(om_arena_taken_end(&arena), 10 * p);
+    /* Freeing the highest block moves the taken end down to the next one's end. */
+    assert_int_equal(om_arena_give(&arena, 9 * p, p), 0);
+    assert_int_equal(om_arena_taken_end(&arena), 6 * p);
+    /* Holes [2p, 5p) and [6p, 10p): only their whole pages inside the bounds go back. */
+    assert_int_equal(om_arena_release_free(&arena, 2 * p + 10, 4 * p + 10), p);
+    assert_int_equal(om_arena_release_free(&arena, 3 * p, 8 * p), p + 2 * p);
+    assert_int_equal(om_arena_resident(&arena), 6 * p);
+    assert_int_equal(om_arena_release_free(&arena, 0, SIZE_MAX), p + 2 * p);
+    assert_int_equal(om_arena_resident(&arena), 3 * p);
+    assert_int_equal(om_arena_check(&arena), 0);
+    /* Nothing taken at all: the taken end is the start. */
+    assert_int_equal(om_arena_give(&arena, 0, 2 * p), 0);
+    assert_int_equal(om_arena_give(&arena, 5 * p, p), 0);
+    assert_int_equal(om_arena_taken_end(&arena), 0);
+}
+
 static void test_release_twice_counts_once(void **state)
 {
     size_t p = arena.page;
@@ -167,13 +190,13 @@ static void test_release_twice_counts_once(void **state)
     assert_int_equal(om_arena_release_range(&arena, 0, 10 * p), 10 * p);
     assert_int_equal(om_arena_release_range(&arena, 0, 10 * p), 0);
     assert_int_equal(om_arena_release_range(&arena, 3 * p, 2 * p), 0); /* inside it */
-    assert_int_equal(om_arena_release_free(&arena), 0);
+    assert_int_equal(om_arena_release_free(&arena, 0, SIZE_MAX), 0);
     assert_int_equal(arena.released, 10 * p);
     assert_int_equal(om_arena_resident(&arena), p);
     /* Taking some back and releasing all again counts only what was taken. */
     assert_int_equal(om_arena_take(&arena, 4 * p, p), 0);
     assert_int_equal(om_arena_give(&arena, 4 * p, p), 0);
-    assert_int_equal(om_arena_release_free(&arena), p);
+    assert_int_equal(om_arena_release_free(&arena, 0, SIZE_MAX), p);
     assert_int_equal(arena.released, 11 * p);
     assert_int_equal(om_arena_resident(&arena), p);
     assert_int_equal(om_arena_check(&arena), 0);
@@ -215,7 +238,7 @@ static void test_empty_take_inside_a_hole(void **state)
     assert_int_equal(om_arena_take(&arena, off, 0), 0);
     assert_int_equal(om_arena_check(&arena), 0);
     assert_int_equal(om_arena_is_free(&arena, 100, 4 * p - 100), 1);
-    assert_int_equal(om_arena_release_free(&arena), 3 * p);
+    assert_int_equal(om_arena_release_free(&arena, 0, SIZE_MAX), 3 * p);
     assert_int_equal(om_arena_take(&arena, 2 * p, 0), 0); /* page-aligned, on released pages */
     assert_int_equal(om_arena_check(&arena), 0);
     assert_int_equal(om_arena_resident(&arena), 2 * p);
@@ -381,7 +404,7 @@ static void test_resident_matches_page_model(void **state)
             hits[0] += expect != 0;
         } else if (op < 29) {
             size_t expect = m_release_free();
-            assert_int_equal(om_arena_release_free(&arena), expect);
+            assert_int_equal(om_arena_release_free(&arena, 0, SIZE_MAX), expect);
             hits[1] += expect != 0;
         } else if (op < 32) {
             size_t keep = (rng >> 33) % 2 ? 0 : (rng >> 36) % (m_top + 1);
@@ -479,6 +502,7 @@ int main(void)
         cmocka_unit_test_setup(test_release_range_drops_resident_by_whole_pages, setup),
         cmocka_unit_test_setup(test_take_over_released_pages_restores_them, setup),
         cmocka_unit_test_setup(test_release_twice_counts_once, setup),
+        cmocka_unit_test_setup(test_release_free_between_bounds, setup),
         cmocka_unit_test_setup(test_release_tail_forgets_unbacked_above_it, setup),
         cmocka_unit_test_setup(test_empty_take_inside_a_hole, setup),
         cmocka_unit_test_setup(test_resident_matches_page_model, setup),

@@ -1,0 +1,289 @@
+/* A plan for the iteration in records: the arcs packed by the replanner and laid over the
+ * arena's free pages, the pages it does not cover given back. */
+#include "pool_internal.h"
+
+#include "log.h"
+#include "replanner.h"
+
+#include <errno.h>
+#include <string.h>
+#include <sys/mman.h>
+
+/* The search stops as soon as a plan meets its lower bound; the budget bounds the one-off
+ * pause of a plan that cannot (the transformer's 1883-slot iteration needs 30 to 50 ms to
+ * reach its bound, and stopped at 1.09 of it with the replanner's 20 ms default). */
+#define PLAN_BUDGET_MS 200
+/* Packing around live blocks rarely meets its bound, and the plan packed alone is the
+ * fallback: a shorter search. */
+#define OBSTACLE_BUDGET_MS 50
+
+void om_pool_release_free(struct om_pool *pool, size_t from, size_t to)
+{
+    pool->stats.released_bytes += om_arena_release_free(&pool->arena, from, to);
+    pool->nfreed = 0;
+}
+
+/* The replanner's working memory, carved from the arena's free pages above every live block:
+ * they are resident already and the plan reuses them next, where fresh mappings would add
+ * the replanner's memory to the peak. Released in the order taken; beyond it, mappings. */
+struct scratch {
+    unsigned char *start, *next, *end;
+};
+
+static void *scratch_alloc(void *ctx, size_t n)
+{
+    struct scratch *s = ctx;
+    size_t len = (n + 63) & ~(size_t)63;
+    if ((size_t)(s->end - s->next) < len)
+        return om_sys_map(n);
+    void *p = s->next;
+    s->next += len;
+    return p;
+}
+
+static void scratch_release(void *ctx, void *p, size_t n)
+{
+    struct scratch *s = ctx;
+    unsigned char *c = p;
+    if (c < s->start || c >= s->end)
+        om_sys_unmap(p, n);
+    else if (c + ((n + 63) & ~(size_t)63) == s->next)
+        s->next = c;
+}
+
+/* The holes among the blocks live now, bottom up, ending where the free tail begins. */
+static const struct om_extent *holes(const struct om_arena *a, size_t *n)
+{
+    *n = a->free.n;
+    if (*n && a->free.v[*n - 1].off + a->free.v[*n - 1].len == a->top)
+        (*n)--;
+    return a->free.v;
+}
+
+/* The blocks live in [from, taken end), as runs of bytes taken: fixed for the whole period.
+ * With in == NULL, only counts them; *bytes: what they hold. */
+static size_t live_obstacles(const struct om_arena *a, size_t from, uint64_t period,
+                             om_rp_block *in, size_t *bytes)
+{
+    size_t n = 0, end = om_arena_taken_end(a);
+    *bytes = 0;
+    ptrdiff_t i = om_extents_at_or_below(&a->free, from);
+    for (size_t k = i < 0 ? 0 : (size_t)i; k < a->free.n; k++) {
+        size_t lo = a->free.v[k].off + a->free.v[k].len;
+        size_t hi = k + 1 < a->free.n ? a->free.v[k + 1].off : a->top;
+        if (lo < from || lo >= end)
+            continue;
+        if (in)
+            in[n] = (om_rp_block){.id = UINT64_MAX,
+                                  .lower = 0,
+                                  .upper = period,
+                                  .size = hi - lo,
+                                  .offset = lo - from,
+                                  .fixed = 1};
+        *bytes += hi - lo;
+        n++;
+    }
+    return n;
+}
+
+/* The bytes the slots of a plan cover (a plan packed around obstacles may spread). */
+static size_t covered_bytes(const om_rp_block *in, const uint64_t *offsets, size_t n)
+{
+    struct om_extents covered;
+    size_t bytes = SIZE_MAX;
+    if (om_extents_init(&covered) != 0)
+        return bytes;
+    for (size_t i = 0; i < n; i++)
+        if (om_extents_add(&covered, offsets[i], in[i].size) != 0)
+            goto out;
+    bytes = covered.bytes;
+out:
+    om_extents_destroy(&covered);
+    return bytes;
+}
+
+static size_t align_to(size_t x, size_t alignment)
+{
+    return (x + alignment - 1) & ~(alignment - 1);
+}
+
+/* A plan's place in the arena: its offsets from base, and its blocks fixed there. */
+struct placement {
+    size_t base, peak, nfixed;
+    uint64_t *offsets;
+    om_rp_result res;
+};
+
+/* Where the plan goes. The pages that warm-up left free are mostly resident, so a plan laid
+ * over them faults little in: the lowest hole among the live blocks that holds the arcs
+ * packed alone; else the lowest hole with few live bytes above it (1/64 of the plan), the
+ * arcs packed around those, when that spreads them by no more than 1/128; else above
+ * every live block. `in` has room for the live blocks after the arcs, `spare` for a plan. */
+static void place_plan(const struct om_pool *pool, om_rp_block *in, size_t narcs,
+                       const om_rp_options *dense_opt, struct placement *pl, uint64_t *spare)
+{
+    const struct om_arena *a = &pool->arena;
+    size_t nholes, max_align = 1, end = om_arena_taken_end(a);
+    const struct om_extent *h = holes(a, &nholes), *low = NULL;
+    for (size_t i = 0; i < narcs; i++)
+        if (in[i].align > max_align)
+            max_align = in[i].align;
+    for (size_t i = 0; i < nholes; i++) {
+        size_t base = align_to(h[i].off, max_align);
+        if (base < h[i].off + h[i].len && h[i].off + h[i].len - base >= pl->peak) {
+            pl->base = base;
+            return;
+        }
+    }
+    pl->base = align_to(end, max_align);
+    size_t free_above = 0;
+    for (size_t i = nholes; i-- > 0;) {
+        if (end - (h[i].off + h[i].len) - free_above > pl->peak / 64)
+            break;
+        if (h[i].len >= OM_ARENA_RELEASE_MIN && align_to(h[i].off, max_align) < h[i].off + h[i].len)
+            low = &h[i];
+        free_above += h[i].len;
+    }
+    if (!low)
+        return;
+    size_t base = align_to(low->off, max_align), fixed_bytes;
+    size_t nfixed = live_obstacles(a, base, pool->period, in + narcs, &fixed_bytes);
+    om_rp_options opt = *dense_opt;
+    opt.budget_ms = OBSTACLE_BUDGET_MS;
+    opt.goal = pl->peak + fixed_bytes;
+    om_rp_result res;
+    if (om_rp_plan(in, narcs + nfixed, &opt, spare, &res) != 0 ||
+        covered_bytes(in, spare, narcs) > pl->peak + pl->peak / 128)
+        return;
+    pl->base = base;
+    pl->peak = res.peak;
+    pl->nfixed = nfixed;
+    pl->res = res;
+    memcpy(pl->offsets, spare, narcs * sizeof *spare);
+}
+
+/* The recorded iteration's arcs, planned and placed; the replanner works on the free pages
+ * in [scratch_from, scratch_to). */
+static int build_plan(struct om_pool *pool, size_t scratch_from, size_t scratch_to)
+{
+    struct om_arena *a = &pool->arena;
+    size_t page = a->page;
+    struct scratch scratch = {a->base + align_to(scratch_from, page), NULL,
+                              a->base + (scratch_to & ~(page - 1))};
+    if (scratch.end < scratch.start)
+        scratch.end = scratch.start;
+    scratch.next = scratch.start;
+    om_rp_allocator alloc = {scratch_alloc, scratch_release, &scratch};
+    size_t fixed_bytes, nfixed = live_obstacles(a, 0, pool->period, NULL, &fixed_bytes);
+    size_t n = 0, cap = pool->nrecords + nfixed + 1;
+    om_rp_block *in = alloc.alloc(&scratch, cap * sizeof *in);
+    uint64_t *offsets = alloc.alloc(&scratch, cap * sizeof *offsets);
+    uint64_t *spare = alloc.alloc(&scratch, cap * sizeof *spare);
+    int rc = -ENOMEM;
+    if (!in || !offsets || !spare)
+        goto out;
+    for (size_t r = 0; r < pool->nrecords; r++) {
+        struct record *rec = &pool->records[r];
+        if (rec->upper == NO_DEATH || rec->upper > rec->lower + pool->period)
+            continue;
+        in[n++] = (om_rp_block){.id = r,
+                                .lower = rec->lower,
+                                .upper = rec->upper,
+                                .size = rec->len,
+                                .align = rec->alignment};
+    }
+    char err[256] = "";
+    om_rp_options opt = {.period = pool->period,
+                         .budget_ms = PLAN_BUDGET_MS,
+                         .alloc = alloc,
+                         .err = err,
+                         .errlen = sizeof err};
+    struct placement pl = {.offsets = offsets};
+    rc = om_rp_plan(in, n, &opt, offsets, &pl.res);
+    if (rc != 0) {
+        om_warn("plan of %zu blocks failed: %s", n, err);
+        goto out;
+    }
+    pl.peak = pl.res.peak;
+    place_plan(pool, in, n, &opt, &pl, spare);
+    size_t base = pl.base;
+    if (base > a->reserved || a->reserved - base < pl.peak) {
+        om_warn("the arena has no room left for a plan of %.1f MiB", pl.peak / 1048576.0);
+        rc = -ENOMEM;
+        goto out;
+    }
+    memset(pool->slots, 0, pool->period * sizeof *pool->slots);
+    for (size_t i = 0; i < n; i++) {
+        struct record *rec = &pool->records[in[i].id];
+        pool->slots[in[i].id] =
+            (struct om_slot){rec->token, base + offsets[i], rec->len, rec->alignment};
+    }
+    rc = om_slot_index_build(&pool->plan_index, pool->slots, pool->period);
+    if (rc != 0)
+        goto out;
+    pool->plan_end = base + pl.peak;
+    /* The region is dense and every iteration reuses it: huge pages make its first touch
+     * a few hundred faults instead of one per page, and cost at most one partly used huge
+     * page. Opt-in: with the kernel's default defrag=madvise, a huge page fault may wait
+     * for compaction when memory is fragmented. A refusal leaves small pages. */
+    if (pool->hugepages) {
+        size_t from = base & ~(page - 1), len = align_to(base + pl.peak, OM_ARENA_ALIGNMENT) - from;
+        if (len > a->reserved - from) /* never beyond the arena's own mapping */
+            len = a->reserved - from;
+        (void)madvise(a->base + from, len, MADV_HUGEPAGE);
+    }
+    pool->stats.plan_peak_bytes = pl.peak;
+    pool->stats.plan_lower_bound_bytes = pl.res.lower_bound;
+    pool->stats.plan_slots = n;
+    pool->stats.plans++;
+    om_info("plan: %zu slots of a %llu-request iteration (packed around %zu live blocks), "
+            "peak %.1f MiB (%.3f of its lower bound) in %.1f ms",
+            n, (unsigned long long)pool->period, pl.nfixed, pl.peak / 1048576.0,
+            pl.res.lower_bound ? (double)pl.peak / (double)pl.res.lower_bound : 1.0,
+            pl.res.elapsed_ns / 1e6);
+out:
+    if (spare)
+        alloc.release(&scratch, spare, cap * sizeof *spare);
+    if (offsets)
+        alloc.release(&scratch, offsets, cap * sizeof *offsets);
+    if (in)
+        alloc.release(&scratch, in, cap * sizeof *in);
+    return rc;
+}
+
+/* Gives back every free page that no slot of the plan covers: the plan's region is resident
+ * from warm-up only where the plan will touch it anyway. */
+static void release_unplanned(struct om_pool *pool)
+{
+    struct om_extents covered;
+    if (om_extents_init(&covered) != 0)
+        return;
+    for (uint64_t s = 0; s < pool->period; s++)
+        if (pool->slots[s].len &&
+            om_extents_add(&covered, pool->slots[s].offset, pool->slots[s].len) != 0)
+            goto out;
+    size_t gap = 0;
+    for (size_t i = 0; i < covered.n; i++) {
+        if (covered.v[i].off > gap)
+            om_pool_release_free(pool, gap, covered.v[i].off);
+        if (covered.v[i].off + covered.v[i].len > gap)
+            gap = covered.v[i].off + covered.v[i].len;
+    }
+    om_pool_release_free(pool, gap, SIZE_MAX);
+out:
+    om_extents_destroy(&covered);
+}
+
+int om_pool_plan(struct om_pool *pool)
+{
+    /* The replanner's memory lies on the free pages above every live block: resident, and
+     * given back after unless the plan lies there too. */
+    struct om_arena *a = &pool->arena;
+    size_t touched = om_arena_touched_end(a);
+    int rc = build_plan(pool, om_arena_taken_end(a), touched < a->top ? touched : a->top);
+    if (rc != 0)
+        return rc;
+    release_unplanned(pool);
+    pool->stats.released_bytes += om_arena_release_tail(a, pool->plan_end);
+    return 0;
+}
