@@ -166,6 +166,17 @@ def serving_of(report):
     return share, serving.get("saved_plan")
 
 
+def iteration_share_of(report):
+    """Served share within the served iterations (serving.iteration_served /
+    serving.iteration_requests), leaving out what the program requests after its loop; None
+    where the report has no such counters or no iteration was served."""
+    serving = report.get("serving") if isinstance(report, dict) else None
+    if not isinstance(serving, dict):
+        return None
+    requests, served = serving.get("iteration_requests"), serving.get("iteration_served")
+    return served / requests if isinstance(served, int) and isinstance(requests, int) and requests else None
+
+
 def command_for(workload, alloc_env, preload, args, time_file):
     """(argv, environment) that run one workload under one allocator."""
     env = base_env()
@@ -221,7 +232,8 @@ def run_once(workload, alloc, args, tmpdir, tag, plan_file=None):
     time_file = Path(tmpdir) / ("%s.time" % tag)
     cmd, env = command_for(workload, alloc_env, alloc["path"], args, time_file)
     rec = {"workload": workload["name"], "allocator": alloc["name"], "error": None,
-           "result": None, "lower_bound_bytes": None, "served_share": None, "saved_plan": None}
+           "result": None, "lower_bound_bytes": None, "served_share": None, "iteration_served_share": None,
+           "saved_plan": None}
     t0, busy0, ours0 = time.perf_counter(), system_busy_s(), children_cpu_s()
     try:
         proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=args.timeout)
@@ -247,6 +259,7 @@ def run_once(workload, alloc, args, tmpdir, tag, plan_file=None):
             report = json.loads(report_path.read_text())
             rec["lower_bound_bytes"] = lower_bound_of(report)
             rec["served_share"], rec["saved_plan"] = serving_of(report)
+            rec["iteration_served_share"] = iteration_share_of(report)
         except (OSError, ValueError) as e:
             log("  could not read optmem report %s: %s" % (report_path, e))
         # Reports hold samples and timelines; dropping them keeps the temp dir small.
@@ -377,6 +390,7 @@ def summarize(records, workloads, allocs):
                 lower_bound_bytes=lower,
                 training_peak_over_lower_bound=ratio(m["training_peak_bytes"], lower),
                 served_share=median_of(r["served_share"] for r in ok[n]),
+                iteration_served_share=median_of(r["iteration_served_share"] for r in ok[n]),
                 # Runs whose saved plan was not served (report's serving.saved_plan != 1).
                 saved_plan_not_served=(sum(1 for r in ok[n] if r["saved_plan"] != 1)
                                        if spec.get("saved_plan") else None),
@@ -418,7 +432,7 @@ def markdown_table(rows):
     if show_lb:
         head.append("training peak / lower bound")
     if show_served:
-        head.append("served from plan")
+        head += ["served from plan", "served in iterations"]
     head += ["output vs %s" % ref, "others' CPU, max (cores)"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in rows:
@@ -435,7 +449,7 @@ def markdown_table(rows):
         if show_lb:
             cells.append(fmt(r["training_peak_over_lower_bound"], ".2f"))
         if show_served:
-            cells.append(fmt(r["served_share"], ".3f"))
+            cells += [fmt(r["served_share"], ".3f"), fmt(r["iteration_served_share"], ".3f")]
         cells += [r["output_vs_reference"], fmt(r["max_other_cpu_cores"], ".2f")]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)

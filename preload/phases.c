@@ -61,6 +61,10 @@ void om_pool_end_of_served_iteration(struct om_pool *pool)
         if (++pool->served_iterations == STEADY_ITERATIONS)
             pool->nfailed = 0;
     }
+    if (pool->phase == SERVE) {
+        pool->stats.iteration_requests = pool->stats.serving_requests;
+        pool->stats.iteration_served = pool->stats.served_from_plan;
+    }
     pool->iteration_misses = 0;
     pool->cursor = 0;
 }

@@ -56,6 +56,9 @@ def main():
                     help="guard rejections the scenario is built to cause")
     ap.add_argument("--min-served", type=float, default=0.0,
                     help="served_from_plan as a fraction of the requests made while serving")
+    ap.add_argument("--min-iteration-served", type=float, default=0.0,
+                    help="the same share within the served iterations, without the requests "
+                         "made after the loop")
     ap.add_argument("--max-top-ratio", type=float, default=None,
                     help="the arena's top at exit over the lower bound: a plan laid over the "
                          "pages warm-up left free keeps it near the warm-up's footprint")
@@ -89,6 +92,7 @@ def main():
             sys.exit("FAIL: the report has no serving section")
         requests = serving["serving_requests"]
         served = serving["served_from_plan"] / max(requests, 1)
+        in_iterations = serving["iteration_served"] / max(serving["iteration_requests"], 1)
         print(f"requests while serving {requests}, from the plan {serving['served_from_plan']} "
               f"({served:.3f}) {json.dumps(serving)}")
         checks = [
@@ -100,6 +104,11 @@ def main():
             (serving["guard_rejections"] >= args.min_guard,
              f"guard rejections {serving['guard_rejections']} < {args.min_guard}"),
             (served >= args.min_served, f"served fraction {served:.3f} < {args.min_served}"),
+            (in_iterations >= args.min_iteration_served,
+             f"served fraction in iterations {in_iterations:.3f} < {args.min_iteration_served}"),
+            (serving["iteration_served"] <= serving["iteration_requests"] <= requests and
+             serving["iteration_served"] <= serving["served_from_plan"],
+             "the counters at the last iteration's end exceed the totals"),
             (args.max_top_ratio is None or
              serving["arena_top_bytes"] <= args.max_top_ratio * report["lower_bound_bytes"],
              f"arena top {serving['arena_top_bytes']} > {args.max_top_ratio} x the lower bound "

@@ -411,6 +411,8 @@ static void write_serving(struct om_json *w, const struct om_serving_stats *v)
     kv_u64(w, "invalid_frees", v->invalid_frees);
     kv_u64(w, "saved_plan", v->saved_plan);
     kv_u64(w, "retired_blocks", v->retired_blocks);
+    kv_u64(w, "iteration_requests", v->iteration_requests);
+    kv_u64(w, "iteration_served", v->iteration_served);
     om_json_end(w, '}');
 }
 

@@ -82,6 +82,9 @@ struct om_serving_stats {
     uint64_t verify_violations, invalid_frees;
     uint64_t saved_plan;     /* 1 while a plan loaded from OPTMEM_PLAN_FILE is served */
     uint64_t retired_blocks; /* device blocks freed inside a graph capture: never reused */
+    /* serving_requests and served_from_plan as they stood when the last served iteration
+     * ended: the requests of the loop, without those the program makes after it */
+    uint64_t iteration_requests, iteration_served;
 };
 
 /* The pool's arena: sample records of blocks inside it carry their offset. */

@@ -298,7 +298,8 @@ static void test_report_sections(void **state)
 
     int dev = om_tracer_domain_open("cuda:0");
     om_tracer_on_alloc((unsigned)dev, a, 3 << 20, 3 << 20, 0, &s, NULL);
-    struct om_serving_stats gpu = {.serving_requests = 77, .retired_blocks = 5};
+    struct om_serving_stats gpu = {
+        .serving_requests = 77, .retired_blocks = 5, .iteration_served = 9};
     om_tracer_set_serving((unsigned)dev, &gpu);
     assert_int_equal(om_tracer_dump(path), 0);
     r = read_all(path);
@@ -311,7 +312,8 @@ static void test_report_sections(void **state)
     char *serving = strstr(r, "\"serving\":{\"serving_requests\":77,");
     assert_non_null(serving);
     assert_true(serving > dd);
-    assert_non_null(strstr(serving, "\"retired_blocks\":5}"));
+    assert_non_null(strstr(serving, "\"retired_blocks\":5,"));
+    assert_non_null(strstr(serving, "\"iteration_served\":9}"));
 
     /* From a signal handler, serving is the host's; the device keeps what was set. */
     struct om_tracer_options opt = {.min_bytes = 4096, .stack_depth = 4, .mode_name = "plan"};
