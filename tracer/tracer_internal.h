@@ -200,9 +200,9 @@ void om_json_ratio(struct om_json *w, uint64_t num, uint64_t den); /* 3 decimals
 /* Lifetimes of the most recent requests: several whole iterations of a training step (the
  * bundled transformer's is 1885 requests), in 1 MiB that fills as requests come. */
 #define OM_SAMPLE_RECORDS (1u << 14)
-#define OM_STARTS 4096               /* most recent iteration starts */
-#define OM_MARKS 4096                /* most recent optmem_step() marks */
-#define OM_TIMELINE 512              /* points of the whole-run live-bytes curve */
+#define OM_STARTS 4096  /* most recent iteration starts */
+#define OM_MARKS 4096   /* most recent optmem_step() marks */
+#define OM_TIMELINE 512 /* points of the whole-run live-bytes curve */
 #define OM_NO_DEATH UINT64_MAX
 
 /* A live managed block. */
