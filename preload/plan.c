@@ -60,8 +60,8 @@ static const struct om_extent *holes(const struct om_arena *a, size_t *n)
     return a->free.v;
 }
 
-/* The blocks live in [from, taken end), as runs of bytes taken: fixed for the whole period.
- * With in == NULL, only counts them; *bytes: what they hold. */
+/* The blocks live in [from, taken end), as runs of bytes taken (at most one more than the
+ * free extents), into in: fixed for the whole period. *bytes: what they hold. */
 static size_t live_obstacles(const struct om_arena *a, size_t from, uint64_t period,
                              om_rp_block *in, size_t *bytes)
 {
@@ -73,13 +73,12 @@ static size_t live_obstacles(const struct om_arena *a, size_t from, uint64_t per
         size_t hi = k + 1 < a->free.n ? a->free.v[k + 1].off : a->top;
         if (lo < from || lo >= end)
             continue;
-        if (in)
-            in[n] = (om_rp_block){.id = UINT64_MAX,
-                                  .lower = 0,
-                                  .upper = period,
-                                  .size = hi - lo,
-                                  .offset = lo - from,
-                                  .fixed = 1};
+        in[n] = (om_rp_block){.id = UINT64_MAX,
+                              .lower = 0,
+                              .upper = period,
+                              .size = hi - lo,
+                              .offset = lo - from,
+                              .fixed = 1};
         *bytes += hi - lo;
         n++;
     }
@@ -174,8 +173,7 @@ static int build_plan(struct om_pool *pool, size_t scratch_from, size_t scratch_
         scratch.end = scratch.start;
     scratch.next = scratch.start;
     om_rp_allocator alloc = {scratch_alloc, scratch_release, &scratch};
-    size_t fixed_bytes, nfixed = live_obstacles(a, 0, pool->period, NULL, &fixed_bytes);
-    size_t n = 0, cap = pool->nrecords + nfixed + 1;
+    size_t n = 0, cap = pool->nrecords + a->free.n + 1;
     om_rp_block *in = alloc.alloc(&scratch, cap * sizeof *in);
     uint64_t *offsets = alloc.alloc(&scratch, cap * sizeof *offsets);
     uint64_t *spare = alloc.alloc(&scratch, cap * sizeof *spare);
