@@ -16,6 +16,8 @@ void om_pool_learn(struct om_pool *pool)
     pool->period = 0;
     pool->steady_from = UINT64_MAX;
     pool->plan_at = 0;
+    pool->unrolled = 0;
+    pool->stale_iterations = pool->iteration_unknown = 0;
 }
 
 static void start_recording(struct om_pool *pool, const struct om_block *b)
@@ -35,10 +37,30 @@ static int period_failed(const struct om_pool *pool, uint64_t period, uint64_t e
     return 0;
 }
 
+/* A plan whose iterations keep making requests it has no slot for was made while the
+ * program still changed (Python's interpreter specializes its calls over the first steps,
+ * and numpy's requests come from other call sites then), and misses would resynchronize
+ * the cursor around them every iteration. It is made again once, from a recent iteration. */
+#define STALE_ITERATIONS 3
+
+static int plan_is_stale(struct om_pool *pool)
+{
+    pool->stale_iterations = pool->iteration_unknown ? pool->stale_iterations + 1 : 0;
+    pool->iteration_unknown = 0;
+    return pool->stale_iterations >= STALE_ITERATIONS && !pool->stale_replanned;
+}
+
 void om_pool_end_of_served_iteration(struct om_pool *pool)
 {
     if (pool->grace) {
         pool->grace = 0;
+    } else if (plan_is_stale(pool)) {
+        om_debug("requests without a slot in %d iterations in a row: planning again",
+                 STALE_ITERATIONS);
+        pool->stats.replans++;
+        pool->stale_replanned = 1;
+        om_pool_release_free(pool, 0, SIZE_MAX);
+        om_pool_learn(pool);
     } else if (pool->iteration_misses * 8 > pool->period) {
         om_debug("%llu misses in an iteration of %llu requests: learning again",
                  (unsigned long long)pool->iteration_misses, (unsigned long long)pool->period);
@@ -50,7 +72,8 @@ void om_pool_end_of_served_iteration(struct om_pool *pool)
          * a run of layers inside a step soon cannot. One that held a while was right until
          * the program changed, and its period may well come back. */
         if (pool->served_iterations < STEADY_ITERATIONS) {
-            pool->failed[pool->nfailed % FAILED_PERIODS].period = pool->period;
+            pool->failed[pool->nfailed % FAILED_PERIODS].period =
+                pool->unrolled ? pool->period / 2 : pool->period;
             pool->failed[pool->nfailed++ % FAILED_PERIODS].evidence = 2 * pool->evidence;
         }
         /* The plan's pages would stay resident beside the holes best fit fills again. */
@@ -135,6 +158,32 @@ static uint64_t quietest_request(const struct om_pool *pool, uint64_t p)
     return best;
 }
 
+/* Blocks that live longer than a period but less than two (numpy code's weights: each
+ * step's new array is freed at the next step's update) are no arcs of one iteration: the
+ * iteration in records is planned twice over, on a circle of two periods where each such
+ * block has two slots it takes in turns. */
+static void unroll_twice(struct om_pool *pool)
+{
+    uint64_t p = pool->nrecords;
+    int needed = 0;
+    for (uint64_t r = 0; r < p && !needed; r++) {
+        const struct record *rec = &pool->records[r];
+        needed = rec->upper != NO_DEATH && rec->upper > rec->lower + p &&
+                 rec->upper <= rec->lower + 2 * p;
+    }
+    if (!needed || 2 * p > MAX_PERIOD)
+        return;
+    for (uint64_t r = 0; r < p; r++) {
+        struct record *copy = &pool->records[r + p];
+        *copy = pool->records[r];
+        copy->lower += p;
+        if (copy->upper != NO_DEATH)
+            copy->upper += p;
+    }
+    pool->nrecords = pool->period = 2 * p;
+    pool->unrolled = 1;
+}
+
 /* A request learnt: into the ring. Where the tracer knows the requests to repeat with a
  * period far enough back, the last iteration whose next one is past as well is planned:
  * every block it made has died, or lives longer than a period. */
@@ -187,7 +236,8 @@ static void learn_request(struct om_pool *pool, struct om_block *b, uint64_t tok
     uint32_t log = pool->ring[first % RING].log;
     pool->log_cycle_start = log ? log - 1 : UINT64_MAX;
     pool->evidence = info->periodic;
-    plan_now(pool, (back + 1) % p);
+    unroll_twice(pool);
+    plan_now(pool, (back + 1) % pool->period);
 }
 
 void om_pool_after_cycle_request(struct om_pool *pool, struct om_block *b, uint64_t token,

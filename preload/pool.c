@@ -203,6 +203,7 @@ static int place(struct om_pool *pool, size_t len, size_t alignment, uintptr_t s
             s = om_slot_index_find(&pool->plan_index, pool->slots, token, pool->cursor);
             pool->stats.misses++;
             pool->iteration_misses++;
+            pool->iteration_unknown += s == UINT64_MAX;
         } else {
             pool->stats.hits++;
         }

@@ -63,11 +63,16 @@ struct om_pool {
     uint64_t ring_first;   /* the first of the current learning; those before are stale */
     uint64_t steady_from;  /* the first known to repeat with period; UINT64_MAX: none */
     uint64_t plan_at;      /* the request after which to plan, + 1; 0: not chosen yet */
+    int unrolled;          /* the plan's iteration is two of the tracer's */
     struct om_slot *slots; /* the plan: one per request of the iteration */
     struct om_slot_index plan_index;
     size_t plan_end; /* the plan's region ends here; fallbacks go above */
     struct om_serving_stats stats;
     uint64_t iteration_misses, served_iterations;
+    /* Requests of the iteration with a token the plan has no slot for; iterations in a row
+     * that had such; whether a plan was already dropped for them. */
+    uint64_t iteration_unknown, stale_iterations;
+    int stale_replanned;
     /* Periods whose plans missed: sub-periods (a layer repeated inside a step) that the
      * detector locks onto before the whole step. Not planned again until a plan holds, or
      * until the period has repeated over twice the requests it had when it was planned. */

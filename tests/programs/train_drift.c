@@ -1,5 +1,6 @@
 /* A training-like loop that drifts on purpose (sizes, extra requests, longer lifetimes,
- * cross-thread frees, realloc, calloc, fork, a change of shapes). Every buffer's contents
+ * cross-thread frees, realloc, calloc, fork, a change of shapes, a weight replaced by a new
+ * array each iteration). Every buffer's contents
  * are checked before it is freed; the printed checksum must not depend on the allocator.
  * usage: train_drift SCENARIO [ITERATIONS] */
 #include <pthread.h>
@@ -145,6 +146,12 @@ int main(int argc, char **argv)
             } else {
                 check_and_free(&acts[i]);
             }
+        }
+        if (is("replace")) { /* w = w - lr * g: the new array is made before the old dies */
+            struct buf fresh;
+            alloc_extra(&fresh, params[1].size, seed + 8);
+            check_and_free(&params[1]);
+            params[1] = fresh;
         }
         if (is("fork") && it == iterations / 2) {
             fflush(stdout);
