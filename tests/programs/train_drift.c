@@ -1,7 +1,7 @@
 /* A training-like loop that drifts on purpose (sizes, extra requests, longer lifetimes,
  * cross-thread frees, realloc, calloc, fork, a change of shapes, a weight replaced by a new
- * array each iteration). Every buffer's contents
- * are checked before it is freed; the printed checksum must not depend on the allocator.
+ * array each iteration, a request that moves to another call site for good). Every buffer's
+ * contents are checked before it is freed; the printed checksum must not depend on the allocator.
  * usage: train_drift SCENARIO [ITERATIONS] */
 #include <pthread.h>
 #include <stdint.h>
@@ -83,6 +83,15 @@ __attribute__((noinline)) static void alloc_extra(struct buf *b, size_t size, ui
     fill(b);
 }
 
+/* The same request from another call site, as Python's interpreter makes it once it has
+ * specialized the bytecode that asks for it. */
+__attribute__((noinline)) static void alloc_extra_elsewhere(struct buf *b, size_t size,
+                                                            uint32_t seed)
+{
+    *b = (struct buf){malloc(size), size, seed};
+    fill(b);
+}
+
 static void *free_in_thread(void *arg)
 {
     check_and_free(arg);
@@ -119,6 +128,17 @@ int main(int argc, char **argv)
         alloc_activation(&acts[0], a0, seed + 1);
         alloc_activation(&acts[1], a1, seed + 2);
         alloc_temporary(&tmp, 32 * 1024 * scale, seed + 3);
+        if (is("new_site")) { /* nine requests an iteration; one changes its site for good */
+            struct buf extra[3];
+            for (int k = 0; k < 3; k++) {
+                if (k == 2 && it >= iterations / 4)
+                    alloc_extra_elsewhere(&extra[k], 24576, seed + 10 + (uint32_t)k);
+                else
+                    alloc_extra(&extra[k], 24576, seed + 10 + (uint32_t)k);
+            }
+            for (int k = 0; k < 3; k++)
+                check_and_free(&extra[k]);
+        }
         if (is("extra_request") && it % 5 == 2) {
             struct buf extra;
             alloc_extra(&extra, 20000, seed + 4);
