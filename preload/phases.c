@@ -107,7 +107,10 @@ static void plan_now(struct om_pool *pool, uint64_t cursor)
 /* Of the iterations in the ring, the latest in which fewest blocks outlived a period: a
  * block that lingers now and then (freed an iteration late) gets no slot in a plan made
  * from an iteration where it lingered, and every later iteration misses it; from one
- * where it did not, it gets its slot, and the guard turns it away when it lingers. */
+ * where it did not, it gets its slot, and the guard turns it away when it lingers. A block
+ * whose death is not known yet, or came two periods on, counts twice: one that lives
+ * longer than a period in every iteration (a replaced weight) gets slots in a plan of two
+ * iterations, from one where it has died already. */
 static uint64_t pick_iteration(const struct om_pool *pool, uint64_t latest, uint64_t p,
                                uint64_t now)
 {
@@ -116,7 +119,9 @@ static uint64_t pick_iteration(const struct om_pool *pool, uint64_t latest, uint
         uint64_t lived_long = 0;
         for (uint64_t r = 0; r < p; r++) {
             const struct record *e = &pool->ring[(first + r) % RING];
-            lived_long += e->upper == NO_DEATH || e->upper > e->lower + p;
+            lived_long += e->upper == NO_DEATH || e->upper > e->lower + 2 * p ? 2
+                          : e->upper > e->lower + p                           ? 1
+                                                                              : 0;
         }
         if (lived_long < best_long) {
             best = first;
