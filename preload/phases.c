@@ -43,27 +43,17 @@ static int period_failed(const struct om_pool *pool, uint64_t period, uint64_t e
  * the cursor around them every iteration. It is made again once, from a recent iteration. */
 #define STALE_ITERATIONS 3
 
-static int plan_is_stale(struct om_pool *pool)
+void om_pool_end_of_served_iteration(struct om_pool *pool)
 {
     pool->stale_iterations = pool->iteration_unknown ? pool->stale_iterations + 1 : 0;
     pool->iteration_unknown = 0;
-    return pool->stale_iterations >= STALE_ITERATIONS && !pool->stale_replanned;
-}
-
-void om_pool_end_of_served_iteration(struct om_pool *pool)
-{
+    int stale = pool->stale_iterations >= STALE_ITERATIONS && !pool->stale_replanned;
     if (pool->grace) {
         pool->grace = 0;
-    } else if (plan_is_stale(pool)) {
-        om_debug("requests without a slot in %d iterations in a row: planning again",
-                 STALE_ITERATIONS);
-        pool->stats.replans++;
-        pool->stale_replanned = 1;
-        om_pool_release_free(pool, 0, SIZE_MAX);
-        om_pool_learn(pool);
-    } else if (pool->iteration_misses * 8 > pool->period) {
-        om_debug("%llu misses in an iteration of %llu requests: learning again",
-                 (unsigned long long)pool->iteration_misses, (unsigned long long)pool->period);
+    } else if (stale || pool->iteration_misses * 8 > pool->period) {
+        om_debug("%llu misses in an iteration of %llu requests%s: learning again",
+                 (unsigned long long)pool->iteration_misses, (unsigned long long)pool->period,
+                 stale ? ", and requests without a slot in each of the last ones" : "");
         pool->stats.replans++;
         /* A plan that missed at once was for a wrong period, or for the right one while
          * the program still changed (Python's interpreter specializes its calls over the
@@ -71,7 +61,9 @@ void om_pool_end_of_served_iteration(struct om_pool *pool)
          * period is planned again once it has repeated over twice as many requests, which
          * a run of layers inside a step soon cannot. One that held a while was right until
          * the program changed, and its period may well come back. */
-        if (pool->served_iterations < STEADY_ITERATIONS) {
+        if (stale) {
+            pool->stale_replanned = 1;
+        } else if (pool->served_iterations < STEADY_ITERATIONS) {
             pool->failed[pool->nfailed % FAILED_PERIODS].period =
                 pool->unrolled ? pool->period / 2 : pool->period;
             pool->failed[pool->nfailed++ % FAILED_PERIODS].evidence = 2 * pool->evidence;
