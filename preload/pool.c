@@ -384,11 +384,12 @@ void om_pool_free(struct om_pool *pool, void *p, uintptr_t stream)
         goto out;
     }
     om_arena_give(&pool->arena, gone.off, gone.len);
-    /* A planned block's pages serve its slot again (a saved plan's prologue's too). */
+    /* A planned block's pages serve its slot again (a saved plan's prologue's too), as long
+     * as its plan does; once the program is learnt again they are a hole like any other. */
     int planned = gone.flags & OM_BLOCK_PLANNED;
     if (!planned && pool->phase == SERVE && gone.len >= RELEASE_BLOCK_MIN)
         pool->stats.released_bytes += om_arena_release_range(&pool->arena, gone.off, gone.len);
-    else if (!planned && pool->phase != SERVE && pool->host)
+    else if (pool->phase != SERVE && (!planned || pool->phase != PROLOGUE) && pool->host)
         remember_freed(pool, gone.off, gone.len);
     if (pool->redzone && om_arena_check(&pool->arena) != 0) {
         pool->stats.verify_violations++;
