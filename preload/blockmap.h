@@ -11,7 +11,8 @@ struct om_block {
     size_t len; /* bytes taken in the arena, red zone included */
     size_t size;
     uint32_t record;     /* index + 1 in the iteration being recorded, 0 for none */
-    uint32_t generation; /* of the recording that record refers to */
+    uint32_t generation; /* of the recording that record refers to, or of the plan that
+                            placed the block */
     uint32_t log;        /* index + 1 in the request log of a saved plan, 0 for none */
     uint32_t flags;
 };

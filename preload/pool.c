@@ -267,7 +267,7 @@ void *om_pool_alloc(struct om_pool *pool, size_t size, size_t alignment, int zer
         goto fail;
     if (pool->phase != SERVE && om_arena_resident(&pool->arena) > resident)
         release_idle(pool);
-    struct om_block b = {off, len, size, 0, 0, 0, planned ? OM_BLOCK_PLANNED : 0};
+    struct om_block b = {off, len, size, 0, pool->generation, 0, planned ? OM_BLOCK_PLANNED : 0};
     /* A saved plan needs the run's main-thread requests from the start until a plan has
      * held (a plan for a wrong period may serve an iteration or two before it misses):
      * logged by index, so logging stops for good at the first gap. */
@@ -385,11 +385,11 @@ void om_pool_free(struct om_pool *pool, void *p, uintptr_t stream)
     }
     om_arena_give(&pool->arena, gone.off, gone.len);
     /* A planned block's pages serve its slot again (a saved plan's prologue's too), as long
-     * as its plan does; once the program is learnt again they are a hole like any other. */
-    int planned = gone.flags & OM_BLOCK_PLANNED;
+     * as its plan does: a block of a plan since dropped leaves a hole like any other. */
+    int planned = (gone.flags & OM_BLOCK_PLANNED) && gone.generation == pool->generation;
     if (!planned && pool->phase == SERVE && gone.len >= RELEASE_BLOCK_MIN)
         pool->stats.released_bytes += om_arena_release_range(&pool->arena, gone.off, gone.len);
-    else if (pool->phase != SERVE && (!planned || pool->phase != PROLOGUE) && pool->host)
+    else if (!planned && pool->phase != SERVE && pool->host)
         remember_freed(pool, gone.off, gone.len);
     if (pool->redzone && om_arena_check(&pool->arena) != 0) {
         pool->stats.verify_violations++;
