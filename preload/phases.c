@@ -111,9 +111,7 @@ static uint64_t pick_iteration(const struct om_pool *pool, uint64_t latest, uint
         uint64_t lived_long = 0;
         for (uint64_t r = 0; r < p; r++) {
             const struct record *e = &pool->ring[(first + r) % RING];
-            lived_long += e->upper == NO_DEATH || e->upper > e->lower + 2 * p ? 2
-                          : e->upper > e->lower + p                           ? 1
-                                                                              : 0;
+            lived_long += (uint64_t)om_record_periods(e, p);
         }
         if (lived_long < best_long) {
             best = first;
@@ -136,7 +134,7 @@ static uint64_t quietest_request(const struct om_pool *pool, uint64_t p)
         return best;
     for (uint64_t r = 0; r < p; r++) {
         const struct record *rec = &pool->records[r];
-        if (rec->upper == NO_DEATH || rec->upper > rec->lower + p)
+        if (om_record_periods(rec, p) != 0)
             continue;
         delta[rec->lower] += rec->len;
         delta[rec->upper] -= rec->len; /* unsigned: the sums below come out right */
@@ -163,11 +161,8 @@ static void unroll_twice(struct om_pool *pool)
 {
     uint64_t p = pool->nrecords;
     int needed = 0;
-    for (uint64_t r = 0; r < p && !needed; r++) {
-        const struct record *rec = &pool->records[r];
-        needed = rec->upper != NO_DEATH && rec->upper > rec->lower + p &&
-                 rec->upper <= rec->lower + 2 * p;
-    }
+    for (uint64_t r = 0; r < p && !needed; r++)
+        needed = om_record_periods(&pool->records[r], p) == 1;
     if (!needed || 2 * p > MAX_PERIOD)
         return;
     for (uint64_t r = 0; r < p; r++) {

@@ -182,7 +182,7 @@ static int build_plan(struct om_pool *pool, size_t scratch_from, size_t scratch_
         goto out;
     for (size_t r = 0; r < pool->nrecords; r++) {
         struct record *rec = &pool->records[r];
-        if (rec->upper == NO_DEATH || rec->upper > rec->lower + pool->period)
+        if (om_record_periods(rec, pool->period) != 0)
             continue;
         in[n++] = (om_rp_block){.id = r,
                                 .lower = rec->lower,

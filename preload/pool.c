@@ -456,7 +456,7 @@ void om_pool_save_plan(struct om_pool *pool)
         goto out;
     for (size_t r = 0; r < pool->nrecords; r++) {
         const struct record *rec = &pool->records[r];
-        if (rec->upper != NO_DEATH && rec->upper <= rec->lower + pool->period)
+        if (om_record_periods(rec, pool->period) == 0)
             arcs[narcs++] = (struct om_cycle_arc){r,          rec->token, rec->lower,
                                                   rec->upper, rec->len,   rec->alignment};
     }

@@ -40,6 +40,15 @@ struct record {
     uint32_t log; /* in the ring: the request's index + 1 in the request log, 0 for none */
 };
 
+/* How many periods of p a record's block spans: 0 within one (an arc a plan places), 1
+ * within two (a plan of two iterations places it), 2 for more or a death not known yet. */
+static inline int om_record_periods(const struct record *rec, uint64_t p)
+{
+    if (rec->upper == NO_DEATH || rec->upper > rec->lower + 2 * p)
+        return 2;
+    return rec->upper > rec->lower + p;
+}
+
 struct om_pool {
     pthread_mutex_t lock;
     struct om_arena arena;
