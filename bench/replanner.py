@@ -1,6 +1,7 @@
 #!/usr/bin/python3
-"""Benchmark of the replanner: `optmem plan` over the bundled lifetime sets and a generated
-20,000-buffer training-like trace; prints one table (instance, buffers, LB, best known, ours,
+"""Benchmark of the replanner: `optmem plan` over the bundled lifetime sets, a generated
+20,000-buffer training-like trace and one recorded transformer iteration (cyclic, 6491
+arcs, tests/replanner/data); prints one table (instance, buffers, LB, best known, ours,
 ratio to LB, time, and the ratio to LB with the in-process default budget of 20 ms)."""
 import argparse
 import os
@@ -66,9 +67,9 @@ def gen_training_trace(path, n_target=20000, seed=1):
     return len(rows)
 
 
-def run_plan(optmem, path, budget_ms):
-    out = subprocess.run([optmem, "plan", path, "--budget-ms", str(budget_ms)],
-                         capture_output=True, text=True)
+def run_plan(optmem, path, budget_ms, period=0):
+    out = subprocess.run([optmem, "plan", path, "--budget-ms", str(budget_ms),
+                          "--period", str(period)], capture_output=True, text=True)
     if out.returncode != 0:
         sys.exit("optmem plan %s failed: %s" % (path, out.stderr.strip()))
     val = {}
@@ -84,6 +85,8 @@ def main():
     ap.add_argument("--data", default=os.path.join(ROOT, "..", "shared", "bench", "lifetimes"))
     ap.add_argument("--budget-ms", type=int, default=1000, help="budget per bundled instance")
     ap.add_argument("--trace-budget-ms", type=int, default=100, help="budget for the trace")
+    ap.add_argument("--step-budget-ms", type=int, default=200,
+                    help="budget for the transformer iteration (plan mode's, default %(default)s)")
     ap.add_argument("--short-budget-ms", type=int, default=20,
                     help="second, short budget for every instance (0: none)")
     a = ap.parse_args()
@@ -96,23 +99,26 @@ def main():
     if not optmem:
         sys.exit("no optmem binary found: build it or pass --optmem")
 
-    jobs = [(f, os.path.join(a.data, f), a.budget_ms) for f in sorted(os.listdir(a.data))
+    jobs = [(f, os.path.join(a.data, f), a.budget_ms, 0) for f in sorted(os.listdir(a.data))
             if f.endswith(".csv")]
     tmp = tempfile.mkdtemp(prefix="om_rp_bench_")
     trace = os.path.join(tmp, "training-20k.csv")
     gen_training_trace(trace)
-    jobs.append(("generated training-20k (seed 1)", trace, a.trace_budget_ms))
+    jobs.append(("generated training-20k (seed 1)", trace, a.trace_budget_ms, 0))
+    jobs.append(("transformer-b32-step (cyclic)",
+                 os.path.join(ROOT, "tests", "replanner", "data", "transformer-b32-step.csv"),
+                 a.step_budget_ms, 6491))
 
     fmt = "%-32s %8s %12s %12s %12s %8s %9s %10s"
     short = "LB@%dms" % a.short_budget_ms if a.short_budget_ms else ""
     print(fmt % ("instance", "buffers", "lower bound", "best known", "ours", "ours/LB", "time ms",
                  short))
-    for name, path, budget in jobs:
-        v = run_plan(optmem, path, budget)
+    for name, path, budget, period in jobs:
+        v = run_plan(optmem, path, budget, period)
         best = BEST_KNOWN.get(name)
         ratio = ""
         if a.short_budget_ms:
-            ratio = "%.4f" % (run_plan(optmem, path, a.short_budget_ms)["peak"] / v["lower bound"])
+            ratio = "%.4f" % (run_plan(optmem, path, a.short_budget_ms, period)["peak"] / v["lower bound"])
         print(fmt % (name, v["buffers"], v["lower bound"], best if best else "-", v["peak"],
                      "%.4f" % (v["peak"] / v["lower bound"]), "%.1f" % v["ms"], ratio))
     os.remove(trace)

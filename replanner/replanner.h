@@ -40,10 +40,11 @@ enum om_rp_algo {
     OM_RP_ALGO_AUTO = 0, /* greedy, then branch and bound or local search, by size */
     OM_RP_ALGO_GREEDY,   /* best of a few orders through the skyline decoder; no search */
     OM_RP_ALGO_LOCAL,    /* greedy, then a randomized search over orders */
-    OM_RP_ALGO_BNB,      /* greedy, then branch and bound (n <= OM_RP_BNB_MAX_BLOCKS) */
+    OM_RP_ALGO_BNB,      /* greedy, then branch and bound (local search on huge instances) */
 };
 
-/* Sizes the branch and bound accepts: its memory grows with the pairs overlapping in time. */
+/* auto takes branch and bound up to this many blocks, and above it while the pairs that
+ * overlap in time, whose lists its memory and setup grow with, are few for the budget. */
 #define OM_RP_BNB_MAX_BLOCKS 4096
 #define OM_RP_DEFAULT_BUDGET_MS 20
 /* Sizes, offsets and peaks stay below this so that no sum can overflow. */

@@ -1,4 +1,5 @@
 /* Replanner tests: validity everywhere, optimality on tiny sets, cycles, fixed blocks, errors. */
+#include "rp_internal.h"
 #include "rp_test_util.h"
 
 #include <errno.h>
@@ -580,6 +581,85 @@ static void test_tiny_budget_large(void **state)
     free(b);
 }
 
+/*
+ * The branch and bound's setup size, against every pair checked one by one: exact on a line
+ * (both ends of each pair that meets, plus the sections of every block), never below the
+ * truth on a circle, where a wrapping block met at both of its runs counts twice.
+ */
+static void test_setup_size(void **state)
+{
+    uint64_t seed = 23;
+    om_rp_block b[80];
+    (void)state;
+
+    for (int iter = 0; iter < 60; iter++) {
+        int cyclic = iter & 1;
+        size_t n = 1 + t_rand(&seed) % 80;
+        uint64_t horizon = 4 + t_rand(&seed) % 60, entries = 0, truth = 0;
+        rp_mem m = {&t_alloc, NULL};
+        rp_inst in;
+
+        t_random_blocks(b, n, horizon, cyclic, 0, &seed);
+        assert_int_equal(rp_inst_build(&in, &m, b, n, cyclic ? horizon : 0), 0);
+        assert_int_equal(rp_bnb_setup_size(&in, &m, &entries), 0);
+        for (uint32_t k = 0; k < in.nm; k++) {
+            uint32_t i = in.mov[k];
+            truth += in.s1[i] - in.s0[i] + in.w1[i] - in.w0[i];
+            for (uint32_t j = 0; j < in.nm; j++)
+                truth += j != k && rp_overlap_time(&in, i, in.mov[j]);
+        }
+        if (cyclic ? entries < truth : entries != truth)
+            fail_msg("iteration %d (n %zu, %s): setup size %llu, counted %llu", iter, n,
+                     cyclic ? "circle" : "line", (unsigned long long)entries,
+                     (unsigned long long)truth);
+        rp_mem_free_all(&m);
+    }
+    assert_int_equal(t_live_bytes(), 0);
+}
+
+/*
+ * One iteration of the bundled transformer at batch 32 (6491 arcs on a circle, 24 of them
+ * wrapping; see data/README.md): above OM_RP_BNB_MAX_BLOCKS, but with few pairs meeting in
+ * time, so auto takes the branch and bound, whose first dive reaches LB (local search was
+ * at 1.04 x LB after 200 ms). With a budget far too short to list its pairs, local search.
+ * Node limits, not the clock, end both runs.
+ */
+static void test_auto_large_step(void **state)
+{
+    char path[1024], err[512];
+    om_rp_block *b;
+    size_t n;
+    om_rp_options opt = {0};
+    om_rp_result res;
+    uint64_t *off;
+    (void)state;
+
+    snprintf(path, sizeof(path), "%s/transformer-b32-step.csv", OM_TEST_DATA_DIR);
+    if (om_rp_csv_read(path, &t_alloc, &b, &n, err, sizeof(err)) != 0)
+        fail_msg("%s", err);
+    assert_true(n > OM_RP_BNB_MAX_BLOCKS);
+    off = malloc(n * sizeof(*off));
+    assert_non_null(off);
+    opt.alloc = t_alloc;
+    opt.period = 6491;
+    opt.budget_ms = 60000;
+    opt.max_nodes = 4 * n;
+    opt.err = err;
+    opt.errlen = sizeof(err);
+    assert_int_equal(om_rp_plan(b, n, &opt, off, &res), 0);
+    assert_int_equal(om_rp_check(b, n, opt.period, off, &t_alloc, err, sizeof(err)), 0);
+    assert_string_equal(res.stage, "bnb");
+    assert_true(res.optimal);
+    opt.budget_ms = 1;
+    opt.max_nodes = 50;
+    assert_int_equal(om_rp_plan(b, n, &opt, off, &res), 0);
+    assert_int_equal(om_rp_check(b, n, opt.period, off, &t_alloc, err, sizeof(err)), 0);
+    assert_string_not_equal(res.stage, "bnb");
+    free(off);
+    om_rp_csv_free(&t_alloc, b, n);
+    assert_int_equal(t_live_bytes(), 0);
+}
+
 static void test_empty(void **state)
 {
     om_rp_options opt = {0};
@@ -614,6 +694,8 @@ int main(void)
         cmocka_unit_test(test_empty),
         cmocka_unit_test(test_bnb_restarts),
         cmocka_unit_test(test_tiny_budget_large),
+        cmocka_unit_test(test_setup_size),
+        cmocka_unit_test(test_auto_large_step),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
