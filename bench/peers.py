@@ -188,6 +188,8 @@ def command_for(workload, alloc_env, preload, args, time_file):
         steps = args.steps or workload.get("steps")
         if steps:
             cmd += ["--steps", str(steps)]
+        if args.batch_scale != 1:
+            cmd += ["--batch-scale", str(args.batch_scale)]
         return cmd + list(workload["args"]), env
     # A C program: GNU time runs without the preload (else it would be measured, and
     # under optmem write the report too) and env(1) puts the allocator in front of
@@ -512,6 +514,8 @@ def add_common_args(p, runs=3):
                    help="comma-separated names from the table (default %(default)s)")
     p.add_argument("--runs", type=int, default=runs, help="interleaved runs of each (default %(default)s)")
     p.add_argument("--threads", type=int, default=2, help="threads per workload (default 2)")
+    p.add_argument("--batch-scale", type=int, default=1,
+                   help="multiply every Python workload's batch size by this (default %(default)s)")
     p.add_argument("--build-dir", default="build",
                    help="optmem build directory, relative to the repo unless absolute (default %(default)s)")
     p.add_argument("--optmem-lib", default=None,
@@ -532,8 +536,8 @@ def parse_args():
                    help="steps per run of every Python workload (default: the table's)")
     add_common_args(p)
     args = p.parse_args()
-    if args.runs < 1:
-        p.error("--runs must be at least 1")
+    if args.runs < 1 or args.batch_scale < 1:
+        p.error("--runs and --batch-scale must be at least 1")
     return args
 
 
@@ -572,7 +576,9 @@ def main():
     steps = ", ".join("%s %s" % (w["name"], w.get("iterations") if w["kind"] == "program"
                                  else (args.steps or w.get("steps") or "default"))
                       for w in workloads)
-    print("Medians of %d interleaved run(s); steps: %s; threads=%d.\n" % (args.runs, steps, args.threads))
+    scale = "; batch x %d" % args.batch_scale if args.batch_scale != 1 else ""
+    print("Medians of %d interleaved run(s); steps: %s; threads=%d%s.\n"
+          % (args.runs, steps, args.threads, scale))
     print(markdown_table(rows))
     print("\n" + busy_note(records))
     if args.csv:

@@ -22,6 +22,7 @@ def parse_args():
     p.add_argument("--runs", type=int, default=1, help="runs of each (default %(default)s)")
     p.add_argument("--steps", type=int, default=None, help="steps per run (default: the table's)")
     p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--batch-scale", type=int, default=1, help="multiply each batch by this")
     p.add_argument("--build-dir", default="build")
     p.add_argument("--optmem-lib", default=None)
     p.add_argument("--optmem-env", action="append", default=[], metavar="KEY=VAL")

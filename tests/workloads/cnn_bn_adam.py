@@ -9,7 +9,7 @@ from torch import nn  # noqa: E402
 
 RSS_AFTER_IMPORTS = common.rss_after_imports()
 
-BATCH = 128
+BATCH = 128 * args.batch_scale
 CHANNELS = 3
 SIZE = 32  # CIFAR-like images
 CLASSES = 10

@@ -22,11 +22,13 @@ def parse_args(description, default_steps=30, add_args=None):
                    help="intra-op / BLAS threads (default %(default)s)")
     p.add_argument("--json", action="store_true",
                    help="print a final 'OPTMEM_RESULT {json}' line")
+    p.add_argument("--batch-scale", type=int, default=1,
+                   help="multiply the workload's batch size by this (default %(default)s)")
     if add_args is not None:
         add_args(p)
     args = p.parse_args()
-    if args.steps < 1 or args.threads < 1:
-        p.error("--steps and --threads must be at least 1")
+    if args.steps < 1 or args.threads < 1 or args.batch_scale < 1:
+        p.error("--steps, --threads and --batch-scale must be at least 1")
     return args
 
 

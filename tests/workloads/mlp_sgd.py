@@ -9,7 +9,7 @@ from torch import nn  # noqa: E402
 
 RSS_AFTER_IMPORTS = common.rss_after_imports()
 
-BATCH = 512
+BATCH = 512 * args.batch_scale
 IN_FEATURES = 1024
 HIDDEN = 2048
 CLASSES = 100

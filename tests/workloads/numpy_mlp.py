@@ -15,7 +15,7 @@ import numpy as np  # noqa: E402
 
 RSS_AFTER_IMPORTS = common.rss_after_imports()
 
-BATCH = 1024
+BATCH = 1024 * args.batch_scale
 IN_FEATURES = 1024
 HIDDEN = 4096
 CLASSES = 100

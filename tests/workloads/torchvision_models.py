@@ -38,7 +38,7 @@ from torch import nn  # noqa: E402
 RSS_AFTER_IMPORTS = common.rss_after_imports()
 
 SIZE = args.size or SIZES[args.model]["size"]
-BATCH = args.batch or SIZES[args.model]["batch"]
+BATCH = (args.batch or SIZES[args.model]["batch"]) * args.batch_scale
 
 
 def make_model(name):

@@ -9,7 +9,7 @@ from torch import nn  # noqa: E402
 
 RSS_AFTER_IMPORTS = common.rss_after_imports()
 
-BATCH = 8
+BATCH = 8 * args.batch_scale
 SEQ = 128
 VOCAB = 1000
 D_MODEL = 256
