@@ -729,14 +729,16 @@ static void finish(const rp_inst *in, const rp_best *best, uint64_t *offsets, om
 static int use_branch_and_bound(const rp_inst *in, rp_mem *m, int algo, uint32_t budget_ms)
 {
     uint64_t entries;
-    int rc = rp_bnb_setup_size(in, m, &entries);
+    int rc;
 
-    if (rc < 0)
+    /* 4096 blocks list at most 4096 * 4095 pair ends and 4096 * 8192 sections. */
+    if (in->nm <= OM_RP_BNB_MAX_BLOCKS)
+        return 1;
+    if ((rc = rp_bnb_setup_size(in, m, &entries)) < 0)
         return rc;
     if (entries > BNB_MAX_ENTRIES)
         return 0;
-    return algo == OM_RP_ALGO_BNB || in->nm <= OM_RP_BNB_MAX_BLOCKS ||
-           entries <= (uint64_t)budget_ms * BNB_ENTRIES_PER_MS;
+    return algo == OM_RP_ALGO_BNB || entries <= (uint64_t)budget_ms * BNB_ENTRIES_PER_MS;
 }
 
 int om_rp_plan(const om_rp_block *blocks, size_t n, const om_rp_options *opt, uint64_t *offsets,
