@@ -149,18 +149,9 @@ size_t om_arena_release_tail(struct om_arena *a, size_t keep)
 
 size_t om_arena_release_range(struct om_arena *a, size_t off, size_t len)
 {
-    ptrdiff_t i = om_extents_at_or_below(&a->free, off);
-    if (i < 0 || a->free.v[i].off + a->free.v[i].len < off + len)
-        return 0;
-    const struct om_extent *e = &a->free.v[i];
-    size_t page = a->page;
-    /* The pages the range lies on, as far as they are free: neighbours may be free too. */
-    size_t from = off & ~(page - 1), to = align_up(off + len, page);
-    if (from < e->off)
-        from = e->off;
-    if (to > e->off + e->len)
-        to = e->off + e->len;
-    return release_pages(a, from, to);
+    /* The pages the range lies on, as far as they are free: neighbours may be free too, and
+     * parts of it may have been taken again since it was freed. */
+    return om_arena_release_free(a, off & ~(a->page - 1), align_up(off + len, a->page));
 }
 
 size_t om_arena_release_free(struct om_arena *a, size_t from, size_t to)

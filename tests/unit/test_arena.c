@@ -137,6 +137,20 @@ static void test_release_range_drops_resident_by_whole_pages(void **state)
     assert_int_equal(om_arena_check(&arena), 0);
 }
 
+/* A hole remembered when it was freed, and partly taken again since, still gives back the
+ * pages of its rest (before, the whole range had to be free, and they stayed resident). */
+static void test_release_range_after_part_was_taken_again(void **state)
+{
+    size_t p = arena.page;
+    assert_int_equal(om_arena_take(&arena, 0, 10 * p), 0);
+    assert_int_equal(om_arena_give(&arena, 0, 10 * p), 0);
+    assert_int_equal(om_arena_take(&arena, 0, 3 * p + 10), 0);
+    assert_int_equal(om_arena_release_range(&arena, 0, 10 * p), 6 * p);
+    assert_int_equal(om_arena_resident(&arena), 4 * p);
+    assert_int_equal(om_arena_release_range(&arena, 0, 10 * p), 0);
+    assert_int_equal(om_arena_check(&arena), 0);
+}
+
 static void test_take_over_released_pages_restores_them(void **state)
 {
     size_t p = arena.page;
@@ -286,20 +300,6 @@ static int m_overlaps_live(size_t off, size_t len)
     return 0;
 }
 
-/* The free run of [0, m_top) around [off, off + len), which must be free. */
-static void m_free_run(size_t off, size_t len, size_t *start, size_t *end)
-{
-    *start = 0;
-    *end = m_top;
-    for (size_t k = 0; k < nlive; k++) {
-        size_t e = live[k].off + live[k].len;
-        if (e <= off && e > *start)
-            *start = e;
-        if (live[k].off >= off + len && live[k].off < *end)
-            *end = live[k].off;
-    }
-}
-
 static void m_take(size_t off, size_t len)
 {
     size_t p = arena.page, end = off + len;
@@ -313,31 +313,37 @@ static void m_take(size_t off, size_t len)
         m_touched_end = (end + p - 1) / p * p;
 }
 
-static size_t m_release_range(size_t off, size_t len)
-{
-    size_t p = arena.page, start, end;
-    if (len == 0 || off + len > m_top || m_overlaps_live(off, len))
-        return 0;
-    m_free_run(off, len, &start, &end);
-    size_t from = off / p * p, to = (off + len + p - 1) / p * p;
-    return m_release(from > start ? from : start, to < end ? to : end);
-}
-
-static size_t m_release_free(void)
+/* Whole pages of free space inside [lo, hi): the runs between live blocks below the top. */
+static size_t m_release_free_in(size_t lo, size_t hi)
 {
     size_t released = 0, pos = 0;
-    while (pos < m_top) {
+    if (hi > m_top)
+        hi = m_top;
+    while (pos < hi) {
         size_t next = m_top, next_end = m_top; /* the first live block at or above pos */
         for (size_t k = 0; k < nlive; k++)
             if (live[k].off >= pos && live[k].off < next) {
                 next = live[k].off;
                 next_end = live[k].off + live[k].len;
             }
-        if (next > pos)
-            released += m_release(pos, next);
+        size_t from = pos > lo ? pos : lo, to = next < hi ? next : hi;
+        if (to > from)
+            released += m_release(from, to);
         pos = next_end;
     }
     return released;
+}
+
+/* The pages a range lies on, as far as they are free (parts of it may be live again). */
+static size_t m_release_range(size_t off, size_t len)
+{
+    size_t p = arena.page;
+    return m_release_free_in(off / p * p, (off + len + p - 1) / p * p);
+}
+
+static size_t m_release_free(void)
+{
+    return m_release_free_in(0, SIZE_MAX);
 }
 
 static size_t m_release_tail(size_t keep)
@@ -500,6 +506,7 @@ int main(void)
         cmocka_unit_test_setup(test_best_fit_prefers_smallest_hole, setup),
         cmocka_unit_test_setup(test_release_tail, setup),
         cmocka_unit_test_setup(test_release_range_drops_resident_by_whole_pages, setup),
+        cmocka_unit_test_setup(test_release_range_after_part_was_taken_again, setup),
         cmocka_unit_test_setup(test_take_over_released_pages_restores_them, setup),
         cmocka_unit_test_setup(test_release_twice_counts_once, setup),
         cmocka_unit_test_setup(test_release_free_between_bounds, setup),
