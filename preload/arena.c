@@ -166,6 +166,114 @@ size_t om_arena_release_free(struct om_arena *a, size_t from, size_t to)
     return released;
 }
 
+/* Adds to `out` the pages of [lo, hi) (page-aligned) that are not resident. */
+static int add_unbacked_pages(const struct om_arena *a, struct om_extents *out, size_t lo,
+                              size_t hi)
+{
+    size_t touched_end = om_arena_touched_end(a);
+    if (hi > touched_end && om_extents_add(out, lo > touched_end ? lo : touched_end,
+                                           hi - (lo > touched_end ? lo : touched_end)) != 0)
+        return -ENOMEM;
+    ptrdiff_t i = om_extents_at_or_below(&a->unbacked, lo);
+    for (size_t k = i < 0 ? 0 : (size_t)i; k < a->unbacked.n && a->unbacked.v[k].off < hi; k++) {
+        size_t u_lo = a->unbacked.v[k].off, u_hi = u_lo + a->unbacked.v[k].len;
+        u_lo = u_lo > lo ? u_lo : lo;
+        u_hi = u_hi < hi ? u_hi : hi;
+        if (u_hi > u_lo && om_extents_add(out, u_lo, u_hi - u_lo) != 0)
+            return -ENOMEM;
+    }
+    return 0;
+}
+
+/* Adds to `out` the pages of [lo, hi) (page-aligned) wholly free and not resident. */
+static int add_empty_pages(const struct om_arena *a, struct om_extents *out, size_t lo, size_t hi)
+{
+    size_t page = a->page, tail = om_arena_taken_end(a); /* free from there on */
+    ptrdiff_t i = om_extents_at_or_below(&a->free, lo);
+    for (size_t k = i < 0 ? 0 : (size_t)i; k < a->free.n && a->free.v[k].off < hi; k++) {
+        size_t f_lo = align_up(a->free.v[k].off, page);
+        size_t f_hi = (a->free.v[k].off + a->free.v[k].len) & ~(page - 1);
+        f_lo = f_lo > lo ? f_lo : lo;
+        f_hi = f_hi < hi ? f_hi : hi;
+        if (f_hi > f_lo && add_unbacked_pages(a, out, f_lo, f_hi) != 0)
+            return -ENOMEM;
+    }
+    tail = align_up(tail > lo ? tail : lo, page);
+    return hi > tail ? add_unbacked_pages(a, out, tail, hi) : 0;
+}
+
+/* Moves [from, from + n) to [to, to + n), both free and page-aligned, and keeps the books:
+ * the source is no longer resident, the destination is, and lies below top and touched. */
+static int move_pages(struct om_arena *a, size_t from, size_t to, size_t n)
+{
+    if (om_extents_reserve(&a->unbacked, 3) != 0 || om_extents_reserve(&a->free, 1) != 0)
+        return -ENOMEM;
+    int rc =
+        a->backend->move(a->backend->ctx, (uintptr_t)a->base + from, (uintptr_t)a->base + to, n);
+    if (rc != 0)
+        return rc;
+    size_t touched_end = om_arena_touched_end(a);
+    (void)om_extents_add(&a->unbacked, from, n);
+    if (to > touched_end) /* untouched pages below the destination stay so */
+        (void)om_extents_add(&a->unbacked, touched_end, to - touched_end);
+    (void)om_extents_remove(&a->unbacked, to, n);
+    if (to + n > a->touched)
+        a->touched = to + n;
+    if (to + n > a->top) { /* free space, now in the books as the free tail */
+        (void)om_extents_add(&a->free, a->top, to + n - a->top);
+        a->top = to + n;
+    }
+    return 0;
+}
+
+size_t om_arena_move_into(struct om_arena *a, const struct om_extents *keep, size_t max_moves)
+{
+    size_t page = a->page, moved = 0, moves = 0, touched_end = om_arena_touched_end(a);
+    struct om_extents src, dst;
+    if (!a->backend->move || om_extents_init(&src) != 0)
+        return 0;
+    if (om_extents_init(&dst) != 0)
+        goto out_src;
+    /* Sources: whole free pages, resident, on which no kept range lies. */
+    for (size_t i = 0; i < a->free.n; i++) {
+        size_t lo = align_up(a->free.v[i].off, page);
+        size_t hi = (a->free.v[i].off + a->free.v[i].len) & ~(page - 1);
+        hi = hi < touched_end ? hi : touched_end;
+        if (hi > lo && om_extents_add(&src, lo, hi - lo) != 0)
+            goto out;
+    }
+    for (size_t i = 0; i < a->unbacked.n; i++)
+        if (om_extents_remove(&src, a->unbacked.v[i].off, a->unbacked.v[i].len) < 0)
+            goto out;
+    /* Destinations: the kept pages that are wholly free and not resident. */
+    for (size_t i = 0; i < keep->n; i++) {
+        size_t lo = keep->v[i].off & ~(page - 1);
+        size_t hi = align_up(keep->v[i].off + keep->v[i].len, page);
+        if (hi > a->reserved)
+            hi = a->reserved & ~(page - 1);
+        if (om_extents_remove(&src, lo, hi - lo) < 0 || add_empty_pages(a, &dst, lo, hi) != 0)
+            goto out;
+    }
+    size_t si = 0, di = 0, s_done = 0, d_done = 0;
+    while (si < src.n && di < dst.n && moves < max_moves) {
+        size_t s_left = src.v[si].len - s_done, d_left = dst.v[di].len - d_done;
+        size_t n = s_left < d_left ? s_left : d_left;
+        if (move_pages(a, src.v[si].off + s_done, dst.v[di].off + d_done, n) != 0)
+            break;
+        moved += n;
+        moves++;
+        s_done = n == s_left ? 0 : s_done + n;
+        si += n == s_left;
+        d_done = n == d_left ? 0 : d_done + n;
+        di += n == d_left;
+    }
+out:
+    om_extents_destroy(&dst);
+out_src:
+    om_extents_destroy(&src);
+    return moved;
+}
+
 size_t om_arena_taken_end(const struct om_arena *a)
 {
     const struct om_extent *last = a->free.n ? &a->free.v[a->free.n - 1] : NULL;

@@ -23,6 +23,10 @@ struct om_backend {
     /* Gives the memory behind the pages of [addr, addr + len) back; NULL where it cannot
      * (one fixed device allocation). 0 or -errno. */
     int (*release)(void *ctx, uintptr_t addr, size_t len);
+    /* Moves the memory behind the pages of [from, from + len) to [to, to + len), which
+     * must have none, and leaves [from, from + len) reading as zero pages, mapped still;
+     * NULL where memory cannot move. 0 or -errno (then nothing moved). */
+    int (*move)(void *ctx, uintptr_t from, uintptr_t to, size_t len);
     /* Stream order, NULL on the host: a fence recorded on stream where a block is freed
      * asynchronously; the block goes to another stream only once the fence has passed. */
     int (*fence_record)(void *ctx, uintptr_t stream, uintptr_t *fence);

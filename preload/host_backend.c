@@ -29,10 +29,22 @@ static int host_release(void *ctx, uintptr_t addr, size_t len)
     return madvise((void *)addr, len, MADV_DONTNEED) == 0 ? 0 : -errno;
 }
 
+static int host_move(void *ctx, uintptr_t from, uintptr_t to, size_t len)
+{
+    (void)ctx;
+    /* Page table entries move, not bytes: no copy, and no fault where they land. With
+     * DONTUNMAP the source stays mapped (empty, as after MADV_DONTNEED), so the reservation
+     * keeps no hole whatever happens next; kernels before 5.13 refuse it (EINVAL). */
+    void *r = mremap((void *)from, len, len, MREMAP_MAYMOVE | MREMAP_FIXED | MREMAP_DONTUNMAP,
+                     (void *)to);
+    return r == MAP_FAILED ? -errno : 0;
+}
+
 const struct om_backend om_host_backend = {
     .name = "cpu",
     .host_addressable = 1,
     .page = 0, /* the system's page size */
     .reserve = host_reserve,
     .release = host_release,
+    .move = host_move,
 };

@@ -16,6 +16,9 @@
 /* Packing around live blocks rarely meets its bound, and the plan packed alone is the
  * fallback: a shorter search. */
 #define OBSTACLE_BUDGET_MS 50
+/* Each move may split the arena's mapping in up to four, and the kernel caps a process's
+ * mappings (vm.max_map_count, 65530 by default). */
+#define PAGE_MOVES_MAX 128
 
 void om_pool_release_free(struct om_pool *pool, size_t from, size_t to)
 {
@@ -250,7 +253,10 @@ out:
 }
 
 /* Gives back every free page that no slot of the plan covers: the plan's region is resident
- * from warm-up only where the plan will touch it anyway. */
+ * from warm-up only where the plan will touch it anyway. Pages about to go back first move
+ * where slots lie on pages not resident, so that the first iteration served faults none of
+ * them in (the transformer: 12 thousand faults, 133 thousand at 4 x its batch). Huge pages
+ * fault 2 MiB at a time instead; moved small pages would split their region. */
 static void release_unplanned(struct om_pool *pool)
 {
     struct om_extents covered;
@@ -260,6 +266,8 @@ static void release_unplanned(struct om_pool *pool)
         if (pool->slots[s].len &&
             om_extents_add(&covered, pool->slots[s].offset, pool->slots[s].len) != 0)
             goto out;
+    if (!pool->hugepages)
+        pool->stats.moved_bytes += om_arena_move_into(&pool->arena, &covered, PAGE_MOVES_MAX);
     size_t gap = 0;
     for (size_t i = 0; i < covered.n; i++) {
         if (covered.v[i].off > gap)

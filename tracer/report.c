@@ -407,6 +407,7 @@ static void write_serving(struct om_json *w, const struct om_serving_stats *v)
     kv_u64(w, "plan_lower_bound_bytes", v->plan_lower_bound_bytes);
     kv_u64(w, "arena_top_bytes", v->arena_top_bytes);
     kv_u64(w, "released_bytes", v->released_bytes);
+    kv_u64(w, "moved_bytes", v->moved_bytes);
     kv_u64(w, "verify_violations", v->verify_violations);
     kv_u64(w, "invalid_frees", v->invalid_frees);
     kv_u64(w, "saved_plan", v->saved_plan);

@@ -79,6 +79,7 @@ struct om_serving_stats {
     uint64_t plans, replans;   /* plans made; times the program drifted and was relearnt */
     uint64_t plan_slots, plan_peak_bytes, plan_lower_bound_bytes;
     uint64_t arena_top_bytes, released_bytes;
+    uint64_t moved_bytes; /* free pages moved onto a plan's slots instead of released */
     uint64_t verify_violations, invalid_frees;
     uint64_t saved_plan;     /* 1 while a plan loaded from OPTMEM_PLAN_FILE is served */
     uint64_t retired_blocks; /* device blocks freed inside a graph capture: never reused */

@@ -6,6 +6,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <string.h>
+#include <sys/resource.h>
 
 #include <cmocka.h>
 
@@ -368,6 +369,49 @@ static size_t m_release_tail(size_t keep)
     return released;
 }
 
+static long minor_faults(void)
+{
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    return ru.ru_minflt;
+}
+
+/* Free resident pages move onto kept pages that are not resident, with their bytes and no
+ * fault, the books follow, and pages that a live block or a kept range lies on stay. */
+static void test_move_into_kept_pages(void **state)
+{
+    size_t p = arena.page;
+    struct om_extents keep;
+    assert_int_equal(om_extents_init(&keep), 0);
+    assert_int_equal(om_arena_take(&arena, 0, 8 * p), 0);
+    memset(arena.base, 0xab, 8 * p);
+    assert_int_equal(om_arena_give(&arena, 0, 8 * p), 0);
+    assert_int_equal(om_arena_take(&arena, p, 100), 0);         /* live: page 1 stays */
+    assert_int_equal(om_extents_add(&keep, 7 * p + 10, 10), 0); /* kept: page 7 stays */
+    assert_int_equal(om_extents_add(&keep, 16 * p, 4 * p), 0);  /* beyond top, untouched */
+    assert_int_equal(om_arena_resident(&arena), 8 * p);
+    /* Page 0 goes to 16 in the one move allowed, then pages 2 to 4 to 17 to 19. */
+    assert_int_equal(om_arena_move_into(&arena, &keep, 1), p);
+    assert_int_equal(om_arena_move_into(&arena, &keep, 128), 3 * p);
+    assert_int_equal(om_arena_resident(&arena), 8 * p);
+    assert_int_equal(arena.top, 20 * p);
+    assert_int_equal(om_arena_check(&arena), 0);
+    long before = minor_faults();
+    for (size_t i = 16; i < 20; i++)
+        assert_int_equal(arena.base[i * p + 5], 0xab);
+    memset(arena.base + 16 * p, 0, 4 * p);
+    assert_int_equal(minor_faults() - before, 0);
+    assert_int_equal(arena.base[0], 0); /* the source reads as fresh zero pages */
+    assert_int_equal(arena.base[2 * p], 0);
+    assert_int_equal(arena.base[5 * p], 0xab); /* not needed, not moved */
+    assert_int_equal(arena.base[7 * p], 0xab);
+    assert_int_equal(arena.base[p + 200], 0xab);
+    /* The kept pages are resident now: nothing more to move. */
+    assert_int_equal(om_arena_move_into(&arena, &keep, 128), 0);
+    assert_int_equal(om_arena_check(&arena), 0);
+    om_extents_destroy(&keep);
+}
+
 static void test_resident_matches_page_model(void **state)
 {
     size_t p = arena.page;
@@ -512,6 +556,7 @@ int main(void)
         cmocka_unit_test_setup(test_release_free_between_bounds, setup),
         cmocka_unit_test_setup(test_release_tail_forgets_unbacked_above_it, setup),
         cmocka_unit_test_setup(test_empty_take_inside_a_hole, setup),
+        cmocka_unit_test_setup(test_move_into_kept_pages, setup),
         cmocka_unit_test_setup(test_resident_matches_page_model, setup),
         cmocka_unit_test(test_backend_maps_before_use_and_releases_whole_chunks),
     };
