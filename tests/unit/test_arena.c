@@ -347,6 +347,51 @@ static size_t m_release_free(void)
     return m_release_free_in(0, SIZE_MAX);
 }
 
+static int m_resident_page(size_t i)
+{
+    return i * arena.page < m_touched_end && !m_unbacked[i];
+}
+
+/* om_arena_move_into with one kept range [klo, khi), page by page: resident free pages
+ * below the top that the range does not lie on go, in order, onto the range's free pages
+ * that are not resident, a move per stretch where both sides run on. */
+static size_t m_move_into(size_t klo, size_t khi, size_t max_moves)
+{
+    size_t p = arena.page, k0 = klo / p, k1 = (khi + p - 1) / p, n = RES_MAX_PAGES;
+    static unsigned char src[RES_MAX_PAGES], dst[RES_MAX_PAGES];
+    for (size_t i = 0; i < n; i++) {
+        int kept = i >= k0 && i < k1, free_page = !m_overlaps_live(i * p, p);
+        src[i] = !kept && free_page && (i + 1) * p <= m_top && m_resident_page(i);
+        dst[i] = kept && free_page && !m_resident_page(i);
+    }
+    size_t s = 0, d = 0, moved = 0, moves = 0;
+    for (;;) {
+        while (s < n && !src[s])
+            s++;
+        while (d < n && !dst[d])
+            d++;
+        if (s == n || d == n || moves == max_moves)
+            return moved;
+        size_t len = 0;
+        while (s + len < n && d + len < n && src[s + len] && dst[d + len])
+            len++;
+        for (size_t i = m_touched_end / p; i < d; i++)
+            m_unbacked[i] = 1; /* untouched below the destination: not resident */
+        for (size_t i = 0; i < len; i++) {
+            m_unbacked[s + i] = 1;
+            m_unbacked[d + i] = 0;
+        }
+        if ((d + len) * p > m_touched_end)
+            m_touched_end = (d + len) * p;
+        if ((d + len) * p > m_top)
+            m_top = (d + len) * p;
+        moved += len * p;
+        moves++;
+        s += len;
+        d += len;
+    }
+}
+
 static size_t m_release_tail(size_t keep)
 {
     size_t p = arena.page, run = 0;
@@ -420,11 +465,12 @@ static void test_resident_matches_page_model(void **state)
     assert_true(p >= 4096 && RES_SPACE % p == 0);
     nlive = m_top = m_touched_end = m_released = 0;
     memset(m_unbacked, 0, sizeof m_unbacked);
-    size_t hits[4] = {0}; /* nonzero releases: range, free, tail; takes on released pages */
+    size_t hits[5] = {0}; /* nonzero releases: range, free, tail; takes on released pages;
+                           * moves */
     uint64_t rng = 24680;
     for (int step = 0; step < 6000; step++) {
         rng = rng * 6364136223846793005ull + 1442695040888963407ull;
-        unsigned op = (unsigned)((rng >> 58) % 32);
+        unsigned op = (unsigned)((rng >> 58) % 34);
         size_t len = 1 + (rng >> 20) % (16 * p);
         if (op < 14 && nlive < RES_LIVE) {
             size_t off, align = (size_t)1 << ((rng >> 40) % 13);
@@ -463,6 +509,16 @@ static void test_resident_matches_page_model(void **state)
             size_t expect = m_release_tail(keep);
             assert_int_equal(om_arena_release_tail(&arena, keep), expect);
             hits[2] += expect != 0;
+        } else if (op < 34) {
+            size_t lo = (rng >> 33) % RES_SPACE, moves = 1 + (rng >> 50) % 4;
+            len = len < RES_SPACE - lo ? len : RES_SPACE - lo;
+            struct om_extents keep;
+            assert_int_equal(om_extents_init(&keep), 0);
+            assert_int_equal(om_extents_add(&keep, lo, len), 0);
+            size_t expect = m_move_into(lo, lo + len, moves);
+            assert_int_equal(om_arena_move_into(&arena, &keep, moves), expect);
+            om_extents_destroy(&keep);
+            hits[4] += expect != 0;
         }
         assert_int_equal(om_arena_check(&arena), 0);
         assert_int_equal(arena.top, m_top);
@@ -471,7 +527,7 @@ static void test_resident_matches_page_model(void **state)
         assert_int_equal(om_arena_resident(&arena), m_resident());
         assert_int_equal(arena.released, m_released);
     }
-    for (int i = 0; i < 4; i++)
+    for (int i = 0; i < 5; i++)
         assert_true(hits[i] >= 20); /* every path ran, or the walk tested little */
 }
 
