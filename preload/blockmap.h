@@ -17,7 +17,10 @@ struct om_block {
     uint32_t flags;
 };
 
-enum { OM_BLOCK_PLANNED = 1 }; /* placed at a planned offset */
+enum {
+    OM_BLOCK_PLANNED = 1, /* placed at a planned offset */
+    OM_BLOCK_PROLOGUE = 2 /* at a saved plan's prologue slot */
+};
 
 struct om_blockmap {
     struct om_block *slots;

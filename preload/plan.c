@@ -252,6 +252,35 @@ out:
     return rc;
 }
 
+int om_pool_cover_slots(struct om_pool *pool)
+{
+    om_extents_destroy(&pool->covered);
+    if (om_extents_init(&pool->covered) != 0)
+        return -ENOMEM;
+    for (uint64_t s = 0; s < pool->period; s++)
+        if (pool->slots[s].len &&
+            om_extents_add(&pool->covered, pool->slots[s].offset, pool->slots[s].len) != 0) {
+            om_extents_destroy(&pool->covered);
+            return -ENOMEM;
+        }
+    return 0;
+}
+
+void om_pool_release_uncovered(struct om_pool *pool, size_t from, size_t to)
+{
+    const struct om_extents *c = &pool->covered;
+    ptrdiff_t i = om_extents_at_or_below(c, from);
+    size_t gap = from;
+    for (size_t k = i < 0 ? 0 : (size_t)i; k < c->n && c->v[k].off < to; k++) {
+        if (c->v[k].off > gap)
+            om_pool_release_free(pool, gap, c->v[k].off);
+        if (c->v[k].off + c->v[k].len > gap)
+            gap = c->v[k].off + c->v[k].len;
+    }
+    if (to > gap)
+        om_pool_release_free(pool, gap, to);
+}
+
 /* Gives back every free page that no slot of the plan covers: the plan's region is resident
  * from warm-up only where the plan will touch it anyway. Pages about to go back first move
  * where slots lie on pages not resident, so that the first iteration served faults none of
@@ -259,25 +288,11 @@ out:
  * fault 2 MiB at a time instead; moved small pages would split their region. */
 static void release_unplanned(struct om_pool *pool)
 {
-    struct om_extents covered;
-    if (om_extents_init(&covered) != 0)
+    if (om_pool_cover_slots(pool) != 0)
         return;
-    for (uint64_t s = 0; s < pool->period; s++)
-        if (pool->slots[s].len &&
-            om_extents_add(&covered, pool->slots[s].offset, pool->slots[s].len) != 0)
-            goto out;
     if (!pool->hugepages)
-        pool->stats.moved_bytes += om_arena_move_into(&pool->arena, &covered, PAGE_MOVES_MAX);
-    size_t gap = 0;
-    for (size_t i = 0; i < covered.n; i++) {
-        if (covered.v[i].off > gap)
-            om_pool_release_free(pool, gap, covered.v[i].off);
-        if (covered.v[i].off + covered.v[i].len > gap)
-            gap = covered.v[i].off + covered.v[i].len;
-    }
-    om_pool_release_free(pool, gap, SIZE_MAX);
-out:
-    om_extents_destroy(&covered);
+        pool->stats.moved_bytes += om_arena_move_into(&pool->arena, &pool->covered, PAGE_MOVES_MAX);
+    om_pool_release_uncovered(pool, 0, SIZE_MAX);
 }
 
 int om_pool_plan(struct om_pool *pool)

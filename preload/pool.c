@@ -46,7 +46,8 @@ static int install_saved_plan(struct om_pool *pool)
     const struct om_saved_plan *sp = &pool->saved;
     pool->period = sp->period;
     memcpy(pool->slots, sp->slots + sp->nprologue, sp->period * sizeof *pool->slots);
-    if (om_slot_index_build(&pool->plan_index, pool->slots, pool->period) != 0)
+    if (om_slot_index_build(&pool->plan_index, pool->slots, pool->period) != 0 ||
+        om_pool_cover_slots(pool) != 0)
         return -ENOMEM;
     pool->plan_end = sp->peak;
     pool->stats.plan_peak_bytes = sp->peak;
@@ -190,13 +191,16 @@ static int place_in_prologue(struct om_pool *pool, size_t len, size_t alignment,
 
 /* Picks the offset of a request: the expected slot, a slot found by token, or best fit. */
 static int place(struct om_pool *pool, size_t len, size_t alignment, uintptr_t stream,
-                 uint64_t token, int cycle_thread, int main_thread, size_t *off, int *planned)
+                 uint64_t token, int cycle_thread, int main_thread, size_t *off, int *flags)
 {
-    *planned = 0;
+    int planned = 0;
+    *flags = 0;
     pool->stats.serving_requests += pool->phase == SERVE || pool->phase == PROLOGUE;
     if (pool->phase == PROLOGUE && main_thread) {
-        if ((*planned = place_in_prologue(pool, len, alignment, token, off)))
+        if (place_in_prologue(pool, len, alignment, token, off)) {
+            *flags = OM_BLOCK_PLANNED | OM_BLOCK_PROLOGUE;
             return 0;
+        }
     } else if (pool->phase == SERVE && cycle_thread) {
         uint64_t s = pool->cursor;
         if (pool->slots[s].token != token) {
@@ -208,17 +212,19 @@ static int place(struct om_pool *pool, size_t len, size_t alignment, uintptr_t s
             pool->stats.hits++;
         }
         uint64_t next = s == UINT64_MAX ? pool->cursor + 1 : s + 1;
-        *planned = s != UINT64_MAX && take_planned(pool, pool->slots[s].offset, pool->slots[s].len,
-                                                   len, alignment, stream);
-        if (*planned)
+        planned = s != UINT64_MAX && take_planned(pool, pool->slots[s].offset, pool->slots[s].len,
+                                                  len, alignment, stream);
+        if (planned)
             *off = pool->slots[s].offset;
         if (s != UINT64_MAX && s < pool->cursor) /* the iteration began anew */
             om_pool_end_of_served_iteration(pool);
         pool->cursor = next;
         if (pool->cursor >= pool->period)
             om_pool_end_of_served_iteration(pool);
-        if (*planned)
+        if (planned) {
+            *flags = OM_BLOCK_PLANNED;
             return 0;
+        }
     }
     size_t floor = pool->phase == SERVE || pool->phase == PROLOGUE ? pool->plan_end : 0;
     int rc = om_arena_best_fit(&pool->arena, len, alignment, floor, off);
@@ -262,12 +268,12 @@ void *om_pool_alloc(struct om_pool *pool, size_t size, size_t alignment, int zer
     if (pool->pending.live)
         om_pending_settle(&pool->pending, &pool->arena);
     size_t touched = pool->arena.touched, resident = om_arena_resident(&pool->arena), off;
-    int planned;
-    if (place(pool, len, alignment, stream, token, cycle_thread, main_thread, &off, &planned) != 0)
+    int flags;
+    if (place(pool, len, alignment, stream, token, cycle_thread, main_thread, &off, &flags) != 0)
         goto fail;
     if (pool->phase != SERVE && om_arena_resident(&pool->arena) > resident)
         release_idle(pool);
-    struct om_block b = {off, len, size, 0, pool->generation, 0, planned ? OM_BLOCK_PLANNED : 0};
+    struct om_block b = {off, len, size, 0, pool->generation, 0, flags};
     /* A saved plan needs the run's main-thread requests from the start until a plan has
      * held (a plan for a wrong period may serve an iteration or two before it misses):
      * logged by index, so logging stops for good at the first gap. */
@@ -384,10 +390,18 @@ void om_pool_free(struct om_pool *pool, void *p, uintptr_t stream)
         goto out;
     }
     om_arena_give(&pool->arena, gone.off, gone.len);
-    /* A planned block's pages serve its slot again (a saved plan's prologue's too), as long
-     * as its plan does: a block of a plan since dropped leaves a hole like any other. */
+    /* A planned block's pages serve its slot again, as long as its plan does: a block of a
+     * plan since dropped leaves a hole like any other. Once the iteration is served no
+     * request of a saved plan's prologue comes again, so a large prologue block keeps its
+     * pages only where the iteration's slots lie (the model's weights, freed at teardown:
+     * kept, they held 4 MiB while libraries' destructors touched their code pages). */
     int planned = (gone.flags & OM_BLOCK_PLANNED) && gone.generation == pool->generation;
-    if (!planned && pool->phase == SERVE && gone.len >= RELEASE_BLOCK_MIN)
+    size_t page = pool->arena.page;
+    if (planned && (gone.flags & OM_BLOCK_PROLOGUE) && pool->phase == SERVE &&
+        gone.len >= RELEASE_BLOCK_MIN)
+        om_pool_release_uncovered(pool, gone.off & ~(page - 1),
+                                  (gone.off + gone.len + page - 1) & ~(page - 1));
+    else if (!planned && pool->phase == SERVE && gone.len >= RELEASE_BLOCK_MIN)
         pool->stats.released_bytes += om_arena_release_range(&pool->arena, gone.off, gone.len);
     else if (!planned && pool->phase != SERVE && pool->host)
         remember_freed(pool, gone.off, gone.len);

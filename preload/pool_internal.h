@@ -96,6 +96,7 @@ struct om_pool {
     uint64_t prologue_cursor, prologue_misses;
     int grace;                 /* the iteration after the prologue: its misses do not count */
     struct om_request_log log; /* not loaded: this run's main-thread requests */
+    struct om_extents covered; /* the bytes the iteration's slots cover */
     uint64_t main_requests, log_cycle_start;
 };
 
@@ -105,6 +106,12 @@ void om_pool_learn(struct om_pool *pool);
 /* Free pages in [from, to) go back; the ring of freed blocks waiting for release empties
  * with them. */
 void om_pool_release_free(struct om_pool *pool, size_t from, size_t to);
+
+/* Sets covered to the bytes of the iteration's slots. 0 or -ENOMEM (then it is empty). */
+int om_pool_cover_slots(struct om_pool *pool);
+
+/* Free pages in [from, to) that no slot of the iteration covers go back. */
+void om_pool_release_uncovered(struct om_pool *pool, size_t from, size_t to);
 
 /* Plans the iteration in records and lays the plan over the arena's free pages: slots,
  * plan_end and the plan's counters set. 0, or -errno with nothing served from it. */

@@ -22,7 +22,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--preload", required=True)
     args = ap.parse_args()
-    result, report = run_plan_mode("plan_faults", args.preload, "transformer_adamw", STEPS)
+    result, report, _ = run_plan_mode("plan_faults", args.preload, "transformer_adamw", STEPS)
     faults, serving = result["minflt_per_steady_step"], report["serving"]
     print("plan_faults: %d plan(s), %.1f MiB of pages moved, %.0f page faults a step after "
           "warm-up" % (serving["plans"], serving["moved_bytes"] / 2**20, faults))

@@ -1,5 +1,5 @@
 """One run of a bundled workload in plan mode, with its report, for the tests that check
-what plan mode does to the process (relearn_pages.py, plan_faults.py)."""
+what plan mode does to the process (relearn_pages.py, plan_faults.py, saved_plan_exit.py)."""
 
 import json
 import os
@@ -11,23 +11,34 @@ PYTHON = "/usr/bin/python3"
 WORKLOADS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "workloads")
 
 
-def run_plan_mode(test, preload, workload, steps):
-    """Runs tests/workloads/WORKLOAD.py for steps steps under preload in plan mode. Returns
-    its OPTMEM_RESULT dict and the report; exits naming test if the workload fails."""
+def run_plan_mode(test, preload, workload, steps, plan_file=None):
+    """Runs tests/workloads/WORKLOAD.py for steps steps under preload in plan mode (with
+    OPTMEM_PLAN_FILE=plan_file if given). Returns its OPTMEM_RESULT dict, the report, and
+    the process's peak RSS over its whole life in bytes (its rusage, exit included); exits
+    naming test if the workload fails."""
     with tempfile.TemporaryDirectory() as tmp:
         report = os.path.join(tmp, "report.json")
         env = {k: v for k, v in os.environ.items() if not k.startswith("OPTMEM_")}
         env.update(LD_PRELOAD=os.path.abspath(preload), OPTMEM_MODE="plan",
                    OPTMEM_REPORT=report)
-        out = subprocess.run([PYTHON, os.path.join(WORKLOADS, workload + ".py"), "--steps",
-                              str(steps), "--json"], env=env, capture_output=True, text=True,
-                             timeout=300)
-        if out.returncode != 0:
-            sys.exit("%s: the workload failed (%d): %s"
-                     % (test, out.returncode, out.stderr[-2000:]))
-        line = [l for l in out.stdout.splitlines() if l.startswith("OPTMEM_RESULT ")][-1]
+        if plan_file:
+            env["OPTMEM_PLAN_FILE"] = plan_file
+        out_path, err_path = os.path.join(tmp, "out"), os.path.join(tmp, "err")
+        with open(out_path, "w") as out, open(err_path, "w") as err:
+            proc = subprocess.Popen([PYTHON, os.path.join(WORKLOADS, workload + ".py"),
+                                     "--steps", str(steps), "--json"], env=env, stdout=out,
+                                    stderr=err)
+            _, status, usage = os.wait4(proc.pid, 0)
+            proc.returncode = os.waitstatus_to_exitcode(status)
+        with open(out_path) as f:
+            stdout = f.read()
+        if proc.returncode != 0:
+            with open(err_path) as f:
+                sys.exit("%s: the workload failed (%d): %s"
+                         % (test, proc.returncode, f.read()[-2000:]))
+        line = [l for l in stdout.splitlines() if l.startswith("OPTMEM_RESULT ")][-1]
         with open(report) as f:
-            return json.loads(line.split(" ", 1)[1]), json.load(f)
+            return json.loads(line.split(" ", 1)[1]), json.load(f), usage.ru_maxrss * 1024
 
 
 def exit_status(test, failures):

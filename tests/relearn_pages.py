@@ -20,7 +20,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--preload", required=True)
     args = ap.parse_args()
-    result, r = run_plan_mode("relearn_pages", args.preload, "numpy_mlp", 20)
+    result, r, _ = run_plan_mode("relearn_pages", args.preload, "numpy_mlp", 20)
     peak = result["training_peak_bytes"]
     serving, bound = r["serving"], r["lower_bound_bytes"]
     ratio = peak / bound
