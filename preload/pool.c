@@ -189,6 +189,24 @@ static int place_in_prologue(struct om_pool *pool, size_t len, size_t alignment,
     return served;
 }
 
+/* The iteration after a saved plan's prologue: a prologue longer than the saved one (this
+ * run made a request that run did not) ended its count early, and its last requests come
+ * here. Each takes the prologue slot of its token still unused, where the plan meant it to
+ * be, instead of falling back, and with it the first iteration's blocks that meet it. */
+static int place_in_prologue_left(struct om_pool *pool, size_t len, size_t alignment,
+                                  uint64_t token, size_t *off)
+{
+    uint64_t s = om_slot_index_take(&pool->saved.prologue, pool->saved.slots, token);
+    if (s == UINT64_MAX)
+        return 0;
+    const struct om_slot *slot = &pool->saved.slots[s];
+    if (!take_planned(pool, slot->offset, slot->len, len, alignment, OM_STREAM_NONE))
+        return 0;
+    pool->stats.hits++;
+    *off = slot->offset;
+    return 1;
+}
+
 /* Picks the offset of a request: the expected slot, a slot found by token, or best fit. */
 static int place(struct om_pool *pool, size_t len, size_t alignment, uintptr_t stream,
                  uint64_t token, int cycle_thread, int main_thread, size_t *off, int *flags)
@@ -202,6 +220,11 @@ static int place(struct om_pool *pool, size_t len, size_t alignment, uintptr_t s
             return 0;
         }
     } else if (pool->phase == SERVE && cycle_thread) {
+        if (pool->grace && main_thread && pool->stats.saved_plan &&
+            place_in_prologue_left(pool, len, alignment, token, off)) {
+            *flags = OM_BLOCK_PLANNED | OM_BLOCK_PROLOGUE;
+            return 0;
+        }
         uint64_t s = pool->cursor;
         if (pool->slots[s].token != token) {
             s = om_slot_index_find(&pool->plan_index, pool->slots, token, pool->cursor);

@@ -21,6 +21,9 @@ def main():
     ap.add_argument("--other", required=True, help="another program, to test a foreign plan")
     ap.add_argument("--min-served", type=float, default=0.9,
                     help="share of all managed requests the saved plan must serve")
+    ap.add_argument("--extra-first", action="store_true",
+                    help="also serve the plan to a run with one more request first "
+                    "(TRAIN_DRIFT_EXTRA_FIRST=1): it may cost that request's miss only")
     ap.add_argument("cmd", nargs=argparse.REMAINDER)
     args = ap.parse_args()
     cmd = command(args)
@@ -32,9 +35,10 @@ def main():
     with tempfile.TemporaryDirectory() as tmp:
         plan = f"{tmp}/plan.bin"
 
-        def planned(n, program=cmd):
+        def planned(n, program=cmd, extra_env=None):
             env = dict(base, LD_PRELOAD=args.preload, OPTMEM_MODE="plan", OPTMEM_VERIFY="1",
-                       OPTMEM_PLAN_FILE=plan, OPTMEM_REPORT=f"{tmp}/report{n}.json")
+                       OPTMEM_PLAN_FILE=plan, OPTMEM_REPORT=f"{tmp}/report{n}.json",
+                       **(extra_env or {}))
             code, out, err = run(program, env)
             report = json.load(open(f"{tmp}/report{n}.json"))
             return code, out, err, report
@@ -58,6 +62,16 @@ def main():
             fail(f"served {served:.3f} < {args.min_served}")
         if serving["verify_violations"] or serving["invalid_frees"]:
             fail("verify violations")
+        if args.extra_first:
+            # The saved prologue then ends one request early by its count; its last request
+            # must still find its slot, not miss and take the iteration's cursor with it.
+            code, out, err, longer = planned(5, extra_env={"TRAIN_DRIFT_EXTRA_FIRST": "1"})
+            misses = longer["serving"]["misses"]
+            print(f"with one more request first: {misses} misses, {serving['misses']} without")
+            if code != 0 or out != plain:
+                fail(f"the run with one more request differs from the plain run:\n{err}")
+            if longer["serving"]["saved_plan"] != 1 or misses > serving["misses"] + 1:
+                fail(f"one more request first cost {misses - serving['misses']} misses")
 
         with open(plan, "r+b") as f:  # flip bytes in the middle: the checksum catches it
             f.seek(os.path.getsize(plan) // 2)
