@@ -24,6 +24,8 @@
 /* A saved plan whose prologue misses more than half of its first requests is another
  * run's: it is dropped and the program is learnt as usual. */
 #define PROLOGUE_PROBE 64
+/* How many requests shorter than the saved one this run's prologue may be found to be. */
+#define PROLOGUE_TAIL 64
 
 /* The process's first thread: a saved plan's prologue is its requests. */
 static unsigned fork_generation = 1;
@@ -156,12 +158,28 @@ static int take_planned(struct om_pool *pool, size_t offset, size_t slot_len, si
     return 1;
 }
 
+static void end_prologue(struct om_pool *pool)
+{
+    /* The iteration's cursor finds its place by token: one iteration's grace. */
+    pool->phase = SERVE;
+    pool->cursor = pool->iteration_misses = pool->served_iterations = 0;
+    pool->grace = 1;
+}
+
 /* A main-thread request while a saved plan's prologue is served: the next slot of its
- * token, whatever the order the tokens come in. */
+ * token, whatever the order the tokens come in. Returns 1 when served, 0 when not, -1
+ * when this run's prologue was shorter than the saved one (a request that run made and
+ * this one did not): the iteration's first token with no prologue slot left for it,
+ * near the prologue's end, begins the iteration, which then serves it. */
 static int place_in_prologue(struct om_pool *pool, size_t len, size_t alignment, uint64_t token,
                              size_t *off)
 {
     uint64_t s = om_slot_index_take(&pool->saved.prologue, pool->saved.slots, token);
+    if (s == UINT64_MAX && token == pool->slots[0].token &&
+        pool->prologue_cursor + PROLOGUE_TAIL >= pool->saved.nprologue) {
+        end_prologue(pool);
+        return -1;
+    }
     if (s == UINT64_MAX) {
         pool->stats.misses++;
         pool->prologue_misses++;
@@ -174,10 +192,7 @@ static int place_in_prologue(struct om_pool *pool, size_t len, size_t alignment,
     if (served)
         *off = slot->offset;
     if (++pool->prologue_cursor >= pool->saved.nprologue) {
-        /* The iteration's cursor finds its place by token: one iteration's grace. */
-        pool->phase = SERVE;
-        pool->cursor = pool->iteration_misses = pool->served_iterations = 0;
-        pool->grace = 1;
+        end_prologue(pool);
     } else if (pool->prologue_cursor == PROLOGUE_PROBE &&
                pool->prologue_misses * 2 > PROLOGUE_PROBE) {
         om_warn("the saved plan %s does not fit this run (%llu of its first %d requests "
@@ -211,15 +226,20 @@ static int place_in_prologue_left(struct om_pool *pool, size_t len, size_t align
 static int place(struct om_pool *pool, size_t len, size_t alignment, uintptr_t stream,
                  uint64_t token, int cycle_thread, int main_thread, size_t *off, int *flags)
 {
-    int planned = 0;
+    int planned = 0, serve = 0; /* serve: the request goes to the iteration's cursor */
     *flags = 0;
     pool->stats.serving_requests += pool->phase == SERVE || pool->phase == PROLOGUE;
     if (pool->phase == PROLOGUE && main_thread) {
-        if (place_in_prologue(pool, len, alignment, token, off)) {
+        int r = place_in_prologue(pool, len, alignment, token, off);
+        if (r > 0) {
             *flags = OM_BLOCK_PLANNED | OM_BLOCK_PROLOGUE;
             return 0;
         }
+        serve = r < 0;
     } else if (pool->phase == SERVE && cycle_thread) {
+        serve = 1;
+    }
+    if (serve && cycle_thread) {
         if (pool->grace && main_thread && pool->stats.saved_plan &&
             place_in_prologue_left(pool, len, alignment, token, off)) {
             *flags = OM_BLOCK_PLANNED | OM_BLOCK_PROLOGUE;

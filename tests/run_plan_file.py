@@ -23,7 +23,8 @@ def main():
                     help="share of all managed requests the saved plan must serve")
     ap.add_argument("--extra-first", action="store_true",
                     help="also serve the plan to a run with one more request first "
-                    "(TRAIN_DRIFT_EXTRA_FIRST=1): it may cost that request's miss only")
+                    "(TRAIN_DRIFT_EXTRA_FIRST=1), which may cost that request's miss only, "
+                    "and one saved so to a run without it, which may cost nothing")
     ap.add_argument("cmd", nargs=argparse.REMAINDER)
     args = ap.parse_args()
     cmd = command(args)
@@ -72,6 +73,19 @@ def main():
                 fail(f"the run with one more request differs from the plain run:\n{err}")
             if longer["serving"]["saved_plan"] != 1 or misses > serving["misses"] + 1:
                 fail(f"one more request first cost {misses - serving['misses']} misses")
+            # The other way round: a plan saved by a run with that request, served to one
+            # without it, whose prologue then ends a request before the saved one's count.
+            os.remove(plan)
+            code, out, err, _ = planned(6, extra_env={"TRAIN_DRIFT_EXTRA_FIRST": "1"})
+            if code != 0 or out != plain or "plan saved to" not in err:
+                fail(f"no plan saved by the run with one more request:\n{err}")
+            code, out, err, shorter = planned(7)
+            misses = shorter["serving"]["misses"]
+            print(f"with one request fewer than the saved run: {misses} misses")
+            if code != 0 or out != plain:
+                fail(f"the run with one request fewer differs from the plain run:\n{err}")
+            if shorter["serving"]["saved_plan"] != 1 or misses > serving["misses"]:
+                fail(f"one request fewer cost {misses - serving['misses']} misses")
 
         with open(plan, "r+b") as f:  # flip bytes in the middle: the checksum catches it
             f.seek(os.path.getsize(plan) // 2)
