@@ -228,17 +228,17 @@ static int move_pages(struct om_arena *a, size_t from, size_t to, size_t n)
 
 size_t om_arena_move_into(struct om_arena *a, const struct om_extents *keep, size_t max_moves)
 {
-    size_t page = a->page, moved = 0, moves = 0, touched_end = om_arena_touched_end(a);
+    size_t page = a->page, moved = 0, moves = 0;
     struct om_extents src, dst;
     if (!a->backend->move || om_extents_init(&src) != 0)
         return 0;
     if (om_extents_init(&dst) != 0)
         goto out_src;
-    /* Sources: whole free pages, resident, on which no kept range lies. */
+    /* Sources: whole free pages, resident, on which no kept range lies. Free extents end
+     * at or below top, and top at or below touched_end. */
     for (size_t i = 0; i < a->free.n; i++) {
         size_t lo = align_up(a->free.v[i].off, page);
         size_t hi = (a->free.v[i].off + a->free.v[i].len) & ~(page - 1);
-        hi = hi < touched_end ? hi : touched_end;
         if (hi > lo && om_extents_add(&src, lo, hi - lo) != 0)
             goto out;
     }
@@ -295,7 +295,8 @@ static int check_set(const struct om_extents *s, size_t limit)
 
 int om_arena_check(const struct om_arena *a)
 {
-    if (check_set(&a->free, a->top) != 0 || check_set(&a->unbacked, om_arena_touched_end(a)) != 0)
+    if (check_set(&a->free, a->top) != 0 || check_set(&a->unbacked, om_arena_touched_end(a)) != 0 ||
+        a->top > om_arena_touched_end(a))
         return -EFAULT;
     return 0;
 }

@@ -91,7 +91,8 @@ size_t om_arena_move_into(struct om_arena *a, const struct om_extents *keep, siz
 /* The end of the highest byte taken: from there on to the reservation's end, all is free. */
 size_t om_arena_taken_end(const struct om_arena *a);
 
-/* Checks the extent table (sorted, coalesced, inside [0, top)); for OPTMEM_VERIFY=1. */
+/* Checks the extent tables (sorted, coalesced, free space inside [0, top), released pages
+ * inside the touched ones, top no higher than them); for OPTMEM_VERIFY=1. */
 int om_arena_check(const struct om_arena *a);
 
 #endif
