@@ -226,25 +226,32 @@ static int move_pages(struct om_arena *a, size_t from, size_t to, size_t n)
     return 0;
 }
 
-size_t om_arena_move_into(struct om_arena *a, const struct om_extents *keep, size_t max_moves)
+size_t om_arena_move_into(struct om_arena *a, size_t from, size_t to, const struct om_extents *keep,
+                          size_t *moves_left)
 {
-    size_t page = a->page, moved = 0, moves = 0;
+    size_t page = a->page, moved = 0;
     struct om_extents src, dst;
-    if (!a->backend->move || om_extents_init(&src) != 0)
+    if (!*moves_left || !a->backend->move || om_extents_init(&src) != 0)
         return 0;
     if (om_extents_init(&dst) != 0)
         goto out_src;
-    /* Sources: whole free pages, resident, on which no kept range lies. Free extents end
-     * at or below top, and top at or below touched_end. */
-    for (size_t i = 0; i < a->free.n; i++) {
-        size_t lo = align_up(a->free.v[i].off, page);
-        size_t hi = (a->free.v[i].off + a->free.v[i].len) & ~(page - 1);
+    /* Sources: whole free pages inside [from, to), resident, on which no kept range lies.
+     * Free extents end at or below top, and top at or below touched_end. */
+    ptrdiff_t first = om_extents_at_or_below(&a->free, from);
+    for (size_t i = first < 0 ? 0 : (size_t)first; i < a->free.n && a->free.v[i].off < to; i++) {
+        size_t lo = align_up(a->free.v[i].off > from ? a->free.v[i].off : from, page);
+        size_t end = a->free.v[i].off + a->free.v[i].len;
+        size_t hi = (end < to ? end : to) & ~(page - 1);
         if (hi > lo && om_extents_add(&src, lo, hi - lo) != 0)
             goto out;
     }
-    for (size_t i = 0; i < a->unbacked.n; i++)
+    first = om_extents_at_or_below(&a->unbacked, from);
+    for (size_t i = first < 0 ? 0 : (size_t)first; i < a->unbacked.n && a->unbacked.v[i].off < to;
+         i++)
         if (om_extents_remove(&src, a->unbacked.v[i].off, a->unbacked.v[i].len) < 0)
             goto out;
+    if (!src.n)
+        goto out;
     /* Destinations: the kept pages that are wholly free and not resident. */
     for (size_t i = 0; i < keep->n; i++) {
         size_t lo = keep->v[i].off & ~(page - 1);
@@ -255,13 +262,13 @@ size_t om_arena_move_into(struct om_arena *a, const struct om_extents *keep, siz
             goto out;
     }
     size_t si = 0, di = 0, s_done = 0, d_done = 0;
-    while (si < src.n && di < dst.n && moves < max_moves) {
+    while (si < src.n && di < dst.n && *moves_left) {
         size_t s_left = src.v[si].len - s_done, d_left = dst.v[di].len - d_done;
         size_t n = s_left < d_left ? s_left : d_left;
         if (move_pages(a, src.v[si].off + s_done, dst.v[di].off + d_done, n) != 0)
             break;
         moved += n;
-        moves++;
+        --*moves_left;
         s_done = n == s_left ? 0 : s_done + n;
         si += n == s_left;
         d_done = n == d_left ? 0 : d_done + n;

@@ -82,11 +82,12 @@ size_t om_arena_release_range(struct om_arena *a, size_t off, size_t len);
  * the bytes released. */
 size_t om_arena_release_free(struct om_arena *a, size_t from, size_t to);
 
-/* Where the backend moves memory: moves resident pages of free space on which no range of
- * `keep` lies onto the pages inside `keep` that are free and not resident, in at most
- * max_moves moves, instead of releasing the one and faulting the other in. Returns the
- * bytes moved. */
-size_t om_arena_move_into(struct om_arena *a, const struct om_extents *keep, size_t max_moves);
+/* Where the backend moves memory: moves resident pages of free space inside [from, to) on
+ * which no range of `keep` lies onto the pages inside `keep` that are free and not resident,
+ * instead of releasing the one and faulting the other in. Each move takes one of
+ * *moves_left and stops when none is left. Returns the bytes moved. */
+size_t om_arena_move_into(struct om_arena *a, size_t from, size_t to, const struct om_extents *keep,
+                          size_t *moves_left);
 
 /* The end of the highest byte taken: from there on to the reservation's end, all is free. */
 size_t om_arena_taken_end(const struct om_arena *a);

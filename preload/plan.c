@@ -16,9 +16,6 @@
 /* Packing around live blocks rarely meets its bound, and the plan packed alone is the
  * fallback: a shorter search. */
 #define OBSTACLE_BUDGET_MS 50
-/* Each move may split the arena's mapping in up to four, and the kernel caps a process's
- * mappings (vm.max_map_count, 65530 by default). */
-#define PAGE_MOVES_MAX 128
 
 void om_pool_release_free(struct om_pool *pool, size_t from, size_t to)
 {
@@ -254,6 +251,8 @@ out:
 
 int om_pool_cover_slots(struct om_pool *pool)
 {
+    /* Huge pages fault 2 MiB at a time instead; moved small pages would split their region. */
+    pool->moves_left = pool->hugepages ? 0 : PAGE_MOVES_MAX;
     om_extents_destroy(&pool->covered);
     if (om_extents_init(&pool->covered) != 0)
         return -ENOMEM;
@@ -284,15 +283,24 @@ void om_pool_release_uncovered(struct om_pool *pool, size_t from, size_t to)
 /* Gives back every free page that no slot of the plan covers: the plan's region is resident
  * from warm-up only where the plan will touch it anyway. Pages about to go back first move
  * where slots lie on pages not resident, so that the first iteration served faults none of
- * them in (the transformer: 12 thousand faults, 133 thousand at 4 x its batch). Huge pages
- * fault 2 MiB at a time instead; moved small pages would split their region. */
+ * them in (the transformer: 12 thousand faults, 133 thousand at 4 x its batch). */
 static void release_unplanned(struct om_pool *pool)
 {
     if (om_pool_cover_slots(pool) != 0)
         return;
-    if (!pool->hugepages)
-        pool->stats.moved_bytes += om_arena_move_into(&pool->arena, &pool->covered, PAGE_MOVES_MAX);
+    pool->stats.moved_bytes +=
+        om_arena_move_into(&pool->arena, 0, SIZE_MAX, &pool->covered, &pool->moves_left);
     om_pool_release_uncovered(pool, 0, SIZE_MAX);
+}
+
+void om_pool_release_block(struct om_pool *pool, size_t off, size_t len, int move)
+{
+    size_t page = pool->arena.page;
+    size_t from = off & ~(page - 1), to = (off + len + page - 1) & ~(page - 1);
+    if (move)
+        pool->stats.moved_bytes +=
+            om_arena_move_into(&pool->arena, from, to, &pool->covered, &pool->moves_left);
+    om_pool_release_uncovered(pool, from, to);
 }
 
 int om_pool_plan(struct om_pool *pool)

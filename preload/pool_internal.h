@@ -27,6 +27,9 @@
  * (detected ones reach 32767) are recorded as they come. Its pages are touched only as far
  * as it is used. */
 #define RING (1u << 15)
+/* Page moves a plan may make: each may split the arena's mapping in up to four, and the
+ * kernel caps a process's mappings (vm.max_map_count, 65530 by default). */
+#define PAGE_MOVES_MAX 128
 
 /* Learn: waiting for the tracer to find a period, the ring keeping the requests. Record:
  * one iteration's requests, for a period too long for the ring. Observe: the next
@@ -97,6 +100,7 @@ struct om_pool {
     int grace;                 /* the iteration after the prologue: its misses do not count */
     struct om_request_log log; /* not loaded: this run's main-thread requests */
     struct om_extents covered; /* the bytes the iteration's slots cover */
+    size_t moves_left;         /* page moves onto them the plan may still make */
     uint64_t main_requests, log_cycle_start;
 };
 
@@ -112,6 +116,11 @@ int om_pool_cover_slots(struct om_pool *pool);
 
 /* Free pages in [from, to) that no slot of the iteration covers go back. */
 void om_pool_release_uncovered(struct om_pool *pool, size_t from, size_t to);
+
+/* The free pages of [off, off + len), a block freed while serving, that no slot of the
+ * iteration covers go back; with move, those that can first move onto the slots' pages that
+ * are not resident, while moves are left. */
+void om_pool_release_block(struct om_pool *pool, size_t off, size_t len, int move);
 
 /* Plans the iteration in records and lays the plan over the arena's free pages: slots,
  * plan_end and the plan's counters set. 0, or -errno with nothing served from it. */

@@ -352,25 +352,27 @@ static int m_resident_page(size_t i)
     return i * arena.page < m_touched_end && !m_unbacked[i];
 }
 
-/* om_arena_move_into with one kept range [klo, khi), page by page: resident free pages
- * below the top that the range does not lie on go, in order, onto the range's free pages
- * that are not resident, a move per stretch where both sides run on. */
-static size_t m_move_into(size_t klo, size_t khi, size_t max_moves)
+/* om_arena_move_into with sources in [slo, shi) and one kept range [klo, khi), page by
+ * page: resident free pages below the top, wholly inside the sources' range, that the kept
+ * range does not lie on go, in order, onto its free pages that are not resident, a move per
+ * stretch where both sides run on. */
+static size_t m_move_into(size_t slo, size_t shi, size_t klo, size_t khi, size_t *moves_left)
 {
     size_t p = arena.page, k0 = klo / p, k1 = (khi + p - 1) / p, n = RES_MAX_PAGES;
     static unsigned char src[RES_MAX_PAGES], dst[RES_MAX_PAGES];
     for (size_t i = 0; i < n; i++) {
         int kept = i >= k0 && i < k1, free_page = !m_overlaps_live(i * p, p);
-        src[i] = !kept && free_page && (i + 1) * p <= m_top && m_resident_page(i);
+        int in_range = i * p >= slo && (i + 1) * p <= shi;
+        src[i] = in_range && !kept && free_page && (i + 1) * p <= m_top && m_resident_page(i);
         dst[i] = kept && free_page && !m_resident_page(i);
     }
-    size_t s = 0, d = 0, moved = 0, moves = 0;
+    size_t s = 0, d = 0, moved = 0;
     for (;;) {
         while (s < n && !src[s])
             s++;
         while (d < n && !dst[d])
             d++;
-        if (s == n || d == n || moves == max_moves)
+        if (s == n || d == n || !*moves_left)
             return moved;
         size_t len = 0;
         while (s + len < n && d + len < n && src[s + len] && dst[d + len])
@@ -386,7 +388,7 @@ static size_t m_move_into(size_t klo, size_t khi, size_t max_moves)
         if ((d + len) * p > m_top)
             m_top = (d + len) * p;
         moved += len * p;
-        moves++;
+        --*moves_left;
         s += len;
         d += len;
     }
@@ -435,14 +437,23 @@ static void test_move_into_kept_pages(void **state)
     assert_int_equal(om_extents_add(&keep, 7 * p + 10, 10), 0); /* kept: page 7 stays */
     assert_int_equal(om_extents_add(&keep, 16 * p, 4 * p), 0);  /* beyond top, untouched */
     assert_int_equal(om_arena_resident(&arena), 8 * p);
-    /* Page 0 goes to 16 in the one move allowed, then pages 2 to 4 to 17 to 19. */
-    assert_int_equal(om_arena_move_into(&arena, &keep, 1), p);
-    assert_int_equal(om_arena_move_into(&arena, &keep, 128), 3 * p);
+    /* Page 0 goes to 16 in the one move allowed; then, with sources only from page 3 on,
+     * pages 3 and 4 to 17 and 18, and then page 2 to 19. */
+    size_t moves = 1;
+    assert_int_equal(om_arena_move_into(&arena, 0, SIZE_MAX, &keep, &moves), p);
+    assert_int_equal(moves, 0);
+    assert_int_equal(om_arena_move_into(&arena, 0, SIZE_MAX, &keep, &moves), 0);
+    moves = 128;
+    assert_int_equal(om_arena_move_into(&arena, 3 * p - 1, 5 * p + 1, &keep, &moves), 2 * p);
+    assert_int_equal(moves, 127);
+    assert_int_equal(om_arena_move_into(&arena, 0, SIZE_MAX, &keep, &moves), p);
     assert_int_equal(om_arena_resident(&arena), 8 * p);
     assert_int_equal(arena.top, 20 * p);
     assert_int_equal(om_arena_check(&arena), 0);
     for (size_t i = 16; i < 20; i++)
         assert_int_equal(arena.base[i * p + 5], 0xab);
+    assert_int_equal(arena.base[2 * p + 5], 0); /* moved last */
+    assert_int_equal(arena.base[3 * p + 5], 0);
     /* Writing faults nothing in (counted after the reads, which under AddressSanitizer
      * fault in the shadow of these pages). */
     long before = minor_faults();
@@ -454,7 +465,7 @@ static void test_move_into_kept_pages(void **state)
     assert_int_equal(arena.base[7 * p], 0xab);
     assert_int_equal(arena.base[p + 200], 0xab);
     /* The kept pages are resident now: nothing more to move. */
-    assert_int_equal(om_arena_move_into(&arena, &keep, 128), 0);
+    assert_int_equal(om_arena_move_into(&arena, 0, SIZE_MAX, &keep, &moves), 0);
     assert_int_equal(om_arena_check(&arena), 0);
     om_extents_destroy(&keep);
 }
@@ -512,11 +523,18 @@ static void test_resident_matches_page_model(void **state)
         } else if (op < 34) {
             size_t lo = (rng >> 33) % RES_SPACE, moves = 1 + (rng >> 50) % 4;
             len = len < RES_SPACE - lo ? len : RES_SPACE - lo;
+            /* Sources from anywhere, or from a range that need not be page-aligned. */
+            size_t s_lo = 0, s_hi = SIZE_MAX;
+            if ((rng >> 45) % 2) {
+                s_lo = (rng >> 13) % RES_SPACE;
+                s_hi = s_lo + (rng >> 3) % (RES_SPACE / 2);
+            }
             struct om_extents keep;
             assert_int_equal(om_extents_init(&keep), 0);
             assert_int_equal(om_extents_add(&keep, lo, len), 0);
-            size_t expect = m_move_into(lo, lo + len, moves);
-            assert_int_equal(om_arena_move_into(&arena, &keep, moves), expect);
+            size_t m_moves = moves, expect = m_move_into(s_lo, s_hi, lo, lo + len, &m_moves);
+            assert_int_equal(om_arena_move_into(&arena, s_lo, s_hi, &keep, &moves), expect);
+            assert_int_equal(moves, m_moves);
             om_extents_destroy(&keep);
             hits[4] += expect != 0;
         }
