@@ -6,8 +6,7 @@ import subprocess
 import sys
 import time
 
-from peers import (PYTHON, WORKLOAD_DIR, WORKLOADS, base_env, children_cpu_s, log, parse_result,
-                   system_busy_s)
+from peers import WORKLOADS, children_cpu_s, command_for, log, parse_result, system_busy_s
 
 USAGE_EXAMPLE = """example (glibc's placement without its page faults, against plan mode):
   /usr/bin/python3 bench/ab.py --workload cnn_bn_adam --steps 40 --runs 8 \\
@@ -33,12 +32,7 @@ def parse_config(spec):
 
 def run_once(args, env_extra):
     """One run of the workload; its OPTMEM_RESULT dict and the cores other processes used."""
-    env = base_env()
-    env.update(env_extra)
-    cmd = [PYTHON, str(WORKLOAD_DIR / WORKLOADS[args.workload]["script"]), "--json",
-           "--steps", str(args.steps), "--threads", str(args.threads)]
-    if args.batch_scale != 1:
-        cmd += ["--batch-scale", str(args.batch_scale)]
+    cmd, env = command_for(WORKLOADS[args.workload], env_extra, None, args, None)
     t0, busy0, ours0 = time.perf_counter(), system_busy_s(), children_cpu_s()
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=args.timeout)
     wall = time.perf_counter() - t0
