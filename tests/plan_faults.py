@@ -3,9 +3,9 @@ made, the free pages warm-up leaves outside its slots move onto the slots' pages
 not resident, instead of going back to the kernel while those fault in; so do the pages of
 blocks live when the plan was made, when they are freed while it serves. The transformer's
 plan lies above every live block, on pages warm-up never touched, so without the moves at
-plan time its first served step takes about 12 thousand page faults; the CNN's plan lies
-around blocks still live at the plan, freed in its first served step, and without the moves
-at those frees that step takes about 800.
+plan time its first served step takes about 12 thousand page faults; the CNN has blocks
+still live at the plan, freed in its first served step, and without the moves at those
+frees that step takes about 800 to 1400.
 
 Usage: plan_faults.py --preload LIBOPTMEM. Exit status 0 on success.
 """
@@ -17,8 +17,8 @@ from plan_run import exit_status, run_plan_mode
 
 STEPS = 8  # the workload counts faults from step 3 on: the plan's first served step and 4 more
 # Page faults a step over steps 3 to 7 (2026-11-22). Transformer: 56 with both moves, 106
-# with those at plan time only, about 2400 with none. CNN: 35 with both, 190 with those at
-# plan time only.
+# with those at plan time only, about 2400 with none. CNN: 34 with both, 289 with those at
+# plan time only (190 when its plan was still packed around a live block).
 MAX_FAULTS_PER_STEP = {"transformer_adamw": 300, "cnn_bn_adam": 100}
 
 
