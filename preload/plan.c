@@ -115,12 +115,13 @@ struct placement {
 
 /* Where the plan goes. The pages that warm-up left free are mostly resident, so a plan laid
  * over them faults little in: the lowest hole among the live blocks that holds the arcs
- * packed alone; else, where the backend cannot move pages, the lowest hole with few live
- * bytes above it (1/64 of the plan), the arcs packed around those, when that spreads them
- * by no more than 1/128; else above every live block. Where it can, free pages move onto
- * the plan's wherever it lies, and the arcs packed alone ran faster: the CNN packed around
- * one live block made 0.96 of tcmalloc's steps/s, above it 0.99, with the same peak and
- * faults. `in` has room for the live blocks after the arcs, `spare` for a plan. */
+ * packed alone; else, where pages do not move (a device, huge pages), the lowest hole with
+ * few live bytes above it (1/64 of the plan), the arcs packed around those, when that
+ * spreads them by no more than 1/128; else above every live block. Where pages move, they
+ * move onto the plan's wherever it lies, and the arcs packed alone ran faster: the CNN
+ * packed around one live block made 0.96 of tcmalloc's steps/s, above it 0.99, with the
+ * same peak and faults. `in` has room for the live blocks after the arcs, `spare` for a
+ * plan. */
 static void place_plan(const struct om_pool *pool, om_rp_block *in, size_t narcs,
                        const om_rp_options *dense_opt, struct placement *pl, uint64_t *spare)
 {
@@ -138,7 +139,7 @@ static void place_plan(const struct om_pool *pool, om_rp_block *in, size_t narcs
         }
     }
     pl->base = align_to(end, max_align);
-    if (a->backend->move)
+    if (a->backend->move && !pool->hugepages) /* pages move onto the plan wherever it lies */
         return;
     size_t free_above = 0;
     for (size_t i = nholes; i-- > 0;) {
