@@ -139,7 +139,7 @@ static void place_plan(const struct om_pool *pool, om_rp_block *in, size_t narcs
         }
     }
     pl->base = align_to(end, max_align);
-    if (a->backend->move && !pool->hugepages) /* pages move onto the plan wherever it lies */
+    if (om_pool_pages_move(pool)) /* onto the plan, wherever it lies */
         return;
     size_t free_above = 0;
     for (size_t i = nholes; i-- > 0;) {
@@ -257,8 +257,7 @@ out:
 
 int om_pool_cover_slots(struct om_pool *pool)
 {
-    /* Huge pages fault 2 MiB at a time instead; moved small pages would split their region. */
-    pool->moves_left = pool->hugepages ? 0 : PAGE_MOVES_MAX;
+    pool->moves_left = om_pool_pages_move(pool) ? PAGE_MOVES_MAX : 0;
     om_extents_destroy(&pool->covered);
     if (om_extents_init(&pool->covered) != 0)
         return -ENOMEM;

@@ -111,7 +111,16 @@ void om_pool_learn(struct om_pool *pool);
  * with them. */
 void om_pool_release_free(struct om_pool *pool, size_t from, size_t to);
 
-/* Sets covered to the bytes of the iteration's slots. 0 or -ENOMEM (then it is empty). */
+/* Whether free pages move onto a plan's instead of going back: where the backend can move
+ * them, and not with huge pages, which fault 2 MiB at a time and which small pages moved
+ * in would split. */
+static inline int om_pool_pages_move(const struct om_pool *pool)
+{
+    return pool->arena.backend->move && !pool->hugepages;
+}
+
+/* Sets covered to the bytes of the iteration's slots, and the moves onto them the plan may
+ * make. 0 or -ENOMEM (then it is empty). */
 int om_pool_cover_slots(struct om_pool *pool);
 
 /* Free pages in [from, to) that no slot of the iteration covers go back. */
