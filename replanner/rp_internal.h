@@ -28,6 +28,21 @@ typedef struct rp_kv {
 
 void rp_sort_kv(rp_kv *a, size_t n);
 
+/*
+ * Section totals under range adds with their maximum over a range, both in O(log n): a
+ * node holds the max of its subtree plus its own add, which is never pushed down.
+ */
+typedef struct rp_maxtree {
+    int64_t *mx, *add;
+    uint32_t n; /* leaves, a power of two */
+} rp_maxtree;
+
+int rp_maxtree_init(rp_maxtree *t, rp_mem *m, uint32_t n);
+void rp_maxtree_build(rp_maxtree *t, const uint64_t *v, uint32_t n);
+void rp_maxtree_add(rp_maxtree *t, uint32_t lo, uint32_t hi, int64_t d);
+/* The max over [lo, hi), which must not be empty. */
+int64_t rp_maxtree_max(const rp_maxtree *t, uint32_t lo, uint32_t hi);
+
 /* splitmix64: deterministic and stateless apart from the caller's word. */
 uint64_t rp_rand(uint64_t *state);
 uint64_t rp_now_ns(void);

@@ -1,6 +1,8 @@
-/* Replanner helpers with no malloc: scratch memory, sort, clock, branch and bound rankings. */
+/* Replanner helpers with no malloc: scratch memory, sort, a max tree, clock, branch and bound
+ * rankings. */
 #include "rp_internal.h"
 
+#include <errno.h>
 #include <string.h>
 #include <time.h>
 
@@ -78,6 +80,72 @@ void rp_sort_kv(rp_kv *a, size_t n)
         a[end - 1] = t;
         sift(a, 0, end - 1);
     }
+}
+
+int rp_maxtree_init(rp_maxtree *t, rp_mem *m, uint32_t n)
+{
+    for (t->n = 1; t->n < n; t->n *= 2)
+        ;
+    t->mx = rp_alloc(m, 2 * (size_t)t->n, sizeof(int64_t));
+    t->add = rp_alloc(m, 2 * (size_t)t->n, sizeof(int64_t));
+    return t->mx && t->add ? 0 : -ENOMEM;
+}
+
+void rp_maxtree_build(rp_maxtree *t, const uint64_t *v, uint32_t n)
+{
+    memset(t->add, 0, 2 * (size_t)t->n * sizeof(int64_t));
+    for (uint32_t i = 0; i < t->n; i++)
+        t->mx[t->n + i] = i < n ? (int64_t)v[i] : 0;
+    for (uint32_t i = t->n; i-- > 1;)
+        t->mx[i] = (t->mx[2 * i] > t->mx[2 * i + 1] ? t->mx[2 * i] : t->mx[2 * i + 1]);
+}
+
+static void tree_add(rp_maxtree *t, size_t node, uint32_t nlo, uint32_t nhi, uint32_t lo,
+                     uint32_t hi, int64_t d)
+{
+    uint32_t mid = nlo + (nhi - nlo) / 2;
+    int64_t a, b;
+
+    if (hi <= nlo || nhi <= lo)
+        return;
+    if (lo <= nlo && nhi <= hi) {
+        t->mx[node] += d;
+        t->add[node] += d;
+        return;
+    }
+    tree_add(t, 2 * node, nlo, mid, lo, hi, d);
+    tree_add(t, 2 * node + 1, mid, nhi, lo, hi, d);
+    a = t->mx[2 * node];
+    b = t->mx[2 * node + 1];
+    t->mx[node] = (a > b ? a : b) + t->add[node];
+}
+
+void rp_maxtree_add(rp_maxtree *t, uint32_t lo, uint32_t hi, int64_t d)
+{
+    if (lo < hi)
+        tree_add(t, 1, 0, t->n, lo, hi, d);
+}
+
+static int64_t tree_max(const rp_maxtree *t, size_t node, uint32_t nlo, uint32_t nhi, uint32_t lo,
+                        uint32_t hi)
+{
+    uint32_t mid = nlo + (nhi - nlo) / 2;
+    int64_t a, b;
+
+    if (lo <= nlo && nhi <= hi)
+        return t->mx[node];
+    if (hi <= mid)
+        return tree_max(t, 2 * node, nlo, mid, lo, hi) + t->add[node];
+    if (lo >= mid)
+        return tree_max(t, 2 * node + 1, mid, nhi, lo, hi) + t->add[node];
+    a = tree_max(t, 2 * node, nlo, mid, lo, hi);
+    b = tree_max(t, 2 * node + 1, mid, nhi, lo, hi);
+    return (a > b ? a : b) + t->add[node];
+}
+
+int64_t rp_maxtree_max(const rp_maxtree *t, uint32_t lo, uint32_t hi)
+{
+    return tree_max(t, 1, 0, t->n, lo, hi);
 }
 
 uint64_t rp_rand(uint64_t *state)

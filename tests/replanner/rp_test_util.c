@@ -8,12 +8,14 @@
 #include <string.h>
 #include <cmocka.h>
 
-static size_t live;
+static size_t live, peak_live;
 
 static void *t_malloc(void *ctx, size_t n)
 {
     (void)ctx;
     live += n;
+    if (live > peak_live)
+        peak_live = live;
     return malloc(n);
 }
 
@@ -30,6 +32,16 @@ om_rp_allocator t_alloc = {t_malloc, t_free, NULL};
 size_t t_live_bytes(void)
 {
     return live;
+}
+
+size_t t_peak_bytes(void)
+{
+    return peak_live;
+}
+
+void t_peak_reset(void)
+{
+    peak_live = live;
 }
 
 uint64_t t_rand(uint64_t *s)

@@ -4,9 +4,12 @@
 
 #include "replanner.h"
 
-/* malloc-backed, counts live bytes so that tests see every release matched. */
+/* malloc-backed, counts live bytes so that tests see every release matched, and their
+ * peak since the last t_peak_reset(). */
 extern om_rp_allocator t_alloc;
 size_t t_live_bytes(void);
+size_t t_peak_bytes(void);
+void t_peak_reset(void);
 
 uint64_t t_rand(uint64_t *s);
 

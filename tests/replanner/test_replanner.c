@@ -581,6 +581,44 @@ static void test_tiny_budget_large(void **state)
     free(b);
 }
 
+/* The max tree against a plain array: random range adds of either sign, random range maxima. */
+static void test_maxtree_random(void **state)
+{
+    uint64_t seed = 31, v[300];
+    (void)state;
+
+    for (int iter = 0; iter < 40; iter++) {
+        uint32_t n = 1 + (uint32_t)(t_rand(&seed) % 300);
+        rp_mem m = {&t_alloc, NULL};
+        rp_maxtree t;
+
+        for (uint32_t i = 0; i < n; i++)
+            v[i] = t_rand(&seed) % 1000000;
+        assert_int_equal(rp_maxtree_init(&t, &m, n), 0);
+        rp_maxtree_build(&t, v, n);
+        for (int op = 0; op < 500; op++) {
+            uint32_t lo = (uint32_t)(t_rand(&seed) % n);
+            uint32_t hi = lo + 1 + (uint32_t)(t_rand(&seed) % (n - lo));
+            int64_t d = (int64_t)(t_rand(&seed) % 200001) - 100000, want = INT64_MIN;
+
+            for (uint32_t i = lo; i < hi; i++) /* totals never go below 0 */
+                if ((int64_t)v[i] + d < 0)
+                    d = -(int64_t)v[i];
+            rp_maxtree_add(&t, lo, hi, d);
+            for (uint32_t i = lo; i < hi; i++)
+                v[i] += (uint64_t)d;
+            lo = (uint32_t)(t_rand(&seed) % n);
+            hi = lo + 1 + (uint32_t)(t_rand(&seed) % (n - lo));
+            for (uint32_t i = lo; i < hi; i++)
+                if ((int64_t)v[i] > want)
+                    want = (int64_t)v[i];
+            assert_int_equal(rp_maxtree_max(&t, lo, hi), want);
+        }
+        rp_mem_free_all(&m);
+    }
+    assert_int_equal(t_live_bytes(), 0);
+}
+
 /*
  * The branch and bound's setup size, against every pair checked one by one: exact on a line
  * (both ends of each pair that meets, plus the sections of every block), never below the
@@ -622,8 +660,10 @@ static void test_setup_size(void **state)
  * wrapping; see data/README.md): above OM_RP_BNB_MAX_BLOCKS, but with few pairs meeting in
  * time, so auto takes the branch and bound, whose first dive reaches LB (local search was
  * at 1.04 x LB after 200 ms). With a budget far too short to list its pairs, local search.
- * Node limits, not the clock, end both runs.
+ * Node limits, not the clock, end both runs. The search's memory stays linear in the arcs:
+ * holding every open node's candidates took 59 MB here, 9.5 MB without.
  */
+#define PEAK_PER_ARC 2048
 static void test_auto_large_step(void **state)
 {
     char path[1024], err[512];
@@ -646,7 +686,10 @@ static void test_auto_large_step(void **state)
     opt.max_nodes = 4 * n;
     opt.err = err;
     opt.errlen = sizeof(err);
+    t_peak_reset();
     assert_int_equal(om_rp_plan(b, n, &opt, off, &res), 0);
+    if (t_peak_bytes() - t_live_bytes() > PEAK_PER_ARC * n)
+        fail_msg("the search took %zu bytes for %zu arcs", t_peak_bytes() - t_live_bytes(), n);
     assert_int_equal(om_rp_check(b, n, opt.period, off, &t_alloc, err, sizeof(err)), 0);
     assert_string_equal(res.stage, "bnb");
     assert_true(res.optimal);
@@ -694,6 +737,7 @@ int main(void)
         cmocka_unit_test(test_empty),
         cmocka_unit_test(test_bnb_restarts),
         cmocka_unit_test(test_tiny_budget_large),
+        cmocka_unit_test(test_maxtree_random),
         cmocka_unit_test(test_setup_size),
         cmocka_unit_test(test_auto_large_step),
     };
