@@ -20,9 +20,16 @@ void om_pool_learn(struct om_pool *pool)
     pool->stale_iterations = pool->iteration_unknown = 0;
 }
 
-static void start_recording(struct om_pool *pool, const struct om_block *b)
+/* Clocks read outside the tracer's lock may come out of order by a little. */
+static uint64_t span_ns(uint64_t from, uint64_t to)
+{
+    return to > from ? to - from : 0;
+}
+
+static void start_recording(struct om_pool *pool, const struct om_block *b, uint64_t ns)
 {
     pool->log_cycle_start = b->log ? b->log - 1 : UINT64_MAX;
+    pool->record_start_ns = ns;
     pool->phase = RECORD;
     pool->generation++;
     pool->nrecords = 0;
@@ -184,7 +191,7 @@ static void learn_request(struct om_pool *pool, struct om_block *b, uint64_t tok
 {
     uint64_t now = pool->learnt++;
     pool->ring[now % RING] =
-        (struct record){token, now, NO_DEATH, b->size, b->len, alignment, b->log};
+        (struct record){token, now, NO_DEATH, b->size, b->len, alignment, b->log, info->ns};
     b->record = (uint32_t)now + 1;
     b->generation = pool->generation;
     uint64_t p = info->period;
@@ -204,7 +211,7 @@ static void learn_request(struct om_pool *pool, struct om_block *b, uint64_t tok
         pool->steady_from = from;
     if (2 * p > RING) { /* recorded as it comes, from the next iteration start */
         if (info->iteration_start)
-            start_recording(pool, b);
+            start_recording(pool, b, info->ns);
         return;
     }
     uint64_t place = (now - pool->steady_from) % p;
@@ -215,9 +222,11 @@ static void learn_request(struct om_pool *pool, struct om_block *b, uint64_t tok
     for (uint64_t r = 0; r < p; r++) {
         const struct record *e = &pool->ring[(first + r) % RING];
         uint64_t upper = e->upper == NO_DEATH ? NO_DEATH : e->upper - first;
-        pool->records[r] = (struct record){e->token, r, upper, e->size, e->len, e->alignment, 0};
+        pool->records[r] = (struct record){e->token, r, upper, e->size, e->len, e->alignment, 0, 0};
     }
     pool->nrecords = p;
+    /* first + p <= now: the next iteration's first request is in the ring too. */
+    pool->iteration_ns = span_ns(pool->ring[first % RING].ns, pool->ring[(first + p) % RING].ns);
     if (!pool->plan_at) {
         uint64_t quiet = 3 * p > RING ? p - 1 : quietest_request(pool, p);
         pool->plan_at = now + 1 + (quiet + p - place) % p;
@@ -242,7 +251,7 @@ void om_pool_after_cycle_request(struct om_pool *pool, struct om_block *b, uint6
     }
     if (pool->phase == RECORD) {
         pool->records[pool->nrecords] =
-            (struct record){token, pool->nrecords, NO_DEATH, b->size, b->len, alignment, 0};
+            (struct record){token, pool->nrecords, NO_DEATH, b->size, b->len, alignment, 0, 0};
         b->record = (uint32_t)++pool->nrecords;
         b->generation = pool->generation;
         if (pool->nrecords == pool->period) {
@@ -250,7 +259,9 @@ void om_pool_after_cycle_request(struct om_pool *pool, struct om_block *b, uint6
             pool->observed = 0;
         }
     } else if (pool->phase == OBSERVE) {
-        if (++pool->observed == pool->period) {
+        if (++pool->observed == 1) /* the next iteration's first request */
+            pool->iteration_ns = span_ns(pool->record_start_ns, info->ns);
+        if (pool->observed == pool->period) {
             pool->evidence = info->periodic;
             plan_now(pool, 0);
         }

@@ -10,9 +10,12 @@
 #include <sys/mman.h>
 
 /* The search stops as soon as a plan meets its lower bound; the budget bounds the one-off
- * pause of a plan that cannot (the transformer's 1883-slot iteration needs 30 to 50 ms to
- * reach its bound, and stopped at 1.09 of it with the replanner's 20 ms default). */
-#define PLAN_BUDGET_MS 200
+ * pause of a plan that cannot. It is the time one iteration took, within these bounds: a
+ * pause of one iteration is little beside a training run, where a fixed 200 ms cut short
+ * large ones (the transformer at 8 x the bundled batch, 12635 arcs and 1.4 s an iteration,
+ * whose search then needed 355 ms, stopped at 1.057 of its bound). */
+#define PLAN_BUDGET_MIN_MS 200
+#define PLAN_BUDGET_MAX_MS 2000
 /* Packing around live blocks rarely meets its bound, and the plan packed alone is the
  * fallback: a shorter search. */
 #define OBSTACLE_BUDGET_MS 50
@@ -167,6 +170,14 @@ static void place_plan(const struct om_pool *pool, om_rp_block *in, size_t narcs
     memcpy(pl->offsets, spare, narcs * sizeof *spare);
 }
 
+static uint32_t plan_budget_ms(const struct om_pool *pool)
+{
+    uint64_t ms = pool->iteration_ns / 1000000;
+    if (ms < PLAN_BUDGET_MIN_MS)
+        return PLAN_BUDGET_MIN_MS;
+    return ms > PLAN_BUDGET_MAX_MS ? PLAN_BUDGET_MAX_MS : (uint32_t)ms;
+}
+
 /* The recorded iteration's arcs, planned and placed; the replanner works on the free pages
  * in [scratch_from, scratch_to). */
 static int build_plan(struct om_pool *pool, size_t scratch_from, size_t scratch_to)
@@ -198,7 +209,7 @@ static int build_plan(struct om_pool *pool, size_t scratch_from, size_t scratch_
     }
     char err[256] = "";
     om_rp_options opt = {.period = pool->period,
-                         .budget_ms = PLAN_BUDGET_MS,
+                         .budget_ms = plan_budget_ms(pool),
                          .alloc = alloc,
                          .err = err,
                          .errlen = sizeof err};
@@ -241,10 +252,10 @@ static int build_plan(struct om_pool *pool, size_t scratch_from, size_t scratch_
     pool->stats.plan_slots = n;
     pool->stats.plans++;
     om_info("plan: %zu slots of a %llu-request iteration (packed around %zu live blocks), "
-            "peak %.1f MiB (%.3f of its lower bound) in %.1f ms",
+            "peak %.1f MiB (%.3f of its lower bound) in %.1f ms, budget %u ms",
             n, (unsigned long long)pool->period, pl.nfixed, pl.peak / 1048576.0,
             pl.res.lower_bound ? (double)pl.peak / (double)pl.res.lower_bound : 1.0,
-            pl.res.elapsed_ns / 1e6);
+            pl.res.elapsed_ns / 1e6, opt.budget_ms);
 out:
     if (spare)
         alloc.release(&scratch, spare, cap * sizeof *spare);

@@ -41,6 +41,7 @@ struct record {
     uint64_t token, lower, upper; /* in the ring: indices among the requests learnt */
     size_t size, len, alignment;
     uint32_t log; /* in the ring: the request's index + 1 in the request log, 0 for none */
+    uint64_t ns;  /* in the ring: when it was made (the tracer's clock) */
 };
 
 /* How many periods of p a record's block spans: 0 within one (an arc a plan places), 1
@@ -93,6 +94,8 @@ struct om_pool {
     } failed[FAILED_PERIODS];
     unsigned nfailed;
     uint64_t evidence; /* requests the period was seen to repeat over when it was planned */
+    /* How long the iteration to plan took, for the search's budget; when recording began. */
+    uint64_t iteration_ns, record_start_ns;
     /* OPTMEM_PLAN_FILE */
     char plan_file[PATH_MAX];
     struct om_saved_plan saved; /* loaded: its prologue is being served */

@@ -4,6 +4,7 @@ import argparse
 import glob
 import json
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -62,6 +63,9 @@ def main():
     ap.add_argument("--max-top-ratio", type=float, default=None,
                     help="the arena's top at exit over the lower bound: a plan laid over the "
                          "pages warm-up left free keeps it near the warm-up's footprint")
+    ap.add_argument("--min-plan-budget-ms", type=int, default=0,
+                    help="the search budget the last plan states on stderr: a plan may search "
+                         "as long as an iteration took")
     ap.add_argument("--verify", type=int, default=1)
     ap.add_argument("cmd", nargs=argparse.REMAINDER)
     args = ap.parse_args()
@@ -93,6 +97,7 @@ def main():
         requests = serving["serving_requests"]
         served = serving["served_from_plan"] / max(requests, 1)
         in_iterations = serving["iteration_served"] / max(serving["iteration_requests"], 1)
+        budgets = [int(b) for b in re.findall(r"optmem: plan: .* budget (\d+) ms", err)]
         print(f"requests while serving {requests}, from the plan {serving['served_from_plan']} "
               f"({served:.3f}) {json.dumps(serving)}")
         checks = [
@@ -113,6 +118,8 @@ def main():
              serving["arena_top_bytes"] <= args.max_top_ratio * report["lower_bound_bytes"],
              f"arena top {serving['arena_top_bytes']} > {args.max_top_ratio} x the lower bound "
              f"{report['lower_bound_bytes']}"),
+            (not args.min_plan_budget_ms or (budgets and budgets[-1] >= args.min_plan_budget_ms),
+             f"plan budgets {budgets} ms: the last is not >= {args.min_plan_budget_ms}"),
             (serving["verify_violations"] == 0, "verify violations"),
             (serving["invalid_frees"] == 0, "invalid frees"),
         ]

@@ -420,8 +420,10 @@ void om_tracer_on_alloc(unsigned domain, void *ptr, size_t size, size_t usable, 
         info->period = d->period_fixed;
         info->periodic = seq - d->marks[(d->nmarks - 1) % OM_MARKS] + 1;
     }
-    if (info)
+    if (info) {
         info->seq = seq;
+        info->ns = now;
+    }
     d->seq++;
     d->events++;
     om_acct_birth(&d->acct, size);

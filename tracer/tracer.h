@@ -57,6 +57,7 @@ struct om_alloc_info {
      * it may lie periods back), or to the latest optmem_step() mark; 0 while no period is
      * known. (periodic - 1) % period is this request's place in its iteration. */
     uint64_t periodic;
+    uint64_t ns; /* when it was made, in ns since the tracer started */
 };
 
 /* Records the birth of a managed block; usable is what its allocator really holds for it

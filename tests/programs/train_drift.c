@@ -1,7 +1,8 @@
 /* A training-like loop that drifts on purpose (sizes, extra requests, longer lifetimes,
  * cross-thread frees, realloc, calloc, fork, a change of shapes, a weight replaced by a new
- * array each iteration, a request that moves to another call site for good). Every buffer's
- * contents are checked before it is freed; the printed checksum must not depend on the allocator.
+ * array each iteration, a request that moves to another call site for good), or takes its
+ * time (slow, slow_wide). Every buffer's contents are checked before it is freed; the printed
+ * checksum must not depend on the allocator.
  * usage: train_drift SCENARIO [ITERATIONS]; TRAIN_DRIFT_EXTRA_FIRST=1 adds one request first */
 #include <pthread.h>
 #include <stdint.h>
@@ -9,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 struct buf {
@@ -180,6 +182,16 @@ int main(int argc, char **argv)
             alloc_extra(&fresh, params[1].size, seed + 8);
             check_and_free(&params[1]);
             params[1] = fresh;
+        }
+        if (is("slow_wide")) /* more requests than plan mode learns in its ring */
+            for (uint32_t k = 0; k < 17000; k++) {
+                struct buf extra;
+                alloc_extra(&extra, 4096 + 64 * (k % 5), seed + k);
+                check_and_free(&extra);
+            }
+        if (is("slow") || is("slow_wide")) { /* a long step: the plan may search as long */
+            struct timespec step = {0, 250 * 1000 * 1000};
+            nanosleep(&step, NULL);
         }
         if (is("fork") && it == iterations / 2) {
             fflush(stdout);
