@@ -4,6 +4,7 @@
 
 #include "log.h"
 
+#include <errno.h>
 #include <string.h>
 
 /* ---- the phases ---- */
@@ -44,6 +45,15 @@ static int period_failed(const struct om_pool *pool, uint64_t period, uint64_t e
     return 0;
 }
 
+/* A plan failed for this period: it is not planned again until it has repeated over twice the
+ * requests it had now. */
+static void remember_failed_period(struct om_pool *pool)
+{
+    pool->failed[pool->nfailed % FAILED_PERIODS].period =
+        pool->unrolled ? pool->period / 2 : pool->period;
+    pool->failed[pool->nfailed++ % FAILED_PERIODS].evidence = 2 * pool->evidence;
+}
+
 /* A plan whose iterations keep making requests it has no slot for was made while the
  * program still changed (Python's interpreter specializes its calls over the first steps,
  * and numpy's requests come from other call sites then), and misses would resynchronize
@@ -71,9 +81,7 @@ void om_pool_end_of_served_iteration(struct om_pool *pool)
         if (stale) {
             pool->stale_replanned = 1;
         } else if (pool->served_iterations < STEADY_ITERATIONS) {
-            pool->failed[pool->nfailed % FAILED_PERIODS].period =
-                pool->unrolled ? pool->period / 2 : pool->period;
-            pool->failed[pool->nfailed++ % FAILED_PERIODS].evidence = 2 * pool->evidence;
+            remember_failed_period(pool);
         }
         /* The plan's pages would stay resident beside the holes best fit fills again. */
         om_pool_release_free(pool, 0, SIZE_MAX);
@@ -94,7 +102,10 @@ void om_pool_end_of_served_iteration(struct om_pool *pool)
 /* Plans the iteration in records; serving goes on at the slot of the next request. */
 static void plan_now(struct om_pool *pool, uint64_t cursor)
 {
-    if (om_pool_plan(pool) != 0) {
+    int rc = om_pool_plan(pool);
+    if (rc != 0) {
+        if (rc == -ENOENT) /* no block died within the period: a layer inside a step */
+            remember_failed_period(pool);
         om_pool_learn(pool);
         return;
     }

@@ -207,6 +207,12 @@ static int build_plan(struct om_pool *pool, size_t scratch_from, size_t scratch_
                                 .size = rec->len,
                                 .align = rec->alignment};
     }
+    if (n == 0) { /* every block outlives the period: nothing to serve */
+        om_debug("plan: none of the %llu-request iteration's blocks dies within it",
+                 (unsigned long long)pool->period);
+        rc = -ENOENT;
+        goto out;
+    }
     char err[256] = "";
     om_rp_options opt = {.period = pool->period,
                          .budget_ms = plan_budget_ms(pool),

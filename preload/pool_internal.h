@@ -135,7 +135,8 @@ void om_pool_release_uncovered(struct om_pool *pool, size_t from, size_t to);
 void om_pool_release_block(struct om_pool *pool, size_t off, size_t len, int move);
 
 /* Plans the iteration in records and lays the plan over the arena's free pages: slots,
- * plan_end and the plan's counters set. 0, or -errno with nothing served from it. */
+ * plan_end and the plan's counters set. 0, or -errno with nothing served from it: -ENOENT
+ * when no block of the iteration dies within it. */
 int om_pool_plan(struct om_pool *pool);
 
 /* Judges a served iteration that just ended: a replan when it missed too often. */

@@ -1,8 +1,9 @@
 /* A training-like loop that drifts on purpose (sizes, extra requests, longer lifetimes,
  * cross-thread frees, realloc, calloc, fork, a change of shapes, a weight replaced by a new
- * array each iteration, a request that moves to another call site for good), or takes its
- * time (slow, slow_wide). Every buffer's contents are checked before it is freed; the printed
- * checksum must not depend on the allocator.
+ * array each iteration, a request that moves to another call site for good, layers whose
+ * requests repeat within a step and outlive the layer), or takes its time (slow,
+ * slow_wide). Every buffer's contents are checked before it is freed; the printed checksum
+ * must not depend on the allocator.
  * usage: train_drift SCENARIO [ITERATIONS]; TRAIN_DRIFT_EXTRA_FIRST=1 adds one request first */
 #include <pthread.h>
 #include <stdint.h>
@@ -148,6 +149,16 @@ int main(int argc, char **argv)
             }
             for (int k = 0; k < 3; k++)
                 check_and_free(&extra[k]);
+        }
+        if (is("layers")) { /* identical layers, each keeping what backward needs */
+            struct buf kept[200][3];
+            for (int l = 0; l < 200; l++)
+                for (int k = 0; k < 3; k++)
+                    alloc_extra(&kept[l][k], 8192 * (size_t)(k + 1),
+                                seed + 20 + (uint32_t)(3 * l + k));
+            for (int l = 199; l >= 0; l--)
+                for (int k = 0; k < 3; k++)
+                    check_and_free(&kept[l][k]);
         }
         if (is("extra_request") && it % 5 == 2) {
             struct buf extra;
