@@ -295,6 +295,18 @@ def prepare_saved_plans(workloads, allocs, args, tmpdir):
     return plans
 
 
+def plan_for_run(plans, workload, alloc, tmpdir, tag):
+    """The plan file one measured run loads: a fresh copy of its saved plan (None where the
+    allocator serves none), so that no run sees a plan file an earlier one rewrote."""
+    saved = plans.get((workload["name"], alloc["name"]))
+    if saved is None:
+        return None
+    plan = Path(tmpdir) / (tag + ".plan")
+    if saved.is_file():
+        shutil.copyfile(saved, plan)
+    return plan
+
+
 def run_all(workloads, allocs, args, tmpdir):
     """Interleave: run r of every (workload, allocator) before run r+1 of any."""
     plans = prepare_saved_plans(workloads, allocs, args, tmpdir)
@@ -306,13 +318,7 @@ def run_all(workloads, allocs, args, tmpdir):
             for a in allocs:
                 n += 1
                 tag = "%s-%s-%d" % (file_safe(w["name"]), a["name"], r)
-                plan = None
-                saved = plans.get((w["name"], a["name"]))
-                if saved is not None:
-                    plan = Path(tmpdir) / (tag + ".plan")
-                    if saved.is_file():
-                        shutil.copyfile(saved, plan)
-                rec = run_once(w, a, args, tmpdir, tag, plan)
+                rec = run_once(w, a, args, tmpdir, tag, plan_for_run(plans, w, a, tmpdir, tag))
                 rec["run"] = r
                 records.append(rec)
                 log(progress_line(n, total, r, args.runs, rec))

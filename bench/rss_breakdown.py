@@ -45,14 +45,20 @@ def main():
           + " | ".join("%s growth (MiB)" % k for k in KINDS) + " |")
     print("|---|---|---|---|" + "---|" * len(KINDS))
     with tempfile.TemporaryDirectory() as tmp:
+        plans = peers.prepare_saved_plans(workloads, allocs, args, tmp)
         for w in workloads:
             for a in allocs:
                 alloc = dict(a, env=dict(a["env"], OPTMEM_WORKLOAD_RSS_BY_KIND="1"))
                 recs = []
                 for r in range(args.runs):
-                    rec = peers.run_once(w, alloc, args, tmp, "%s-%s-%d" % (w["name"], a["name"], r))
+                    tag = "%s-%s-%d" % (w["name"], a["name"], r)
+                    rec = peers.run_once(w, alloc, args, tmp, tag,
+                                         peers.plan_for_run(plans, w, a, tmp, tag))
                     if rec["error"]:
                         sys.exit("rss_breakdown: %s under %s: %s" % (w["name"], a["name"], rec["error"]))
+                    if a.get("saved_plan") and rec["saved_plan"] != 1:
+                        sys.exit("rss_breakdown: %s under %s did not serve its saved plan"
+                                 % (w["name"], a["name"]))
                     recs.append(rec)
                 growth = [rec["result"]["rss_growth_by_kind_bytes"] for rec in recs]
                 cells = [median_mib([rec["result"]["training_peak_bytes"] for rec in recs]),
