@@ -103,42 +103,6 @@ static uint32_t find_point(const uint64_t *pts, uint32_t npts, uint64_t t)
     return lo;
 }
 
-/* A count of live blocks per byte range: range add, range max, on compressed offsets. */
-typedef struct rp_cover {
-    int32_t *mx, *add;
-    uint32_t size;
-} rp_cover;
-
-static void cover_add(rp_cover *c, uint32_t node, uint32_t nl, uint32_t nr, uint32_t l, uint32_t r,
-                      int32_t v)
-{
-    if (r <= nl || nr <= l)
-        return;
-    if (l <= nl && nr <= r) {
-        c->mx[node] += v;
-        c->add[node] += v;
-        return;
-    }
-    uint32_t mid = nl + (nr - nl) / 2;
-    cover_add(c, 2 * node, nl, mid, l, r, v);
-    cover_add(c, 2 * node + 1, mid, nr, l, r, v);
-    int32_t a = c->mx[2 * node], b = c->mx[2 * node + 1];
-    c->mx[node] = c->add[node] + (a > b ? a : b);
-}
-
-static int32_t cover_max(const rp_cover *c, uint32_t node, uint32_t nl, uint32_t nr, uint32_t l,
-                         uint32_t r)
-{
-    if (r <= nl || nr <= l)
-        return -1;
-    if (l <= nl && nr <= r)
-        return c->mx[node];
-    uint32_t mid = nl + (nr - nl) / 2;
-    int32_t a = cover_max(c, 2 * node, nl, mid, l, r),
-            b = cover_max(c, 2 * node + 1, mid, nr, l, r);
-    return c->add[node] + (a > b ? a : b);
-}
-
 /*
  * Two blocks of blocks[idx[0..count)] that share bytes while both live, at offsets off[i]
  * (the blocks' own offsets if off is NULL): 1 with their indices in *x < *y, 0 if none, or
@@ -158,7 +122,7 @@ static int find_collision(const om_rp_block *blocks, const uint32_t *idx, size_t
     uint32_t *lo = rp_alloc(m, count + 1, sizeof(uint32_t));
     uint32_t *hi = rp_alloc(m, count + 1, sizeof(uint32_t));
     unsigned char *live = rp_alloc(m, ne + 1, 1);
-    rp_cover c = {NULL, NULL, 1};
+    rp_maxtree c; /* a count of live blocks per byte range, on compressed offsets */
 
 #define OFF(k) (off ? off[idx[k]] : blocks[idx[k]].offset)
     if (!kv || !pts || !lo || !hi || !live)
@@ -175,11 +139,7 @@ static int find_collision(const om_rp_block *blocks, const uint32_t *idx, size_t
         lo[k] = find_point(pts, (uint32_t)npts, OFF(k));
         hi[k] = find_point(pts, (uint32_t)npts, OFF(k) + blocks[idx[k]].size);
     }
-    while (c.size < npts)
-        c.size <<= 1;
-    c.mx = rp_alloc(m, 2 * (size_t)c.size, sizeof(int32_t));
-    c.add = rp_alloc(m, 2 * (size_t)c.size, sizeof(int32_t));
-    if (!c.mx || !c.add)
+    if (rp_maxtree_init(&c, m, (uint32_t)npts) < 0)
         return -ENOMEM;
     /* Ends sort before starts at the same time: lifetimes are half-open. */
     for (size_t e = 0; e < ne; e++) {
@@ -193,10 +153,10 @@ static int find_collision(const om_rp_block *blocks, const uint32_t *idx, size_t
         uint32_t e = kv[t].v, k = e / (uint32_t)copies;
         if (!kv[t].k2) {
             live[e] = 0;
-            cover_add(&c, 1, 0, c.size, lo[k], hi[k], -1);
+            rp_maxtree_add(&c, lo[k], hi[k], -1);
             continue;
         }
-        if (cover_max(&c, 1, 0, c.size, lo[k], hi[k]) > 0) {
+        if (rp_maxtree_max(&c, lo[k], hi[k]) > 0) {
             for (uint32_t f = 0; f < ne; f++) {
                 uint32_t j = f / (uint32_t)copies;
                 if (live[f] && lo[j] < hi[k] && lo[k] < hi[j]) {
@@ -207,7 +167,7 @@ static int find_collision(const om_rp_block *blocks, const uint32_t *idx, size_t
             }
         }
         live[e] = 1;
-        cover_add(&c, 1, 0, c.size, lo[k], hi[k], 1);
+        rp_maxtree_add(&c, lo[k], hi[k], 1);
     }
 #undef OFF
     return 0;

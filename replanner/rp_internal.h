@@ -29,14 +29,16 @@ typedef struct rp_kv {
 void rp_sort_kv(rp_kv *a, size_t n);
 
 /*
- * Section totals under range adds with their maximum over a range, both in O(log n): a
- * node holds the max of its subtree plus its own add, which is never pushed down.
+ * Values under range adds with their maximum over a range, both in O(log n): a node holds
+ * the max of its subtree plus its own add, which is never pushed down. The branch and
+ * bound's section totals; the checker's count of live blocks per byte range.
  */
 typedef struct rp_maxtree {
     int64_t *mx, *add;
     uint32_t n; /* leaves, a power of two */
 } rp_maxtree;
 
+/* n values, all 0. */
 int rp_maxtree_init(rp_maxtree *t, rp_mem *m, uint32_t n);
 void rp_maxtree_build(rp_maxtree *t, const uint64_t *v, uint32_t n);
 void rp_maxtree_add(rp_maxtree *t, uint32_t lo, uint32_t hi, int64_t d);

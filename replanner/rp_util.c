@@ -88,7 +88,11 @@ int rp_maxtree_init(rp_maxtree *t, rp_mem *m, uint32_t n)
         ;
     t->mx = rp_alloc(m, 2 * (size_t)t->n, sizeof(int64_t));
     t->add = rp_alloc(m, 2 * (size_t)t->n, sizeof(int64_t));
-    return t->mx && t->add ? 0 : -ENOMEM;
+    if (!t->mx || !t->add)
+        return -ENOMEM;
+    memset(t->mx, 0, 2 * (size_t)t->n * sizeof(int64_t));
+    memset(t->add, 0, 2 * (size_t)t->n * sizeof(int64_t));
+    return 0;
 }
 
 void rp_maxtree_build(rp_maxtree *t, const uint64_t *v, uint32_t n)
