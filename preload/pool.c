@@ -516,7 +516,8 @@ void om_pool_save_plan(struct om_pool *pool)
             arcs[narcs++] = (struct om_cycle_arc){r,          rec->token, rec->lower,
                                                   rec->upper, rec->len,   rec->alignment};
     }
-    rc = om_saved_plan_build(&pool->log, n0, arcs, narcs, pool->period, &plan, err, sizeof err);
+    rc = om_saved_plan_build(&pool->log, n0, arcs, narcs, pool->period,
+                             pool->iteration_ns / 1000000, &plan, err, sizeof err);
     if (rc == 0 && (rc = om_saved_plan_write(pool->plan_file, om_saved_plan_program(), &plan)))
         snprintf(err, sizeof err, "%s", strerror(-rc));
 out:
