@@ -15,7 +15,7 @@
  * large ones (the transformer at 8 x the bundled batch, 12635 arcs and 1.4 s an iteration,
  * whose search then needed 355 ms, stopped at 1.057 of its bound). */
 #define PLAN_BUDGET_MIN_MS 200
-#define PLAN_BUDGET_MAX_MS 2000
+#define SEARCH_BUDGET_MAX_MS 2000
 /* Packing around live blocks rarely meets its bound, and the plan packed alone is the
  * fallback: a shorter search. */
 #define OBSTACLE_BUDGET_MS 50
@@ -170,12 +170,12 @@ static void place_plan(const struct om_pool *pool, om_rp_block *in, size_t narcs
     memcpy(pl->offsets, spare, narcs * sizeof *spare);
 }
 
-static uint32_t plan_budget_ms(const struct om_pool *pool)
+uint32_t om_pool_search_budget_ms(const struct om_pool *pool, uint32_t least_ms)
 {
     uint64_t ms = pool->iteration_ns / 1000000;
-    if (ms < PLAN_BUDGET_MIN_MS)
-        return PLAN_BUDGET_MIN_MS;
-    return ms > PLAN_BUDGET_MAX_MS ? PLAN_BUDGET_MAX_MS : (uint32_t)ms;
+    if (ms < least_ms)
+        return least_ms;
+    return ms > SEARCH_BUDGET_MAX_MS ? SEARCH_BUDGET_MAX_MS : (uint32_t)ms;
 }
 
 /* The recorded iteration's arcs, planned and placed; the replanner works on the free pages
@@ -215,7 +215,7 @@ static int build_plan(struct om_pool *pool, size_t scratch_from, size_t scratch_
     }
     char err[256] = "";
     om_rp_options opt = {.period = pool->period,
-                         .budget_ms = plan_budget_ms(pool),
+                         .budget_ms = om_pool_search_budget_ms(pool, PLAN_BUDGET_MIN_MS),
                          .alloc = alloc,
                          .err = err,
                          .errlen = sizeof err};

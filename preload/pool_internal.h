@@ -134,6 +134,10 @@ void om_pool_release_uncovered(struct om_pool *pool, size_t from, size_t to);
  * are not resident, while moves are left. */
 void om_pool_release_block(struct om_pool *pool, size_t off, size_t len, int move);
 
+/* How long a search for a plan may take: as long as the iteration took (iteration_ns), at
+ * least least_ms, at most 2 s. */
+uint32_t om_pool_search_budget_ms(const struct om_pool *pool, uint32_t least_ms);
+
 /* Plans the iteration in records and lays the plan over the arena's free pages: slots,
  * plan_end and the plan's counters set. 0, or -errno with nothing served from it: -ENOENT
  * when no block of the iteration dies within it. */

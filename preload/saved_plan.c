@@ -19,12 +19,11 @@
  * which the bundled workloads reach in 30 to 100 ms all told; the circle's least budget is
  * four times what the largest one's arcs (1883) need alone, so that a loaded machine still
  * gets there, and the line has at least LINE_BUDGET_MS whatever the circle took. Each may
- * take as long as an iteration took, up to BUDGET_MAX_MS, as plan mode's search may: the
- * transformer at 16 x the bundled batch (24925 arcs, 3 s an iteration) was saved at 1.054
- * of its bound within the least budgets. */
+ * take as long as the caller's budget, which plan mode's search had too (the time an
+ * iteration took): the transformer at 16 x the bundled batch (24925 arcs, 3 s an
+ * iteration) was saved at 1.054 of its bound within these alone. */
 #define CIRCLE_BUDGET_MS 250
 #define LINE_BUDGET_MS 150
-#define BUDGET_MAX_MS 2000
 /* Within this share of its lower bound a plan is good enough: alignment keeps many a plan a
  * few bytes above its bound, and proving that the last bytes cannot go would take the search
  * its whole budget. */
@@ -448,16 +447,14 @@ static size_t find_parts(struct build *b)
     return merged;
 }
 
-static uint32_t budget_ms(uint32_t least, uint64_t iteration_ms)
+static uint32_t at_least(uint32_t ms, uint32_t least)
 {
-    if (iteration_ms < least)
-        return least;
-    return iteration_ms > BUDGET_MAX_MS ? BUDGET_MAX_MS : (uint32_t)iteration_ms;
+    return ms > least ? ms : least;
 }
 
 int om_saved_plan_build(const struct om_request_log *log, uint64_t nprologue,
                         const struct om_cycle_arc *arcs, size_t narcs, uint64_t period,
-                        uint64_t iteration_ms, struct om_saved_plan *out, char *err, size_t errlen)
+                        uint32_t budget_ms, struct om_saved_plan *out, char *err, size_t errlen)
 {
     size_t nslots = nprologue + period, ncircle;
     struct build b;
@@ -473,7 +470,7 @@ int om_saved_plan_build(const struct om_request_log *log, uint64_t nprologue,
         b.arc_at[arcs[a].slot] = a + 1;
 
     om_rp_options opt = {.period = period,
-                         .budget_ms = budget_ms(CIRCLE_BUDGET_MS, iteration_ms),
+                         .budget_ms = at_least(budget_ms, CIRCLE_BUDGET_MS),
                          .alloc = om_rp_mmap,
                          .err = err,
                          .errlen = errlen};
@@ -491,7 +488,7 @@ int om_saved_plan_build(const struct om_request_log *log, uint64_t nprologue,
     size_t nparts = find_parts(&b);
     opt.period = 0;
     rc = plan_line(l, b.parts, nparts, b.pb, b.poff, circle.peak,
-                   now_ns() + (uint64_t)budget_ms(LINE_BUDGET_MS, iteration_ms) * 1000000u, &opt);
+                   now_ns() + (uint64_t)at_least(budget_ms, LINE_BUDGET_MS) * 1000000u, &opt);
     if (rc != 0)
         goto out;
     for (size_t x = l->nmovable0; x < l->n; x++) {

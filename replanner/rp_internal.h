@@ -40,6 +40,7 @@ typedef struct rp_maxtree {
 
 /* n values, all 0. */
 int rp_maxtree_init(rp_maxtree *t, rp_mem *m, uint32_t n);
+/* Values v[0..n), the rest 0, with nothing added. */
 void rp_maxtree_build(rp_maxtree *t, const uint64_t *v, uint32_t n);
 void rp_maxtree_add(rp_maxtree *t, uint32_t lo, uint32_t hi, int64_t d);
 /* The max over [lo, hi), which must not be empty. */
