@@ -62,14 +62,21 @@ static void remember_failed_period(struct om_pool *pool)
 
 void om_pool_end_of_served_iteration(struct om_pool *pool)
 {
+    /* A request whose slot lies behind the cursor begins the iteration anew. A program that
+     * changed (an evaluation loop, some of whose requests are the training step's) does so
+     * every few requests, each short run missing less than its share of a period: misses
+     * are judged over a period's requests at least. */
+    if (pool->window_requests < pool->period)
+        return;
     pool->stale_iterations = pool->iteration_unknown ? pool->stale_iterations + 1 : 0;
     pool->iteration_unknown = 0;
     int stale = pool->stale_iterations >= STALE_ITERATIONS && !pool->stale_replanned;
     if (pool->grace) {
         pool->grace = 0;
-    } else if (stale || pool->iteration_misses * 8 > pool->period) {
-        om_debug("%llu misses in an iteration of %llu requests%s: learning again",
-                 (unsigned long long)pool->iteration_misses, (unsigned long long)pool->period,
+    } else if (stale || pool->iteration_misses * 8 > pool->window_requests) {
+        om_debug("%llu misses in %llu requests of an iteration of %llu%s: learning again",
+                 (unsigned long long)pool->iteration_misses,
+                 (unsigned long long)pool->window_requests, (unsigned long long)pool->period,
                  stale ? ", and requests without a slot in each of the last ones" : "");
         pool->stats.replans++;
         /* A plan that missed at once was for a wrong period, or for the right one while
@@ -95,8 +102,7 @@ void om_pool_end_of_served_iteration(struct om_pool *pool)
         pool->stats.iteration_requests = pool->stats.serving_requests;
         pool->stats.iteration_served = pool->stats.served_from_plan;
     }
-    pool->iteration_misses = 0;
-    pool->cursor = 0;
+    pool->iteration_misses = pool->window_requests = 0;
 }
 
 /* Plans the iteration in records; serving goes on at the slot of the next request. */
@@ -111,7 +117,7 @@ static void plan_now(struct om_pool *pool, uint64_t cursor)
     }
     pool->phase = SERVE;
     pool->cursor = cursor;
-    pool->iteration_misses = pool->served_iterations = 0;
+    pool->iteration_misses = pool->window_requests = pool->served_iterations = 0;
 }
 
 /* Of the iterations in the ring, the latest in which fewest blocks outlived a period: a

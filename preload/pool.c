@@ -162,7 +162,7 @@ static void end_prologue(struct om_pool *pool)
 {
     /* The iteration's cursor finds its place by token: one iteration's grace. */
     pool->phase = SERVE;
-    pool->cursor = pool->iteration_misses = pool->served_iterations = 0;
+    pool->cursor = pool->iteration_misses = pool->window_requests = pool->served_iterations = 0;
     pool->grace = 1;
 }
 
@@ -255,14 +255,14 @@ static int place(struct om_pool *pool, size_t len, size_t alignment, uintptr_t s
             pool->stats.hits++;
         }
         uint64_t next = s == UINT64_MAX ? pool->cursor + 1 : s + 1;
+        int anew = s != UINT64_MAX && s < pool->cursor; /* the iteration began anew */
         planned = s != UINT64_MAX && take_planned(pool, pool->slots[s].offset, pool->slots[s].len,
                                                   len, alignment, stream);
         if (planned)
             *off = pool->slots[s].offset;
-        if (s != UINT64_MAX && s < pool->cursor) /* the iteration began anew */
-            om_pool_end_of_served_iteration(pool);
-        pool->cursor = next;
-        if (pool->cursor >= pool->period)
+        pool->cursor = next < pool->period ? next : 0;
+        pool->window_requests++;
+        if (anew || next >= pool->period)
             om_pool_end_of_served_iteration(pool);
         if (planned) {
             *flags = OM_BLOCK_PLANNED;

@@ -82,6 +82,7 @@ struct om_pool {
     size_t plan_end; /* the plan's region ends here; fallbacks go above */
     struct om_serving_stats stats;
     uint64_t iteration_misses, served_iterations;
+    uint64_t window_requests; /* requests served since the misses were last judged */
     /* Requests of the iteration with a token the plan has no slot for; iterations in a row
      * that had such; whether a plan was already dropped for them. */
     uint64_t iteration_unknown, stale_iterations;
@@ -143,7 +144,8 @@ uint32_t om_pool_search_budget_ms(const struct om_pool *pool, uint32_t least_ms)
  * when no block of the iteration dies within it. */
 int om_pool_plan(struct om_pool *pool);
 
-/* Judges a served iteration that just ended: a replan when it missed too often. */
+/* A served iteration ended: once a period's requests at least were served since the last
+ * judgement, a replan when they missed too often. */
 void om_pool_end_of_served_iteration(struct om_pool *pool);
 
 /* Advances the phase after a request of the iteration-defining thread was placed. */

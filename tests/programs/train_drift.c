@@ -1,9 +1,9 @@
 /* A training-like loop that drifts on purpose (sizes, extra requests, longer lifetimes,
  * cross-thread frees, realloc, calloc, fork, a change of shapes, a weight replaced by a new
  * array each iteration, a request that moves to another call site for good, layers whose
- * requests repeat within a step and outlive the layer), or takes its time (slow,
- * slow_wide). Every buffer's contents are checked before it is freed; the printed checksum
- * must not depend on the allocator.
+ * requests repeat within a step and outlive the layer, evaluation phases between training
+ * phases), or takes its time (slow, slow_wide). Every buffer's contents are checked before
+ * it is freed; the printed checksum must not depend on the allocator.
  * usage: train_drift SCENARIO [ITERATIONS]; TRAIN_DRIFT_EXTRA_FIRST=1 adds one request first */
 #include <pthread.h>
 #include <stdint.h>
@@ -95,6 +95,36 @@ __attribute__((noinline)) static void alloc_extra_elsewhere(struct buf *b, size_
     fill(b);
 }
 
+/* The forward pass's layers, the same in a training step and in an evaluation step. */
+static void forward_layers(uint32_t seed)
+{
+    for (uint32_t l = 0; l < 8; l++) {
+        struct buf layer;
+        alloc_extra(&layer, 8192 * (size_t)(l % 3 + 1), seed + 20 + l);
+        check_and_free(&layer);
+    }
+}
+
+static void backward_layers(uint32_t seed)
+{
+    for (uint32_t l = 0; l < 24; l++) {
+        struct buf grad;
+        alloc_gradient(&grad, 12288, seed + 30 + l);
+        check_and_free(&grad);
+    }
+}
+
+/* An evaluation step's own requests, after the forward pass it shares with training. */
+static void evaluate(struct buf *in, uint32_t seed)
+{
+    struct buf out[3];
+    for (uint32_t k = 0; k < 3; k++)
+        alloc_extra_elsewhere(&out[k], 100 * 1024 * (size_t)(k + 1), seed + 50 + k);
+    for (uint32_t k = 0; k < 3; k++)
+        check_and_free(&out[k]);
+    check_and_free(in);
+}
+
 static void *free_in_thread(void *arg)
 {
     check_and_free(arg);
@@ -137,6 +167,14 @@ int main(int argc, char **argv)
         if (is("size_drift") && it % 7 == 3)
             a0 += 4096;
         alloc_activation(&acts[0], a0, seed + 1);
+        if (is("evaluate")) { /* 10 training steps, then 20 evaluation steps */
+            forward_layers(seed);
+            if (it % 30 >= 10) {
+                evaluate(&acts[0], seed);
+                continue;
+            }
+            backward_layers(seed);
+        }
         alloc_activation(&acts[1], a1, seed + 2);
         alloc_temporary(&tmp, 32 * 1024 * scale, seed + 3);
         if (is("new_site")) { /* nine requests an iteration; one changes its site for good */
