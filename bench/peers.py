@@ -36,6 +36,9 @@ WORKLOADS = {
     "cnn_bn_adam": {"kind": "python", "script": "cnn_bn_adam.py", "args": [], "steps": 20},
     "transformer_adamw": {"kind": "python", "script": "transformer_adamw.py", "args": [], "steps": 20},
     "numpy_mlp": {"kind": "python", "script": "numpy_mlp.py", "args": [], "steps": 20},
+    # The CNN with evaluation phases: 10 training steps, then 6 evaluation steps, six times.
+    "cnn_train_eval": {"kind": "python", "script": "cnn_bn_adam.py",
+                       "args": ["--eval-every", "10", "--eval-steps", "6"], "steps": 96},
     "train_drift": {"kind": "program", "program": "tests/train_drift", "args": ["steady", "2000"],
                     "iterations": 2000},
 }

@@ -60,6 +60,26 @@ static void remember_failed_period(struct om_pool *pool)
  * the cursor around them every iteration. It is made again once, from a recent iteration. */
 #define STALE_ITERATIONS 3
 
+void om_pool_leave_plan(struct om_pool *pool, int keep)
+{
+    /* A plan that missed at once was for a wrong period, or for the right one while the
+     * program still changed (Python's interpreter specializes its calls over the first
+     * steps, and the call sites of numpy's requests change with them): the period is planned
+     * again once it has repeated over twice as many requests, which a run of layers inside a
+     * step soon cannot. One that held a while was right until the program changed, and its
+     * period may well come back. */
+    if (keep && pool->served_iterations < STEADY_ITERATIONS && !pool->kept_from)
+        remember_failed_period(pool);
+    /* One served iteration shows the plan right for a phase, which may come back (an
+     * evaluation phase of a few steps, planned in its last ones). One that served none does
+     * not come back (it was a part of a step, or another run's). */
+    if (keep && pool->served_iterations)
+        om_pool_keep_plan(pool);
+    else if (keep)
+        om_pool_forget_kept(pool);
+    pool->kept_from = 0;
+}
+
 void om_pool_end_of_served_iteration(struct om_pool *pool)
 {
     /* A request whose slot lies behind the cursor begins the iteration anew. A program that
@@ -79,17 +99,9 @@ void om_pool_end_of_served_iteration(struct om_pool *pool)
                  (unsigned long long)pool->window_requests, (unsigned long long)pool->period,
                  stale ? ", and requests without a slot in each of the last ones" : "");
         pool->stats.replans++;
-        /* A plan that missed at once was for a wrong period, or for the right one while
-         * the program still changed (Python's interpreter specializes its calls over the
-         * first steps, and the call sites of numpy's requests change with them): the
-         * period is planned again once it has repeated over twice as many requests, which
-         * a run of layers inside a step soon cannot. One that held a while was right until
-         * the program changed, and its period may well come back. */
-        if (stale) {
+        if (stale)
             pool->stale_replanned = 1;
-        } else if (pool->served_iterations < STEADY_ITERATIONS) {
-            remember_failed_period(pool);
-        }
+        om_pool_leave_plan(pool, !stale);
         /* The plan's pages would stay resident beside the holes best fit fills again. */
         om_pool_release_free(pool, 0, SIZE_MAX);
         om_pool_learn(pool);
@@ -115,6 +127,12 @@ static void plan_now(struct om_pool *pool, uint64_t cursor)
         om_pool_learn(pool);
         return;
     }
+    pool->kept_from = 0;
+    om_pool_serve(pool, cursor);
+}
+
+void om_pool_serve(struct om_pool *pool, uint64_t cursor)
+{
     pool->phase = SERVE;
     pool->cursor = cursor;
     pool->iteration_misses = pool->window_requests = pool->served_iterations = 0;
@@ -261,6 +279,16 @@ static void learn_request(struct om_pool *pool, struct om_block *b, uint64_t tok
 void om_pool_after_cycle_request(struct om_pool *pool, struct om_block *b, uint64_t token,
                                  size_t alignment, const struct om_alloc_info *info)
 {
+    if (pool->phase == PROLOGUE)
+        return;
+    if (pool->phase == SERVE) {
+        /* A plan that misses: the program may have come back to a kept plan's phase. */
+        if (pool->iteration_misses)
+            om_pool_match_kept(pool, token, info);
+        return;
+    }
+    if (om_pool_match_kept(pool, token, info))
+        return;
     if (pool->phase == LEARN) {
         learn_request(pool, b, token, alignment, info);
         if (pool->phase != RECORD)

@@ -332,9 +332,13 @@ int om_pool_plan(struct om_pool *pool)
     struct om_arena *a = &pool->arena;
     size_t touched = om_arena_touched_end(a);
     int rc = build_plan(pool, om_arena_taken_end(a), touched < a->top ? touched : a->top);
-    if (rc != 0)
-        return rc;
+    if (rc == 0)
+        om_pool_lay_out_pages(pool);
+    return rc;
+}
+
+void om_pool_lay_out_pages(struct om_pool *pool)
+{
     release_unplanned(pool);
-    pool->stats.released_bytes += om_arena_release_tail(a, pool->plan_end);
-    return 0;
+    pool->stats.released_bytes += om_arena_release_tail(&pool->arena, pool->plan_end);
 }

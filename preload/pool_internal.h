@@ -53,6 +53,21 @@ static inline int om_record_periods(const struct record *rec, uint64_t p)
     return rec->upper > rec->lower + p;
 }
 
+/* Plans kept for phases that come back (kept.c). */
+#define KEPT_PLANS 4
+struct om_kept_plan {
+    struct om_slot *slots; /* one per request of the iteration; 0 period: an empty entry */
+    struct om_slot_index index;
+    struct record *records; /* the iteration planned, for a saved plan made at exit */
+    uint64_t period, nrecords, log_cycle_start;
+    uint64_t cursor, matched; /* the requests seen follow it up to here, this many in a row */
+    uint64_t run_misses;      /* the pool's misses when that run began */
+    uint64_t last_served;     /* the pool's kept_clock when it last served */
+    uint64_t peak, lower_bound, nslots;
+    size_t plan_end;
+    int unrolled;
+};
+
 struct om_pool {
     pthread_mutex_t lock;
     struct om_arena arena;
@@ -106,6 +121,9 @@ struct om_pool {
     struct om_extents covered; /* the bytes the iteration's slots cover */
     size_t moves_left;         /* page moves onto them the plan may still make */
     uint64_t main_requests, log_cycle_start;
+    struct om_kept_plan kept[KEPT_PLANS];
+    unsigned kept_from; /* the kept plan serving now + 1; 0: a plan made for this phase */
+    uint64_t kept_clock;
 };
 
 /* Learning starts over: what the ring holds was before a gap (served, or recorded). */
@@ -147,6 +165,29 @@ int om_pool_plan(struct om_pool *pool);
 /* A served iteration ended: once a period's requests at least were served since the last
  * judgement, a replan when they missed too often. */
 void om_pool_end_of_served_iteration(struct om_pool *pool);
+
+/* Serving starts from the plan in slots: the next request is expected at slot cursor. */
+void om_pool_serve(struct om_pool *pool, uint64_t cursor);
+
+/* The plan in slots is laid over the arena's pages: the free pages no slot covers move onto
+ * those slots' pages that are not resident, or go back, and so does the free tail. */
+void om_pool_lay_out_pages(struct om_pool *pool);
+
+/* The plan in slots is dropped, for good (stale) or, unless keep is 0, kept for when the
+ * program comes back to the phase it planned where it served an iteration. */
+void om_pool_leave_plan(struct om_pool *pool, int keep);
+
+/* The plan in slots, which served, is kept (kept.c). */
+void om_pool_keep_plan(struct om_pool *pool);
+
+/* The kept plan now serving did not hold: it is forgotten. */
+void om_pool_forget_kept(struct om_pool *pool);
+
+/* A request of the iteration-defining thread while no plan serves, or while the plan serving
+ * misses: where it completes a kept plan's match (while serving, over requests of which the
+ * plan serving missed more than one in eight), that plan serves from the next request on
+ * and 1 is returned. */
+int om_pool_match_kept(struct om_pool *pool, uint64_t token, const struct om_alloc_info *info);
 
 /* Advances the phase after a request of the iteration-defining thread was placed. */
 void om_pool_after_cycle_request(struct om_pool *pool, struct om_block *b, uint64_t token,

@@ -51,8 +51,11 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--preload", required=True)
     ap.add_argument("--min-plans", type=int, default=1)
+    ap.add_argument("--max-plans", type=int, default=None)
     ap.add_argument("--min-replans", type=int, default=0)
     ap.add_argument("--max-replans", type=int, default=None)
+    ap.add_argument("--min-reused-plans", type=int, default=0,
+                    help="kept plans that served again when their phase came back")
     ap.add_argument("--min-guard", type=int, default=0,
                     help="guard rejections the scenario is built to cause")
     ap.add_argument("--min-served", type=float, default=0.0,
@@ -102,10 +105,14 @@ def main():
               f"({served:.3f}) {json.dumps(serving)}")
         checks = [
             (serving["plans"] >= args.min_plans, f"plans {serving['plans']} < {args.min_plans}"),
+            (args.max_plans is None or serving["plans"] <= args.max_plans,
+             f"plans {serving['plans']} > {args.max_plans}"),
             (serving["replans"] >= args.min_replans,
              f"replans {serving['replans']} < {args.min_replans}"),
             (args.max_replans is None or serving["replans"] <= args.max_replans,
              f"replans {serving['replans']} > {args.max_replans}"),
+            (serving["reused_plans"] >= args.min_reused_plans,
+             f"plans reused {serving['reused_plans']} < {args.min_reused_plans}"),
             (serving["guard_rejections"] >= args.min_guard,
              f"guard rejections {serving['guard_rejections']} < {args.min_guard}"),
             (served >= args.min_served, f"served fraction {served:.3f} < {args.min_served}"),

@@ -41,6 +41,7 @@ struct om_rserving {
     bool present;
     uint64_t serving_requests; /* OM_NO_VALUE in reports that predate it */
     uint64_t hits, misses, served_from_plan, fallbacks, guard_rejections, plans, replans;
+    uint64_t reused_plans; /* 0 in reports that predate it */
     uint64_t plan_slots, plan_peak_bytes, plan_lower_bound_bytes, arena_top_bytes;
     uint64_t released_bytes, verify_violations, invalid_frees;
 };

@@ -116,6 +116,7 @@ static void serving(FILE *out, const struct om_merged *m)
                                        "guard rejections",
                                        "plans",
                                        "replans",
+                                       "plans reused",
                                        "plan peak",
                                        "plan lower bound",
                                        "arena top",
@@ -137,8 +138,8 @@ static void serving(FILE *out, const struct om_merged *m)
         fprintf(out, "<tr><td class=\"n\">%lld</td>", (long long)r->pid);
         cell_u64(out, v->serving_requests);
         cell_u64(out, v->served_from_plan);
-        const uint64_t counts[] = {v->hits,  v->misses, v->fallbacks, v->guard_rejections,
-                                   v->plans, v->replans};
+        const uint64_t counts[] = {v->hits,  v->misses,  v->fallbacks,   v->guard_rejections,
+                                   v->plans, v->replans, v->reused_plans};
         for (size_t k = 0; k < sizeof counts / sizeof counts[0]; k++)
             cell_u64(out, counts[k]);
         cell_bytes(out, v->plan_peak_bytes);

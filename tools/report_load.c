@@ -212,6 +212,8 @@ static void load_serving(struct loader *l, json_t *root, struct om_report *r)
     /* Reports written before serving_requests existed still load; the share is then unknown. */
     json_t *req = json_object_get(s, "serving_requests");
     v->serving_requests = req ? as_u64(l, req, "serving.", "serving_requests") : OM_NO_VALUE;
+    json_t *reused = json_object_get(s, "reused_plans");
+    v->reused_plans = reused ? as_u64(l, reused, "serving.", "reused_plans") : 0;
 }
 
 static void load_frames(struct loader *l, json_t *arr, struct om_rsite *site)

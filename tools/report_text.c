@@ -40,10 +40,11 @@ static void print_serving(FILE *out, const struct om_report *r)
                 (unsigned long long)v->serving_requests, 100 * served);
     fprintf(out,
             "\n  serving            hits %llu, misses %llu, fallbacks %llu, guard "
-            "rejections %llu, plans %llu, replans %llu\n",
+            "rejections %llu, plans %llu, replans %llu, plans reused %llu\n",
             (unsigned long long)v->hits, (unsigned long long)v->misses,
             (unsigned long long)v->fallbacks, (unsigned long long)v->guard_rejections,
-            (unsigned long long)v->plans, (unsigned long long)v->replans);
+            (unsigned long long)v->plans, (unsigned long long)v->replans,
+            (unsigned long long)v->reused_plans);
     if (v->verify_violations || v->invalid_frees)
         fprintf(out, "  WARNING            verify violations %llu, invalid frees %llu\n",
                 (unsigned long long)v->verify_violations, (unsigned long long)v->invalid_frees);

@@ -402,6 +402,7 @@ static void write_serving(struct om_json *w, const struct om_serving_stats *v)
     kv_u64(w, "guard_rejections", v->guard_rejections);
     kv_u64(w, "plans", v->plans);
     kv_u64(w, "replans", v->replans);
+    kv_u64(w, "reused_plans", v->reused_plans);
     kv_u64(w, "plan_slots", v->plan_slots);
     kv_u64(w, "plan_peak_bytes", v->plan_peak_bytes);
     kv_u64(w, "plan_lower_bound_bytes", v->plan_lower_bound_bytes);

@@ -78,6 +78,7 @@ struct om_serving_stats {
     uint64_t fallbacks;        /* placed by best fit above the plan while serving */
     uint64_t guard_rejections; /* a planned offset that overlapped a live block */
     uint64_t plans, replans;   /* plans made; times the program drifted and was relearnt */
+    uint64_t reused_plans;     /* kept plans that served again when their phase came back */
     uint64_t plan_slots, plan_peak_bytes, plan_lower_bound_bytes;
     uint64_t arena_top_bytes, released_bytes;
     uint64_t moved_bytes; /* free pages moved onto a plan's slots instead of released */

@@ -63,7 +63,8 @@ def _lifetime(v, path):
 
 
 SERVING_KEYS = ("serving_requests", "hits", "misses", "served_from_plan", "fallbacks",
-                "guard_rejections", "plans", "replans", "plan_slots", "plan_peak_bytes",
+                "guard_rejections", "plans", "replans", "reused_plans", "plan_slots",
+                "plan_peak_bytes",
                 "plan_lower_bound_bytes", "arena_top_bytes", "released_bytes", "moved_bytes",
                 "verify_violations", "invalid_frees", "saved_plan", "retired_blocks",
                 "iteration_requests", "iteration_served")

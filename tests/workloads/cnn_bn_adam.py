@@ -1,8 +1,18 @@
-"""Workload: a small CNN with BatchNorm trained with Adam on synthetic images, unmodified PyTorch on CPU."""
+"""Workload: a small CNN with BatchNorm trained with Adam on synthetic images, unmodified PyTorch on CPU;
+with --eval-every, evaluation phases between training phases."""
 
 import common
 
-args = common.parse_args(__doc__, default_steps=40)
+
+def add_args(p):
+    p.add_argument("--eval-every", type=int, default=0, metavar="K",
+                   help="after every K training steps, evaluate (default 0: never)")
+    p.add_argument("--eval-steps", type=int, default=6, metavar="E",
+                   help="evaluation steps each time, forward only at twice the batch, each "
+                        "counted as a step (default %(default)s)")
+
+
+args = common.parse_args(__doc__, default_steps=40, add_args=add_args)
 
 import torch  # noqa: E402  (after argument parsing so --help is instant)
 from torch import nn  # noqa: E402
@@ -40,15 +50,27 @@ def build():
     opt = torch.optim.Adam(model.parameters(), lr=1e-3)
     xs = torch.randn(N_BATCHES, BATCH, CHANNELS, SIZE, SIZE)
     ys = torch.randint(0, CLASSES, (N_BATCHES, BATCH))
-    return model, opt, xs, ys
+    held_out = (torch.randn(N_BATCHES // 2, 2 * BATCH, CHANNELS, SIZE, SIZE)
+                if args.eval_every else None)
+    return model, opt, xs, ys, held_out
 
 
 def main():
-    model, opt, xs, ys = build()
+    model, opt, xs, ys, held_out = build()
     loss_fn = nn.CrossEntropyLoss()
-    model.train()
+    cycle = args.eval_every + args.eval_steps
+
+    def evaluate(i):
+        """The sum of the logits of a held-out batch: a value that depends on every weight."""
+        model.eval()
+        with torch.no_grad():
+            value = model(held_out[i % len(held_out)]).sum().item()
+        model.train()
+        return value
 
     def step(i):
+        if args.eval_every and i % cycle >= args.eval_every:
+            return evaluate(i)
         opt.zero_grad(set_to_none=True)
         loss = loss_fn(model(xs[i % N_BATCHES]), ys[i % N_BATCHES])
         loss.backward()
