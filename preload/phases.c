@@ -115,6 +115,7 @@ void om_pool_end_of_served_iteration(struct om_pool *pool)
         pool->stats.iteration_served = pool->stats.served_from_plan;
     }
     pool->iteration_misses = pool->window_requests = 0;
+    pool->failing = 0;
 }
 
 /* Plans the iteration in records; serving goes on at the slot of the next request. */
@@ -136,6 +137,7 @@ void om_pool_serve(struct om_pool *pool, uint64_t cursor)
     pool->phase = SERVE;
     pool->cursor = cursor;
     pool->iteration_misses = pool->window_requests = pool->served_iterations = 0;
+    pool->failing = 0;
 }
 
 /* Of the iterations in the ring, the latest in which fewest blocks outlived a period: a

@@ -222,6 +222,21 @@ static int place_in_prologue_left(struct om_pool *pool, size_t len, size_t align
     return 1;
 }
 
+/* The plan misses more than one request in eight, and has for this many: the program went
+ * on to another phase (an evaluation step under the training plan). The free pages of its
+ * region go back at once: while requests fell back above the plan until a period had passed
+ * and it was dropped, those pages stayed resident beside theirs, and the CNN's first
+ * evaluation step at twice the batch peaked 96 MiB above its training steps. */
+#define FAILING_MISSES 4
+
+static void release_failing_plan(struct om_pool *pool)
+{
+    pool->failing = 1;
+    pool->moves_left = 0; /* blocks freed now would move their pages back onto the slots' */
+    if (pool->covered.n)
+        om_pool_release_free(pool, pool->covered.v[0].off, pool->plan_end);
+}
+
 /* Picks the offset of a request: the expected slot, a slot found by token, or best fit. */
 static int place(struct om_pool *pool, size_t len, size_t alignment, uintptr_t stream,
                  uint64_t token, int cycle_thread, int main_thread, size_t *off, int *flags)
@@ -251,6 +266,9 @@ static int place(struct om_pool *pool, size_t len, size_t alignment, uintptr_t s
             pool->stats.misses++;
             pool->iteration_misses++;
             pool->iteration_unknown += s == UINT64_MAX;
+            if (pool->iteration_misses >= FAILING_MISSES && !pool->failing &&
+                pool->iteration_misses * 8 > pool->window_requests)
+                release_failing_plan(pool);
         } else {
             pool->stats.hits++;
         }

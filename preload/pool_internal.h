@@ -98,6 +98,7 @@ struct om_pool {
     struct om_serving_stats stats;
     uint64_t iteration_misses, served_iterations;
     uint64_t window_requests; /* requests served since the misses were last judged */
+    int failing;              /* the plan missed too often in this window: its pages went */
     /* Requests of the iteration with a token the plan has no slot for; iterations in a row
      * that had such; whether a plan was already dropped for them. */
     uint64_t iteration_unknown, stale_iterations;

@@ -1,5 +1,6 @@
 """One run of a bundled workload in plan mode, with its report, for the tests that check
-what plan mode does to the process (relearn_pages.py, plan_faults.py, saved_plan_exit.py)."""
+what plan mode does to the process (relearn_pages.py, plan_faults.py, saved_plan_exit.py,
+phase_pages.py)."""
 
 import json
 import os
@@ -11,9 +12,9 @@ PYTHON = "/usr/bin/python3"
 WORKLOADS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "workloads")
 
 
-def run_plan_mode(test, preload, workload, steps, plan_file=None):
+def run_plan_mode(test, preload, workload, steps, plan_file=None, args=()):
     """Runs tests/workloads/WORKLOAD.py for steps steps under preload in plan mode (with
-    OPTMEM_PLAN_FILE=plan_file if given). Returns its OPTMEM_RESULT dict, the report, and
+    OPTMEM_PLAN_FILE=plan_file if given, and the workload's own args). Returns its OPTMEM_RESULT dict, the report, and
     the process's peak RSS over its whole life in bytes (its rusage, exit included); exits
     naming test if the workload fails."""
     with tempfile.TemporaryDirectory() as tmp:
@@ -26,8 +27,8 @@ def run_plan_mode(test, preload, workload, steps, plan_file=None):
         out_path, err_path = os.path.join(tmp, "out"), os.path.join(tmp, "err")
         with open(out_path, "w") as out, open(err_path, "w") as err:
             proc = subprocess.Popen([PYTHON, os.path.join(WORKLOADS, workload + ".py"),
-                                     "--steps", str(steps), "--json"], env=env, stdout=out,
-                                    stderr=err)
+                                     "--steps", str(steps), "--json", *args], env=env,
+                                    stdout=out, stderr=err)
             _, status, usage = os.wait4(proc.pid, 0)
             proc.returncode = os.waitstatus_to_exitcode(status)
         with open(out_path) as f:
