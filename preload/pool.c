@@ -161,8 +161,7 @@ static int take_planned(struct om_pool *pool, size_t offset, size_t slot_len, si
 static void end_prologue(struct om_pool *pool)
 {
     /* The iteration's cursor finds its place by token: one iteration's grace. */
-    pool->phase = SERVE;
-    pool->cursor = pool->iteration_misses = pool->window_requests = pool->served_iterations = 0;
+    om_pool_serve(pool, 0);
     pool->grace = 1;
 }
 
@@ -266,7 +265,7 @@ static int place(struct om_pool *pool, size_t len, size_t alignment, uintptr_t s
             pool->stats.misses++;
             pool->iteration_misses++;
             pool->iteration_unknown += s == UINT64_MAX;
-            if (pool->iteration_misses >= FAILING_MISSES && !pool->failing &&
+            if (pool->iteration_misses >= FAILING_MISSES && !pool->failing && !pool->grace &&
                 pool->iteration_misses * 8 > pool->window_requests)
                 release_failing_plan(pool);
         } else {

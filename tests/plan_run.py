@@ -1,6 +1,5 @@
 """One run of a bundled workload in plan mode, with its report, for the tests that check
-what plan mode does to the process (relearn_pages.py, plan_faults.py, saved_plan_exit.py,
-phase_pages.py)."""
+what plan mode does to the process (relearn_pages.py, plan_faults.py, saved_plan_exit.py)."""
 
 import json
 import os
