@@ -57,18 +57,12 @@ void om_pool_keep_plan(struct om_pool *pool)
     struct om_kept_plan *k = entry_for(pool);
     uint64_t p = pool->period;
     if (!k->period) {
+        k->period = p;
         k->slots = om_sys_map(p * sizeof *k->slots);
         k->records = om_sys_map(p * sizeof *k->records);
-        if (!k->slots || !k->records) {
-            om_sys_unmap(k->slots, p * sizeof *k->slots);
-            om_sys_unmap(k->records, p * sizeof *k->records);
-            k->slots = NULL;
-            k->records = NULL;
-            return;
-        }
-        memcpy(k->slots, pool->slots, p * sizeof *k->slots);
-        k->period = p;
-        if (om_slot_index_build(&k->index, k->slots, p) != 0) {
+        if (k->slots)
+            memcpy(k->slots, pool->slots, p * sizeof *k->slots);
+        if (!k->slots || !k->records || om_slot_index_build(&k->index, k->slots, p) != 0) {
             forget(k);
             return;
         }
