@@ -110,7 +110,6 @@ static void serve_again(struct om_pool *pool, struct om_kept_plan *k)
     pool->period = p;
     pool->unrolled = k->unrolled;
     pool->plan_end = k->plan_end;
-    pool->evidence = 0;
     pool->stats.plan_peak_bytes = k->peak;
     pool->stats.plan_lower_bound_bytes = k->lower_bound;
     pool->stats.plan_slots = k->nslots;

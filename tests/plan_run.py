@@ -13,9 +13,9 @@ WORKLOADS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "workloads"
 
 def run_plan_mode(test, preload, workload, steps, plan_file=None, args=()):
     """Runs tests/workloads/WORKLOAD.py for steps steps under preload in plan mode (with
-    OPTMEM_PLAN_FILE=plan_file if given, and the workload's own args). Returns its OPTMEM_RESULT dict, the report, and
-    the process's peak RSS over its whole life in bytes (its rusage, exit included); exits
-    naming test if the workload fails."""
+    OPTMEM_PLAN_FILE=plan_file if given, and the workload's own args). Returns its
+    OPTMEM_RESULT dict, the report, and the process's peak RSS over its whole life in bytes
+    (its rusage, exit included); exits naming test if the workload fails."""
     with tempfile.TemporaryDirectory() as tmp:
         report = os.path.join(tmp, "report.json")
         env = {k: v for k, v in os.environ.items() if not k.startswith("OPTMEM_")}
