@@ -2,6 +2,7 @@
  * served from the device's pool, or handed to the real call and recorded. Everything runs
  * with the engine entered, so that the driver substitutes let optmem's own calls through. */
 #include "glue.h"
+#include "checkpoint.h"
 #include "log.h"
 #include "real_cuda.h"
 
@@ -115,6 +116,7 @@ int om_cuda_alloc_slow(const struct om_cuda_alloc *req)
 {
     om_engine_enter();
     int rc = alloc_entered(req);
+    om_checkpoint_note_request();
     om_engine_leave();
     return rc;
 }

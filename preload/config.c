@@ -179,8 +179,8 @@ static int parse_devices(const char *text, struct om_config *cfg)
 
 static int parse_log(const char *text, struct om_config *cfg)
 {
-    static const char *const names[] = {"quiet", "info", "debug"};
-    for (int i = 0; i < 3; i++) {
+    static const char *const names[] = {"quiet", "warn", "info", "debug"};
+    for (int i = 0; i < 4; i++) {
         if (strcasecmp(text, names[i]) == 0) {
             cfg->log_level = i;
             return 0;
@@ -210,7 +210,7 @@ static int parse_hugepages(const char *text, struct om_config *cfg)
 
 /* OPTMEM_LOG comes first so that it governs the error lines of the others. */
 static const struct om_env_var om_env_table[] = {
-    {"OPTMEM_LOG", "info", parse_log, "quiet, info or debug"},
+    {"OPTMEM_LOG", "warn", parse_log, "quiet, warn, info or debug"},
     {"OPTMEM_MODE", "plan", parse_mode, "plan, trace or off"},
     {"OPTMEM_REPORT", "", parse_report, "a path; %p, %r and %% are the only escapes"},
     {"OPTMEM_MIN_BYTES", "4096", parse_min_bytes, "a size of at least 1, e.g. 4096 or 64K"},

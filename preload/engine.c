@@ -2,6 +2,7 @@
  * block, otherwise (or when the pool cannot) the real allocator does and the tracer records
  * its birth and death. */
 #include "engine.h"
+#include "checkpoint.h"
 #include "cuda.h"
 #include "log.h"
 #include "pool.h"
@@ -64,6 +65,11 @@ int om_engine_init(const struct om_config *cfg)
     return 0;
 }
 
+int om_engine_running(void)
+{
+    return engine_on;
+}
+
 int om_engine_accepts(size_t size)
 {
     return engine_on && !tls_in_engine;
@@ -115,6 +121,7 @@ void *om_engine_alloc(size_t size, size_t alignment, int zero)
         pool_on ? om_pool_alloc(host_pool, size, alignment, zero, OM_STREAM_NONE, &stack) : NULL;
     if (!p)
         p = real_alloc(size, alignment, zero, &stack);
+    om_checkpoint_note_request();
     tls_in_engine--;
     return p;
 }
@@ -200,6 +207,7 @@ void om_engine_atfork_parent(void)
 
 void om_engine_atfork_child(void)
 {
+    om_checkpoint_atfork_child();
     if (engine_on)
         om_tracer_atfork_child();
     if (cuda_on)
@@ -208,19 +216,21 @@ void om_engine_atfork_child(void)
         om_pool_atfork_child(host_pool);
 }
 
-void om_engine_at_signal(void)
+void om_engine_checkpoint(uint64_t interval_ns)
 {
     if (!engine_on)
         return;
-    struct om_serving_stats stats;
-    int have = pool_on && om_pool_try_stats(host_pool, &stats) == 0;
-    om_tracer_dump_in_signal(have ? &stats : NULL);
+    tls_in_engine++;
+    publish();
+    om_tracer_checkpoint(interval_ns);
+    tls_in_engine--;
 }
 
 void om_engine_at_exit(void)
 {
     if (!engine_on)
         return;
+    om_checkpoint_stop();
     tls_in_engine++;
     if (pool_on)
         om_pool_save_plan(host_pool);

@@ -6,9 +6,13 @@
 #include "config.h"
 
 #include <stddef.h>
+#include <stdint.h>
 
 /* Returns 0 when managed requests will be handled, or -errno (then: passthrough). */
 int om_engine_init(const struct om_config *cfg);
+
+/* Whether the engine runs (in any domain: host requests may pass through). */
+int om_engine_running(void);
 
 /* Whether this thread may enter the engine now (not re-entered from inside it). */
 int om_engine_accepts(size_t size);
@@ -42,7 +46,7 @@ void om_engine_atfork_parent(void);
 void om_engine_atfork_child(void);
 void om_engine_at_exit(void);
 
-/* A fatal signal: the report, if no lock it needs is held. Async-signal-safe. */
-void om_engine_at_signal(void);
+/* From the checkpoint thread: the pools' counters, then a checkpoint of the report. */
+void om_engine_checkpoint(uint64_t interval_ns);
 
 #endif

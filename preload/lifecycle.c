@@ -6,7 +6,6 @@
 
 #include <errno.h>
 #include <pthread.h>
-#include <signal.h>
 #include <stdlib.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -32,39 +31,12 @@ static void atfork_child(void)
     om_engine_atfork_child();
 }
 
-/* SIGTERM and SIGINT end a training job stopped by a scheduler or a user; where the
- * program leaves them at their default action, the report is written first and the
- * signal then takes its default course (the handler resets itself). */
-static void on_terminating_signal(int sig)
-{
-    int saved_errno = errno;
-    if (owner_pid == getpid())
-        om_engine_at_signal();
-    errno = saved_errno;
-    raise(sig);
-}
-
-static void watch_terminating_signals(void)
-{
-    static const int signals[] = {SIGTERM, SIGINT};
-    struct sigaction sa = {.sa_handler = on_terminating_signal, .sa_flags = SA_RESETHAND};
-    sigemptyset(&sa.sa_mask);
-    for (size_t i = 0; i < sizeof signals / sizeof signals[0]; i++) {
-        struct sigaction old;
-        if (sigaction(signals[i], NULL, &old) == 0 && old.sa_handler == SIG_DFL &&
-            !(old.sa_flags & SA_SIGINFO))
-            sigaction(signals[i], &sa, NULL);
-    }
-}
-
 /* Runs before main; the first malloc may already have initialised the library. */
 __attribute__((constructor)) static void optmem_start(void)
 {
     om_ensure_init();
     owner_pid = getpid();
     pthread_atfork(atfork_prepare, atfork_parent, atfork_child);
-    if (om_route_frees) /* something is recorded: there is a report to save */
-        watch_terminating_signals();
 }
 
 /* Writes the report; frees that come later (other destructors) still work, because
@@ -103,7 +75,7 @@ OM_EXPORT const char *optmem_mode(void)
 {
     if (om_ensure_init() != 0)
         return "off";
-    return om_route_frees ? om_mode_name(om_cfg.mode) : "off";
+    return om_engine_running() ? om_mode_name(om_cfg.mode) : "off";
 }
 
 OM_EXPORT void optmem_step(void)

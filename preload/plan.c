@@ -222,7 +222,7 @@ static int build_plan(struct om_pool *pool, size_t scratch_from, size_t scratch_
     struct placement pl = {.offsets = offsets};
     rc = om_rp_plan(in, n, &opt, offsets, &pl.res);
     if (rc != 0) {
-        om_warn("plan of %zu blocks failed: %s", n, err);
+        om_info("plan of %zu blocks failed: %s", n, err);
         goto out;
     }
     pl.peak = pl.res.peak;

@@ -491,16 +491,6 @@ size_t om_pool_usable_size(struct om_pool *pool, const void *p)
     return usable;
 }
 
-int om_pool_try_stats(struct om_pool *pool, struct om_serving_stats *stats)
-{
-    if (pthread_mutex_trylock(&pool->lock) != 0)
-        return -EBUSY;
-    pool->stats.arena_top_bytes = pool->arena.top;
-    *stats = pool->stats;
-    pthread_mutex_unlock(&pool->lock);
-    return 0;
-}
-
 void om_pool_publish(struct om_pool *pool)
 {
     pthread_mutex_lock(&pool->lock);

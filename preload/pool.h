@@ -45,9 +45,6 @@ size_t om_pool_usable_size(struct om_pool *pool, const void *p);
 /* Hands the serving counters to the tracer for the report. */
 void om_pool_publish(struct om_pool *pool);
 
-/* The serving counters, if the pool's lock is free (from a signal handler). 0 or -EBUSY. */
-int om_pool_try_stats(struct om_pool *pool, struct om_serving_stats *stats);
-
 /* OPTMEM_PLAN_FILE: at exit, writes the whole-run plan of this run (when none was loaded). */
 void om_pool_save_plan(struct om_pool *pool);
 

@@ -38,7 +38,7 @@ def main():
 
         def planned(n, program=cmd, extra_env=None):
             env = dict(base, LD_PRELOAD=args.preload, OPTMEM_MODE="plan", OPTMEM_VERIFY="1",
-                       OPTMEM_PLAN_FILE=plan, OPTMEM_REPORT=f"{tmp}/report{n}.json",
+                       OPTMEM_LOG="info", OPTMEM_PLAN_FILE=plan, OPTMEM_REPORT=f"{tmp}/report{n}.json",
                        **(extra_env or {}))
             code, out, err = run(program, env)
             report = json.load(open(f"{tmp}/report{n}.json"))

@@ -80,7 +80,8 @@ def main():
 
     with tempfile.TemporaryDirectory() as tmp:
         env = dict(base, LD_PRELOAD=args.preload, OPTMEM_MODE="plan",
-                   OPTMEM_VERIFY=str(args.verify), OPTMEM_REPORT=f"{tmp}/report.%p.json")
+                   OPTMEM_VERIFY=str(args.verify), OPTMEM_LOG="info",
+                   OPTMEM_REPORT=f"{tmp}/report.%p.json")
         err, failures = run_under_optmem(cmd, env, plain_out)
         reports = sorted(glob.glob(f"{tmp}/report.*.json"), key=os.path.getmtime)
         if not reports:

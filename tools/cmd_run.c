@@ -2,16 +2,20 @@
  * variables, forwards signals to it, and returns its exit status. */
 #include "commands.h"
 #include "report.h"
+#include "report_domain.h"
 
 #include <errno.h>
 #include <getopt.h>
+#include <glob.h>
 #include <limits.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 static volatile sig_atomic_t child_pid;
@@ -33,7 +37,7 @@ static void run_usage(FILE *out)
         "                           set) and add backend:cudaMallocAsync to\n"
         "                           PYTORCH_CUDA_ALLOC_CONF (PyTorch then allocates and\n"
         "                           frees each tensor through cudaMallocAsync)\n"
-        "  --log quiet|info|debug   OPTMEM_LOG\n"
+        "  --log quiet|warn|info|debug  OPTMEM_LOG (default warn: problems only)\n"
         "  --verify                 OPTMEM_VERIFY=1 (checking mode)\n"
         "  --library PATH           the liboptmem.so to preload\n\n"
         "Exit status: that of COMMAND (a command killed by a signal kills optmem with it);\n"
@@ -100,9 +104,103 @@ static int wait_child(pid_t pid)
     return 128 + sig;
 }
 
-/* Reads the report the command wrote (the template expanded for the child's pid and rank,
- * as the library does) and says what it found and how to look at it. */
-static void print_summary(const char *report)
+/* The glob(3) pattern of every path the template can name for this rank: %p becomes '*',
+ * the rest is matched literally. 0 or -ENAMETOOLONG. */
+static int template_glob(const char *tmpl, long rank, char *out, size_t outlen)
+{
+    size_t n = 0;
+    char num[32];
+    for (const char *c = tmpl; *c; c++) {
+        const char *piece = c;
+        size_t len = 1;
+        int literal = 1;
+        if (c[0] == '%' && c[1] == 'p') {
+            piece = "*", literal = 0, c++;
+        } else if (c[0] == '%' && c[1] == 'r') {
+            snprintf(num, sizeof num, "%ld", rank);
+            piece = num, len = strlen(num), c++;
+        } else if (c[0] == '%' && c[1] == '%') {
+            c++;
+        }
+        for (size_t i = 0; i < len; i++) {
+            if (n + 3 > outlen)
+                return -ENAMETOOLONG;
+            if (literal && strchr("*?[\\", piece[i]))
+                out[n++] = '\\';
+            out[n++] = piece[i];
+        }
+    }
+    out[n] = '\0';
+    return 0;
+}
+
+/* Managed requests of a report, all domains: how much of the run's work its process did. */
+static uint64_t report_work(const struct om_report *r, const struct om_rdomains *devices)
+{
+    uint64_t work = r->managed_requests;
+    for (size_t i = 0; i < devices->n; i++)
+        work += devices->v[i].managed_requests;
+    return work;
+}
+
+/* Whether the report is of the command's process or of one of its descendants. */
+static int of_command(const struct om_report *r)
+{
+    if (r->pid == child_pid)
+        return 1;
+    for (size_t i = 0; i < r->nancestors; i++)
+        if (r->ancestors[i] == child_pid)
+            return 1;
+    return 0;
+}
+
+/* Among the reports the template names (written since the command started), the one of
+ * the command's process or descendant that made the most managed requests; how many
+ * others of theirs there are. 0, or -ENOENT with err set. */
+static int find_report(const char *tmpl, long rank, time_t since, char *best, size_t bestlen,
+                       size_t *others, char *err, size_t errlen)
+{
+    char pattern[PATH_MAX * 2];
+    if (template_glob(tmpl, rank, pattern, sizeof pattern) != 0) {
+        snprintf(err, errlen, "the template '%s' is too long", tmpl);
+        return -ENOENT;
+    }
+    glob_t g;
+    int found = 0;
+    uint64_t most = 0;
+    *others = 0;
+    snprintf(err, errlen, "no report of the command's processes matches %s", tmpl);
+    if (glob(pattern, GLOB_NOSORT, NULL, &g) != 0)
+        return -ENOENT;
+    for (size_t i = 0; i < g.gl_pathc; i++) {
+        struct stat st;
+        if (stat(g.gl_pathv[i], &st) != 0 || st.st_mtime < since)
+            continue;
+        struct om_report r;
+        struct om_rdomains devices = {0};
+        if (om_report_load_domain(g.gl_pathv[i], NULL, &r, &devices, err, errlen) != 0)
+            continue;
+        if (of_command(&r)) {
+            uint64_t work = report_work(&r, &devices);
+            if (found)
+                ++*others;
+            if ((!found || work > most) && strlen(g.gl_pathv[i]) < bestlen) {
+                most = work;
+                strcpy(best, g.gl_pathv[i]);
+            }
+            found = 1;
+        }
+        om_rdomains_free(&devices);
+        om_report_free(&r);
+    }
+    globfree(&g);
+    return found ? 0 : -ENOENT;
+}
+
+/* Finds the report of the command's process that did the work (its own, or a descendant's:
+ * a wrapper's worker, a launcher's training process) and says what it holds and how to
+ * look at it. */
+static void print_summary(const char *report, time_t since)
 {
     struct rusage usage;
     if (getrusage(RUSAGE_CHILDREN, &usage) == 0)
@@ -122,8 +220,9 @@ static void print_summary(const char *report)
         }
     }
     char path[PATH_MAX], err[PATH_MAX + 256], hb[2][32];
-    if (om_report_path_expand(report, (long)child_pid, rank, path, sizeof path) != 0) {
-        fprintf(stderr, "optmem: no report: the template '%s' is not a valid path\n", report);
+    size_t others = 0;
+    if (find_report(report, rank, since, path, sizeof path, &others, err, sizeof err) != 0) {
+        fprintf(stderr, "optmem: no report from the command: %s\n", err);
         return;
     }
     struct om_report r;
@@ -131,6 +230,9 @@ static void print_summary(const char *report)
         fprintf(stderr, "optmem: no report from the command: %s\n", err);
         return;
     }
+    if (r.pid != child_pid || others)
+        fprintf(stderr, "optmem: the busiest of %zu processes that wrote a report: pid %lld\n",
+                others + 1, (long long)r.pid);
     fprintf(stderr, "optmem: lower bound %s, peak live %s",
             om_human_bytes(r.lower_bound, hb[0], sizeof hb[0]),
             om_human_bytes(r.peak_live, hb[1], sizeof hb[1]));
@@ -264,6 +366,8 @@ int om_cmd_run(int argc, char **argv)
     for (size_t i = 0; i < sizeof forwarded / sizeof forwarded[0]; i++)
         sigaction(forwarded[i], &sa, NULL);
 
+    /* Reports older than this are an earlier run's (mtime has whole seconds). */
+    time_t since = time(NULL) - 1;
     pid_t pid = fork();
     if (pid < 0) {
         fprintf(stderr, "optmem: fork: %s\n", strerror(errno));
@@ -278,6 +382,6 @@ int om_cmd_run(int argc, char **argv)
     }
     child_pid = pid;
     int status = wait_child(pid);
-    print_summary(getenv("OPTMEM_REPORT"));
+    print_summary(getenv("OPTMEM_REPORT"), since);
     return status;
 }

@@ -49,6 +49,9 @@ struct om_rserving {
 struct om_report {
     char *path;
     int64_t pid, ppid, rank;
+    /* The ancestors that ran optmem, nearest first (none in reports that predate them). */
+    int64_t ancestors[16];
+    size_t nancestors;
     char *exe;
     char **argv;
     size_t argc;

@@ -105,6 +105,17 @@ static void load_process(struct loader *l, json_t *root, struct om_report *r)
     r->ppid = (int64_t)get_u64(l, p, "process.", "ppid", false);
     json_t *rank = get(l, p, "process.", "rank", JSON_INTEGER);
     r->rank = rank ? json_integer_value(rank) : 0;
+    json_t *up = json_object_get(p, "ancestors");
+    for (size_t i = 0; json_is_array(up) && i < json_array_size(up) &&
+                       r->nancestors < sizeof r->ancestors / sizeof r->ancestors[0];
+         i++) {
+        json_t *pid = json_array_get(json_array_get(up, i), 0);
+        if (!json_is_integer(pid)) {
+            fail(l, "process.ancestors[%zu]: expected [pid, start_time]", i);
+            return;
+        }
+        r->ancestors[r->nancestors++] = json_integer_value(pid);
+    }
     r->exe = dup_str(l, json_object_get(p, "exe"));
     json_t *argv = get(l, p, "process.", "argv", JSON_ARRAY);
     if (!argv)

@@ -9,8 +9,9 @@ build=${OPTMEM_BUILD_DIR:-$here/build}
 
 packages=(
     build-essential cmake pkg-config git
-    libunwind-dev uthash-dev libcmocka-dev libdw-dev libjansson-dev
+    uthash-dev libcmocka-dev libdw-dev libjansson-dev
     python3 python3-torch python3-torchvision python3-numpy libopenblas0-openmp
+    libpython3.11-testsuite
     libjemalloc2 libtcmalloc-minimal4 libmimalloc2.0
     clang-format chromium
     cppcheck clang libclang-rt-14-dev

@@ -351,9 +351,9 @@ int om_file_replace(const char *path, int (*fill)(int fd, void *ctx), void *ctx)
     memcpy(tmp, path, plen);
     if (om_path_expand(".tmp.%p", (long)getpid(), 0, tmp + plen, sizeof tmp - plen) != 0)
         return -ENAMETOOLONG;
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    int fd = om_sys_open(tmp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
     if (fd < 0)
-        return -errno;
+        return fd;
     int rc = fill(fd, ctx);
     if (close(fd) != 0 && rc == 0)
         rc = -errno;

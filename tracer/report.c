@@ -23,32 +23,30 @@ static void kv_str(struct om_json *w, const char *key, const char *v)
     om_json_str(w, v);
 }
 
-/* Reads a small /proc file into buf; returns its length (0 on failure). */
-static size_t read_proc(const char *path, char *buf, size_t cap)
-{
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return 0;
-    size_t len = 0;
-    while (len < cap) {
-        ssize_t n = read(fd, buf + len, cap - len);
-        if (n < 0 && errno == EINTR)
-            continue;
-        if (n <= 0)
-            break;
-        len += (size_t)n;
-    }
-    close(fd);
-    return len;
-}
-
-static void write_process(struct om_json *w, const struct om_domain *host)
+static void write_process(struct om_json *w, const struct om_tracer_config *cfg,
+                          struct om_domain *const *doms, unsigned ndoms)
 {
     enum { CMDLINE_MAX = 64 * 1024 };
+    const struct om_domain *host = doms[OM_TRACER_HOST];
     om_json_key(w, "process");
     om_json_begin(w, '{');
+    /* Whose the report is comes first: lineage.c reads it back from a report's first
+     * bytes, whatever the length of argv. */
     kv_u64(w, "pid", (uint64_t)getpid());
     kv_u64(w, "ppid", (uint64_t)getppid());
+    kv_u64(w, "start_time", cfg->lineage.self.start);
+    kv_u64(w, "managed_requests", om_report_requests(doms, ndoms));
+    om_json_key(w, "iterations_found");
+    om_json_bool(w, om_report_iterations(doms, ndoms));
+    om_json_key(w, "ancestors");
+    om_json_begin(w, '[');
+    for (unsigned i = 0; i < cfg->lineage.n; i++) {
+        om_json_begin(w, '[');
+        om_json_i64(w, cfg->lineage.up[i].pid);
+        om_json_u64(w, cfg->lineage.up[i].start);
+        om_json_end(w, ']');
+    }
+    om_json_end(w, ']');
     om_json_key(w, "rank");
     om_json_i64(w, om_env_rank());
     char exe[4096];
@@ -62,7 +60,7 @@ static void write_process(struct om_json *w, const struct om_domain *host)
     om_json_begin(w, '[');
     char *cmd = om_sys_map(CMDLINE_MAX);
     if (cmd) {
-        size_t len = read_proc("/proc/self/cmdline", cmd, CMDLINE_MAX);
+        size_t len = om_sys_read_file("/proc/self/cmdline", cmd, CMDLINE_MAX);
         for (size_t i = 0; i < len;) {
             size_t arg = strnlen(cmd + i, len - i);
             om_json_strn(w, cmd + i, arg);
@@ -450,7 +448,7 @@ static void write_report(struct om_json *w, const struct om_tracer_config *cfg,
     om_json_begin(w, '{');
     kv_str(w, "schema", "optmem-report");
     kv_u64(w, "version", REPORT_VERSION);
-    write_process(w, doms[OM_TRACER_HOST]);
+    write_process(w, cfg, doms, n);
     write_configuration(w, cfg);
     om_json_key(w, "domains");
     om_json_begin(w, '[');
@@ -471,6 +469,22 @@ static void write_report(struct om_json *w, const struct om_tracer_config *cfg,
     om_json_end(w, ']');
     om_json_end(w, '}');
     om_json_raw(w, "\n", 1);
+}
+
+uint64_t om_report_requests(struct om_domain *const *doms, unsigned n)
+{
+    uint64_t requests = 0;
+    for (unsigned i = 0; i < n; i++)
+        requests += doms[i]->seq - doms[i]->fork_seq;
+    return requests;
+}
+
+int om_report_iterations(struct om_domain *const *doms, unsigned n)
+{
+    int found = 0;
+    for (unsigned i = 0; i < n; i++)
+        found |= doms[i]->have_steady;
+    return found;
 }
 
 struct report_job {

@@ -1,4 +1,5 @@
-/* Call sites: stacks captured with libunwind, interned with uthash, symbolized for the report. */
+/* Call sites: stacks captured with the compiler's unwinder, interned with uthash, symbolized for
+ * the report. */
 #include "tracer_internal.h"
 
 #include <dlfcn.h>
@@ -8,8 +9,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#define UNW_LOCAL_ONLY
-#include <libunwind.h>
+#include <unwind.h>
 
 /* Frames of the library that contains the tracer: they are never part of a call site. */
 static uintptr_t self_lo[8], self_hi[8];
@@ -42,15 +42,42 @@ static int find_self_cb(struct dl_phdr_info *info, size_t size, void *data)
     return 1;
 }
 
-/* libunwind sets up its signal mask and caches on the first unwind without a once-guard:
- * two threads unwinding for the first time race there, so one unwind is done now, while
- * the caller still runs alone. */
+/* The stack walk is libgcc's DWARF unwinder, the one glibc's backtrace() uses: with glibc's
+ * _dl_find_object it takes no lock and allocates nothing, and it opens no file descriptor
+ * (libunwind keeps a pipe open in the process to validate addresses, and writes into that
+ * descriptor number after the program closed and reused it). A frame without unwind
+ * tables ends the walk instead of being guessed at. */
+struct walk {
+    void **frames;
+    unsigned n, cap;
+};
+
+static _Unwind_Reason_Code walk_frame(struct _Unwind_Context *ctx, void *arg)
+{
+    struct walk *w = arg;
+    uintptr_t ip = _Unwind_GetIP(ctx);
+    if (ip == 0)
+        return _URC_END_OF_STACK;
+    w->frames[w->n++] = (void *)ip;
+    return w->n < w->cap ? _URC_NO_REASON : _URC_END_OF_STACK;
+}
+
+static inline __attribute__((always_inline)) unsigned walk_stack(void **frames, unsigned cap)
+{
+    struct walk w = {frames, 0, cap};
+    if (cap)
+        _Unwind_Backtrace(walk_frame, &w);
+    return w.n;
+}
+
+/* The first walk finds the unwinder's own tables; it is made now, while the caller still
+ * runs alone. */
 void om_stack_init(const void *self)
 {
     struct find_self fs = {(uintptr_t)self};
     dl_iterate_phdr(find_self_cb, &fs);
     void *frame[1];
-    (void)unw_backtrace(frame, 1);
+    (void)walk_stack(frame, 1);
 }
 
 static int in_self(const void *frame)
@@ -82,18 +109,16 @@ void om_stack_capture(struct om_stack *stack, unsigned depth, unsigned skip)
     void *buf[OM_TRACER_MAX_DEPTH + SLACK];
     if (depth > OM_TRACER_MAX_DEPTH)
         depth = OM_TRACER_MAX_DEPTH;
-    int n = unw_backtrace(buf, (int)(depth + SLACK));
+    unsigned n = walk_stack(buf, depth + SLACK);
     unsigned k = 0;
-    if (n < 0)
-        n = 0;
     if (self_nranges) {
-        /* The first frame is unw_backtrace's caller, i.e. this function. */
-        while (k < (unsigned)n && in_self(buf[k]))
+        /* The first frame is walk_stack's caller, i.e. this function. */
+        while (k < n && in_self(buf[k]))
             k++;
     } else {
-        k = skip + 1 < (unsigned)n ? skip + 1 : (unsigned)n;
+        k = skip + 1 < n ? skip + 1 : n;
     }
-    unsigned d = (unsigned)n - k;
+    unsigned d = n - k;
     if (d > depth)
         d = depth;
     memcpy(stack->frames, buf + k, d * sizeof(void *));

@@ -1,10 +1,14 @@
-/* The tracer's own memory, straight from mmap: malloc is the interposed path it records. */
+/* The tracer's own memory, straight from mmap (malloc is the interposed path it records), and
+ * its own file descriptors. */
 #include "tracer_internal.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
+#include <unistd.h>
 
 #define SMALL_MIN_SHIFT 4 /* 16 bytes */
 #define SMALL_MAX_SHIFT 12
@@ -111,4 +115,40 @@ void om_sys_free(void *ptr, size_t size)
     o->next = free_lists[c];
     free_lists[c] = o;
     pthread_mutex_unlock(&sys_lock);
+}
+
+int om_sys_open(const char *path, int flags, mode_t mode)
+{
+    int fd = open(path, flags | O_CLOEXEC, mode);
+    if (fd < 0)
+        return -errno;
+    /* The program may have closed a low descriptor to have open() give that number to its
+     * next file: optmem's file moves to the top of the range at once. */
+    struct rlimit lim;
+    if (getrlimit(RLIMIT_NOFILE, &lim) == 0 && lim.rlim_cur > 64 && lim.rlim_cur != RLIM_INFINITY) {
+        int high = fcntl(fd, F_DUPFD_CLOEXEC, (int)(lim.rlim_cur - 16));
+        if (high >= 0) {
+            close(fd);
+            fd = high;
+        }
+    }
+    return fd;
+}
+
+size_t om_sys_read_file(const char *path, char *buf, size_t cap)
+{
+    int fd = om_sys_open(path, O_RDONLY, 0);
+    if (fd < 0)
+        return 0;
+    size_t len = 0;
+    while (len < cap) {
+        ssize_t n = read(fd, buf + len, cap - len);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0)
+            break;
+        len += (size_t)n;
+    }
+    close(fd);
+    return len;
 }

@@ -20,6 +20,11 @@ static int tracer_on;
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_mutex_t dump_lock = PTHREAD_MUTEX_INITIALIZER;
 static unsigned fork_gen = 1;
+/* Set by the report written at exit: no checkpoint replaces it afterwards. */
+static int report_final;
+static struct om_claim claim;
+/* What the last checkpoint (or report) saw: activity since, and the time it was written. */
+static uint64_t ckpt_events, ckpt_plans, ckpt_ns;
 static __thread unsigned tls_gen;
 static __thread uint32_t tls_tid;
 
@@ -301,6 +306,11 @@ int om_tracer_init(const struct om_tracer_options *options)
         memcpy(cfg.report_template, options->report_template, len + 1);
     }
     cfg.t0_ns = mono_ns();
+    report_final = 0;
+    claim = (struct om_claim){0};
+    ckpt_events = ckpt_plans = 0;
+    ckpt_ns = cfg.t0_ns;
+    om_lineage_init(&cfg.lineage);
     struct om_domain *host;
     int rc = domain_new("cpu", 3, &host);
     if (rc != 0)
@@ -562,30 +572,93 @@ static void symbolize_all(unsigned n)
     om_sites_symbolize(tables, n);
 }
 
+static uint64_t plans_made(void)
+{
+    uint64_t plans = 0;
+    for (unsigned i = 0; i < ndoms; i++)
+        plans += doms[i]->serving.plans;
+    return plans;
+}
+
+static uint64_t events_seen(void)
+{
+    uint64_t events = 0;
+    for (unsigned i = 0; i < ndoms; i++)
+        events += doms[i]->events;
+    return events;
+}
+
+enum dump_kind { DUMP_ASKED, DUMP_CHECKPOINT, DUMP_FINAL };
+
+/* Under dump_lock. A report the program asked for is always written; one optmem writes by
+ * itself (checkpoints, exit) only by a process that made managed requests, and, where the
+ * template has no %p, to a path no other process of the run holds (lineage.c). */
+static int dump_locked(const char *tmpl, enum dump_kind kind, char *expanded, size_t len)
+{
+    int rc = om_path_expand(tmpl, (long)getpid(), om_env_rank(), expanded, len);
+    if (rc != 0)
+        return rc;
+    pthread_mutex_lock(&lock);
+    uint64_t requests = om_report_requests(doms, ndoms);
+    int iterations = om_report_iterations(doms, ndoms);
+    pthread_mutex_unlock(&lock);
+    if (kind != DUMP_ASKED && requests == 0)
+        return -ENODATA;
+    char path[4096];
+    if (kind != DUMP_ASKED && !strstr(tmpl, "%p")) {
+        rc = om_report_claim(&claim, &cfg.lineage, requests, iterations, expanded, path,
+                             sizeof path);
+        if (rc != 0)
+            return rc;
+        memcpy(expanded, path, strlen(path) + 1);
+    }
+    symbolize_all(domain_count());
+    pthread_mutex_lock(&lock);
+    /* Domains opened since the names were resolved are written with addresses only. */
+    rc = om_report_write(&cfg, doms, ndoms, expanded);
+    ckpt_events = events_seen();
+    ckpt_plans = plans_made();
+    ckpt_ns = mono_ns();
+    pthread_mutex_unlock(&lock);
+    return rc;
+}
+
+static int dump(const char *tmpl, enum dump_kind kind)
+{
+    char expanded[4096];
+    pthread_mutex_lock(&dump_lock);
+    int rc = report_final && kind != DUMP_ASKED
+                 ? -EALREADY
+                 : dump_locked(tmpl, kind, expanded, sizeof expanded);
+    if (kind == DUMP_FINAL)
+        report_final = 1;
+    pthread_mutex_unlock(&dump_lock);
+    if (rc == 0)
+        om_debug("report written to %s", expanded);
+    else if (rc != -ENODATA && rc != -EALREADY)
+        om_warn("could not write the report %s: %s", tmpl, strerror(-rc));
+    return rc == -ENODATA || rc == -EALREADY ? 0 : rc;
+}
+
 int om_tracer_dump(const char *path)
 {
     if (!tracer_on)
         return -ENOTSUP;
-    char expanded[4096];
     const char *tmpl = path ? path : cfg.report_template;
     if (!*tmpl)
         return -EINVAL;
-    pthread_mutex_lock(&dump_lock);
-    /* %p is read now: after fork the child writes its own report. */
-    int rc = om_path_expand(tmpl, (long)getpid(), om_env_rank(), expanded, sizeof expanded);
-    if (rc == 0) {
-        symbolize_all(domain_count());
-        pthread_mutex_lock(&lock);
-        /* Domains opened since the names were resolved are written with addresses only. */
-        rc = om_report_write(&cfg, doms, ndoms, expanded);
-        pthread_mutex_unlock(&lock);
-    }
-    pthread_mutex_unlock(&dump_lock);
-    if (rc != 0)
-        om_warn("could not write the report %s: %s", expanded, strerror(-rc));
-    else
-        om_debug("report written to %s", expanded);
-    return rc;
+    return dump(tmpl, DUMP_ASKED);
+}
+
+int om_tracer_checkpoint(uint64_t interval_ns)
+{
+    if (!tracer_on || !cfg.report_template[0])
+        return 0;
+    pthread_mutex_lock(&lock);
+    int due = plans_made() != ckpt_plans ||
+              (events_seen() != ckpt_events && mono_ns() - ckpt_ns >= interval_ns);
+    pthread_mutex_unlock(&lock);
+    return due ? dump(cfg.report_template, DUMP_CHECKPOINT) : 0;
 }
 
 void om_tracer_atfork_prepare(void)
@@ -618,32 +691,14 @@ void om_tracer_atfork_child(void)
     fork_gen++;
     for (unsigned i = 0; i < ndoms; i++)
         domain_restart(doms[i]);
-}
-
-int om_tracer_dump_in_signal(const struct om_serving_stats *serving)
-{
-    char expanded[4096];
-    if (!tracer_on || !cfg.report_template[0] ||
-        om_path_expand(cfg.report_template, (long)getpid(), om_env_rank(), expanded,
-                       sizeof expanded) != 0)
-        return -ENOTSUP;
-    if (pthread_mutex_trylock(&dump_lock) != 0)
-        return -EBUSY;
-    int rc = -EBUSY;
-    if (pthread_mutex_trylock(&lock) == 0) {
-        if (serving) {
-            doms[OM_TRACER_HOST]->serving = *serving;
-            doms[OM_TRACER_HOST]->have_serving = 1;
-        }
-        rc = om_report_write(&cfg, doms, ndoms, expanded);
-        pthread_mutex_unlock(&lock);
-    }
-    pthread_mutex_unlock(&dump_lock);
-    return rc;
+    om_lineage_fork(&cfg.lineage);
+    claim = (struct om_claim){0};
+    ckpt_events = ckpt_plans = 0;
+    ckpt_ns = mono_ns();
 }
 
 void om_tracer_at_exit(void)
 {
     if (tracer_on && cfg.report_template[0])
-        om_tracer_dump(NULL);
+        dump(cfg.report_template, DUMP_FINAL);
 }

@@ -118,11 +118,10 @@ void om_tracer_atfork_child(void);
 /* Process exit: writes the report. Later frees keep working. */
 void om_tracer_at_exit(void);
 
-/* From a signal handler: writes the report (with the host domain's serving, when not NULL;
- * other domains keep what was last set) only if no lock it needs is held, and resolves no
- * new symbols (dladdr is not async-signal-safe).
- * 0, -EBUSY (a lock was held: nothing written), or -errno. */
-int om_tracer_dump_in_signal(const struct om_serving_stats *serving);
+/* A checkpoint of the configured report, so that a killed process leaves one: written when
+ * a plan was made since the last, or when requests were made since and interval_ns has
+ * passed. Never after the report written at exit. 0 or -errno. */
+int om_tracer_checkpoint(uint64_t interval_ns);
 
 /* Expands %p, %r, %% of tmpl (a report's or a plan's path) into out. Returns 0, -EINVAL or
  * -ENAMETOOLONG. */

@@ -6,6 +6,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 /* uthash allocates its tables through the tracer's own memory, and survives running out. */
 #define uthash_malloc(sz) om_sys_alloc(sz)
@@ -22,6 +23,11 @@ void om_sys_free(void *ptr, size_t size);
 void om_sys_lock(void);
 void om_sys_unlock(void);
 void om_sys_reset_lock(void);
+/* open(2), close-on-exec, the descriptor moved near the top of the process's range so that
+ * it never takes a number the program is about to get. The descriptor or -errno. */
+int om_sys_open(const char *path, int flags, mode_t mode);
+/* Reads up to cap bytes of a small file (/proc); returns the length, 0 on failure. */
+size_t om_sys_read_file(const char *path, char *buf, size_t cap);
 
 /* ---- unwind_pages.c ---- */
 
@@ -228,12 +234,47 @@ struct om_timeline {
 };
 
 /* What every domain shares: the options and the start of the record. */
+/* ---- lineage.c: whose a report is, and which path it takes ---- */
+
+#define OM_LINEAGE_MAX 16
+
+struct om_proc_ref {
+    long pid;
+    uint64_t start; /* clock ticks after boot: with the pid, names one process for ever */
+};
+
+/* A process and its ancestors that run optmem too, nearest first. */
+struct om_lineage {
+    struct om_proc_ref self;
+    struct om_proc_ref up[OM_LINEAGE_MAX];
+    unsigned n;
+};
+
+/* What a process decided about a shared report path (a template without %p). */
+struct om_claim {
+    int moved_aside; /* another process of the run holds the path: ours is PATH.PID.EXT */
+};
+
+/* Reads this process's lineage from /proc (at start), or derives a fork child's. */
+void om_lineage_init(struct om_lineage *lin);
+void om_lineage_fork(struct om_lineage *lin);
+
+/* The path this process writes its report to when the template names one file for all
+ * processes: path itself, unless another process of the same run wrote a report there that
+ * made at least as many managed requests; then PATH.PID.EXT (said once) where this process
+ * found iterations, else none (-ENODATA). A report there of fewer requests is first
+ * renamed to its own PATH.PID.EXT where its process found iterations, else removed: the
+ * same rule, applied in the other order. 0 or -errno. */
+int om_report_claim(struct om_claim *claim, const struct om_lineage *me, uint64_t requests,
+                    int iterations, const char *path, char *out, size_t outlen);
+
 struct om_tracer_config {
     size_t min_bytes;
     unsigned stack_depth, warmup;
     char report_template[4096];
     const char *mode_name;
     uint64_t t0_ns;
+    struct om_lineage lineage;
 };
 
 #define OM_DOMAIN_NAME 16 /* bytes of a domain's name, with its terminating NUL */
@@ -286,5 +327,9 @@ const struct om_domain *om_tracer_domain(unsigned domain);
  * atomically. Called under the lock. */
 int om_report_write(const struct om_tracer_config *cfg, struct om_domain *const *domains,
                     unsigned ndomains, const char *path);
+/* Managed requests this process made (not those a fork parent made), all domains. */
+uint64_t om_report_requests(struct om_domain *const *doms, unsigned n);
+/* Whether iterations were found (or marked) in any domain. */
+int om_report_iterations(struct om_domain *const *doms, unsigned n);
 
 #endif

@@ -299,8 +299,9 @@ def scenario_next_record_fails(args, tmp):
     expect("optmem lines", len(lines), 1)
     if "cuptiActivityGetNextRecord" not in lines[0]:
         raise CheckError("the line does not name cuptiActivityGetNextRecord: %s" % lines[0])
-    r = load_report(os.path.join(tmp, "report.json"))
-    expect("domains", r["domains"], ["cpu"])
+    # Nothing was recorded: a process that made no managed request writes no report.
+    if os.path.exists(os.path.join(tmp, "report.json")):
+        raise CheckError("a report from a process that recorded nothing")
 
 
 def declined(args, tmp, env_extra, want_lines, preload=None):

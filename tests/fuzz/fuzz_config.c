@@ -48,7 +48,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     FUZZ_CHECK(cfg.warmup <= 1000000);
     FUZZ_CHECK(cfg.devices != 0 &&
                (cfg.devices & ~(unsigned)(OM_DEVICE_CPU | OM_DEVICE_CUDA)) == 0);
-    FUZZ_CHECK(cfg.log_level >= 0 && cfg.log_level <= 2);
+    FUZZ_CHECK(cfg.log_level >= 0 && cfg.log_level <= 3);
     FUZZ_CHECK(cfg.verify == 0 || cfg.verify == 1);
     FUZZ_CHECK(om_mode_name(cfg.mode) != NULL);
 

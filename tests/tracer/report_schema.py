@@ -241,8 +241,18 @@ def validate(r):
     if r["schema"] != "optmem-report" or r["version"] != 1:
         _fail("$", "not an optmem-report version 1")
     p = r["process"]
-    _obj(p, "process", ("pid", "ppid", "rank", "exe", "argv", "forked_at_request"))
+    _obj(p, "process", ("pid", "ppid", "start_time", "managed_requests", "iterations_found",
+                        "ancestors", "rank", "exe", "argv", "forked_at_request"))
+    if not isinstance(p["iterations_found"], bool):
+        _fail("process.iterations_found", "expected a boolean")
     _uint(p["pid"], "process.pid")
+    _uint(p["start_time"], "process.start_time")
+    _uint(p["managed_requests"], "process.managed_requests")
+    for i, a in enumerate(_list(p["ancestors"], "process.ancestors")):
+        if not (isinstance(a, list) and len(a) == 2):
+            _fail("process.ancestors[%d]" % i, "expected [pid, start_time]")
+        _uint(a[0], "process.ancestors[%d][0]" % i)
+        _uint(a[1], "process.ancestors[%d][1]" % i)
     _uint(p["ppid"], "process.ppid")
     _uint(p["rank"], "process.rank")
     _str(p["exe"], "process.exe", nullable=True)

@@ -315,19 +315,35 @@ static void test_report_sections(void **state)
     assert_non_null(strstr(serving, "\"retired_blocks\":5,"));
     assert_non_null(strstr(serving, "\"iteration_served\":9}"));
 
-    /* From a signal handler, serving is the host's; the device keeps what was set. */
+    /* A checkpoint: written when a plan was made since the last one, not again without
+     * news, and again once requests came and the interval passed. */
     struct om_tracer_options opt = {.min_bytes = 4096, .stack_depth = 4, .mode_name = "plan"};
     opt.report_template = path;
     assert_int_equal(om_tracer_init(&opt), 0);
-    dev = om_tracer_domain_open("cuda:0");
-    om_tracer_set_serving((unsigned)dev, &gpu);
-    struct om_serving_stats host = {.serving_requests = 11};
-    assert_int_equal(om_tracer_dump_in_signal(&host), 0);
+    om_tracer_on_alloc(OM_TRACER_HOST, a, 5000, 5008, 0, &s, NULL);
+    struct om_serving_stats host = {.serving_requests = 11, .plans = 1};
+    om_tracer_set_serving(OM_TRACER_HOST, &host);
+    unlink(path);
+    assert_int_equal(om_tracer_checkpoint(UINT64_MAX), 0);
     r = read_all(path);
-    serving = strstr(r, "\"serving\":{\"serving_requests\":11,");
-    assert_non_null(serving);
-    assert_true(serving < strstr(r, "\"device_domains\""));
-    assert_non_null(strstr(r, "\"serving\":{\"serving_requests\":77,"));
+    assert_non_null(strstr(r, "\"serving\":{\"serving_requests\":11,"));
+    assert_non_null(strstr(r, "\"managed_requests\":1,"));
+    unlink(path);
+    assert_int_equal(om_tracer_checkpoint(UINT64_MAX), 0);
+    assert_int_equal(access(path, F_OK), -1);
+    char b[1];
+    om_tracer_on_alloc(OM_TRACER_HOST, b, 6000, 6000, 0, &s, NULL);
+    assert_int_equal(om_tracer_checkpoint(UINT64_MAX), 0);
+    assert_int_equal(access(path, F_OK), -1);
+    assert_int_equal(om_tracer_checkpoint(0), 0);
+    r = read_all(path);
+    assert_non_null(strstr(r, "\"managed_requests\":2,"));
+    /* The report written at exit is the last: no checkpoint replaces it. */
+    om_tracer_at_exit();
+    unlink(path);
+    om_tracer_on_alloc(OM_TRACER_HOST, a + 0, 7000, 7000, 0, &s, NULL);
+    assert_int_equal(om_tracer_checkpoint(0), 0);
+    assert_int_equal(access(path, F_OK), -1);
     unlink(path);
 }
 

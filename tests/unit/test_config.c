@@ -9,6 +9,7 @@
 #include <cmocka.h>
 
 #include "config.h"
+#include "log.h"
 
 /* A fake environment: name=value pairs. */
 static const char *const *fake_env;
@@ -39,6 +40,7 @@ static void test_defaults(void **state)
     assert_int_equal(cfg.devices, OM_DEVICE_CPU);
     assert_int_equal(cfg.verify, 0);
     assert_int_equal(cfg.hugepages, 0);
+    assert_int_equal(cfg.log_level, OM_LOG_WARN);
     assert_string_equal(cfg.report, "");
     assert_string_equal(cfg.plan_file, "");
 }

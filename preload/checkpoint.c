@@ -1,0 +1,83 @@
+/* Report checkpoints on a thread of optmem's: no signal handler in the program. */
+#include "checkpoint.h"
+#include "config.h"
+#include "engine.h"
+#include "log.h"
+#include "route.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdint.h>
+#include <string.h>
+#include <time.h>
+
+enum { CKPT_IDLE, CKPT_RUNNING, CKPT_STOPPED };
+
+static int state = CKPT_IDLE;
+static void *checkpoint_loop(void *arg)
+{
+    (void)arg;
+    const struct timespec poll = {0, OM_CHECKPOINT_POLL_MS * 1000000L};
+    while (__atomic_load_n(&state, __ATOMIC_ACQUIRE) == CKPT_RUNNING) {
+        nanosleep(&poll, NULL);
+        if (__atomic_load_n(&state, __ATOMIC_ACQUIRE) != CKPT_RUNNING)
+            break;
+        om_engine_checkpoint((uint64_t)OM_CHECKPOINT_INTERVAL_MS * 1000000u);
+    }
+    return NULL;
+}
+
+/* The thread blocks every signal, so that none meant for the program is delivered to it. */
+static int start_thread(void)
+{
+    pthread_attr_t attr;
+    int rc = pthread_attr_init(&attr);
+    if (rc != 0)
+        return -rc;
+    pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+    pthread_attr_setstacksize(&attr, 256 * 1024);
+    sigset_t all, old;
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, &old);
+    pthread_t thread;
+    rc = pthread_create(&thread, &attr, checkpoint_loop, NULL);
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    pthread_attr_destroy(&attr);
+    if (rc != 0)
+        return -rc;
+    pthread_setname_np(thread, "optmem-report");
+    return 0;
+}
+
+__attribute__((noinline, cold)) static void start(void)
+{
+    int idle = CKPT_IDLE;
+    if (!__atomic_compare_exchange_n(&state, &idle, CKPT_RUNNING, 0, __ATOMIC_ACQ_REL,
+                                     __ATOMIC_ACQUIRE))
+        return;
+    int rc = start_thread();
+    if (rc != 0) {
+        __atomic_store_n(&state, CKPT_STOPPED, __ATOMIC_RELEASE);
+        om_warn("no report checkpoints (thread: %s): a killed process leaves no report",
+                strerror(-rc));
+    }
+}
+
+void om_checkpoint_note_request(void)
+{
+    if (OM_LIKELY(__atomic_load_n(&state, __ATOMIC_RELAXED) != CKPT_IDLE) || !om_cfg.report[0])
+        return;
+    start();
+}
+
+void om_checkpoint_atfork_child(void)
+{
+    if (__atomic_load_n(&state, __ATOMIC_RELAXED) != CKPT_STOPPED)
+        __atomic_store_n(&state, CKPT_IDLE, __ATOMIC_RELAXED);
+}
+
+void om_checkpoint_stop(void)
+{
+    __atomic_store_n(&state, CKPT_STOPPED, __ATOMIC_RELEASE);
+}
