@@ -34,7 +34,7 @@ def run_module(module, env, tmp):
     out = proc.stdout.decode(errors="replace")
     found = RESULT.findall(out)
     verdict = found[-1].strip() if found else f"no result (exit {proc.returncode})"
-    cases = sorted({f"{m.group(3)}.{m.group(2)}" for m in CASE.finditer(out)})
+    cases = sorted({m.group(3) for m in CASE.finditer(out)})
     return verdict, cases, time.monotonic() - start, out
 
 
