@@ -88,9 +88,7 @@ static void feed(const CUpti_ActivityMemory4 *r)
         if (domain < 0)
             return;
         /* The only frame CUPTI knows is the PC of the API call. */
-        struct om_stack stack;
-        stack.depth = 1;
-        stack.frames[0] = (void *)(uintptr_t)r->PC;
+        struct om_stack stack = {.depth = 1, .frames = {(void *)(uintptr_t)r->PC}};
         om_tracer_on_alloc((unsigned)domain, ptr, (size_t)r->bytes, (size_t)r->bytes, 0, &stack,
                            NULL);
     } else if (r->memoryOperationType == CUPTI_ACTIVITY_MEMORY_OPERATION_TYPE_RELEASE) {

@@ -5,6 +5,7 @@
 #include <dlfcn.h>
 #include <errno.h>
 #include <link.h>
+#include <pthread.h>
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
@@ -100,29 +101,171 @@ void om_stack_trim_self(struct om_stack *stack)
     }
 }
 
-/* Frames of this library are dropped by address, so a tail call in the shim or an inlined
- * helper cannot shift the call site; `skip` counts only when the library's range is
- * unknown (the tracer linked into a test program). */
-void om_stack_capture(struct om_stack *stack, unsigned depth, unsigned skip)
+/* The full walk: frames of this library are dropped by address, so a tail call in the shim
+ * or an inlined helper cannot shift the call site; `skip` counts only when the library's
+ * range is unknown (the tracer linked into a test program). */
+static __attribute__((noinline)) void capture_walk(struct om_stack *stack, unsigned depth,
+                                                   unsigned skip)
 {
     enum { SLACK = 16 };
     void *buf[OM_TRACER_MAX_DEPTH + SLACK];
-    if (depth > OM_TRACER_MAX_DEPTH)
-        depth = OM_TRACER_MAX_DEPTH;
     unsigned n = walk_stack(buf, depth + SLACK);
     unsigned k = 0;
     if (self_nranges) {
-        /* The first frame is walk_stack's caller, i.e. this function. */
+        /* The first frames are this function's and its callers' in the library. */
         while (k < n && in_self(buf[k]))
             k++;
     } else {
-        k = skip + 1 < n ? skip + 1 : n;
+        k = skip + 2 < n ? skip + 2 : n;
     }
     unsigned d = n - k;
     if (d > depth)
         d = depth;
     memcpy(stack->frames, buf + k, d * sizeof(void *));
     stack->depth = d;
+    stack->walked = 1;
+}
+
+/* ---- the call-site cache ----
+ * A full walk costs about a microsecond and reads the modules' unwind tables. The
+ * program's return address into the library and its stack pointer at that call name a
+ * call path as well as the stack does, in nearly every case: the walk is made once per
+ * such key and its frames kept. Two paths that share a key (the same return address at the
+ * same stack depth; a thread's stack reused by another) are caught by walking again at the
+ * 1st, 2nd, 4th ... EARLY_RESAMPLES-th hit, so that paths taken in turn within one
+ * iteration are told apart before it is planned, and at every RESAMPLE-th hit after: a
+ * key whose walks differ is marked ambiguous and walked every time. A
+ * wrong stack for a while costs the plan a miss, never an overlap: the pool's guard does
+ * not depend on call sites. */
+
+#define CACHE_SLOTS (1u << 14)
+#define CACHE_PROBES 8
+#define EARLY_RESAMPLES 16
+#define RESAMPLE 65536
+
+struct cached {
+    unsigned depth;
+    void *frames[];
+};
+
+struct cache_slot {
+    uintptr_t ra, sp;
+    const struct cached *stack; /* published last: readers load it with acquire */
+    uint32_t hits;
+    uint32_t ambiguous;
+};
+
+static struct cache_slot *cache;
+static pthread_mutex_t cache_lock = PTHREAD_MUTEX_INITIALIZER;
+static uint32_t cache_used;
+
+/* The first return address out of this library and the stack pointer the program's
+ * frame has there, from the library's own frame pointers (it is built with them). 0, or
+ * -1 where the chain does not lead out plausibly. */
+static __attribute__((always_inline)) inline int program_call(uintptr_t *ra, uintptr_t *sp)
+{
+    const uintptr_t *fp = __builtin_frame_address(0);
+    for (int hop = 0; hop < 8; hop++) {
+        uintptr_t ret = fp[1];
+        if (!in_self((const void *)ret)) {
+            *ra = ret;
+            *sp = (uintptr_t)(fp + 2);
+            return 0;
+        }
+        const uintptr_t *up = (const uintptr_t *)fp[0];
+        if (up <= fp || (uintptr_t)up - (uintptr_t)fp > (1u << 20) || ((uintptr_t)up & 7))
+            return -1;
+        fp = up;
+    }
+    return -1;
+}
+
+static uint32_t cache_hash(uintptr_t ra, uintptr_t sp)
+{
+    uint64_t h = (uint64_t)ra * 0x9e3779b97f4a7c15ull ^ (uint64_t)sp * 0xc2b2ae3d27d4eb4full;
+    return (uint32_t)(h >> 40) & (CACHE_SLOTS - 1);
+}
+
+static struct cache_slot *cache_find(uintptr_t ra, uintptr_t sp)
+{
+    struct cache_slot *tab = __atomic_load_n(&cache, __ATOMIC_ACQUIRE);
+    if (!tab)
+        return NULL;
+    uint32_t h = cache_hash(ra, sp);
+    for (uint32_t i = 0; i < CACHE_PROBES; i++) {
+        struct cache_slot *s = &tab[(h + i) & (CACHE_SLOTS - 1)];
+        if (!__atomic_load_n(&s->stack, __ATOMIC_ACQUIRE))
+            return NULL;
+        if (s->ra == ra && s->sp == sp)
+            return s;
+    }
+    return NULL;
+}
+
+static int same_frames(const struct cached *c, const struct om_stack *stack)
+{
+    return c->depth == stack->depth &&
+           memcmp(c->frames, stack->frames, stack->depth * sizeof(void *)) == 0;
+}
+
+/* Keeps a walk under its key. Never waits: with the lock taken (another thread inserting,
+ * or a fork child whose parent forked meanwhile) the walk is simply not kept. */
+static void cache_insert(uintptr_t ra, uintptr_t sp, const struct om_stack *stack)
+{
+    if (pthread_mutex_trylock(&cache_lock) != 0)
+        return;
+    if (!cache)
+        __atomic_store_n(&cache, om_sys_alloc(CACHE_SLOTS * sizeof *cache), __ATOMIC_RELEASE);
+    if (!cache || cache_used >= CACHE_SLOTS / 2)
+        goto out;
+    uint32_t h = cache_hash(ra, sp);
+    for (uint32_t i = 0; i < CACHE_PROBES; i++) {
+        struct cache_slot *s = &cache[(h + i) & (CACHE_SLOTS - 1)];
+        if (s->stack) {
+            if (s->ra == ra && s->sp == sp)
+                goto out;
+            continue;
+        }
+        struct cached *c = om_sys_alloc(sizeof *c + stack->depth * sizeof(void *));
+        if (!c)
+            goto out;
+        c->depth = stack->depth;
+        memcpy(c->frames, stack->frames, stack->depth * sizeof(void *));
+        s->ra = ra;
+        s->sp = sp;
+        __atomic_store_n(&s->stack, c, __ATOMIC_RELEASE);
+        cache_used++;
+        goto out;
+    }
+out:
+    pthread_mutex_unlock(&cache_lock);
+}
+
+void om_stack_capture(struct om_stack *stack, unsigned depth, unsigned skip)
+{
+    if (depth > OM_TRACER_MAX_DEPTH)
+        depth = OM_TRACER_MAX_DEPTH;
+    uintptr_t ra, sp;
+    if (!self_nranges || program_call(&ra, &sp) != 0) {
+        capture_walk(stack, depth, skip);
+        return;
+    }
+    struct cache_slot *s = cache_find(ra, sp);
+    const struct cached *c = s ? __atomic_load_n(&s->stack, __ATOMIC_ACQUIRE) : NULL;
+    if (c && c->depth <= depth && !__atomic_load_n(&s->ambiguous, __ATOMIC_RELAXED)) {
+        uint32_t hits = __atomic_add_fetch(&s->hits, 1, __ATOMIC_RELAXED);
+        if (hits <= EARLY_RESAMPLES ? (hits & (hits - 1)) != 0 : hits % RESAMPLE != 0) {
+            stack->walked = 0;
+            stack->depth = c->depth;
+            memcpy(stack->frames, c->frames, c->depth * sizeof(void *));
+            return;
+        }
+    }
+    capture_walk(stack, depth, skip);
+    if (!s)
+        cache_insert(ra, sp, stack);
+    else if (c && !same_frames(c, stack))
+        __atomic_store_n(&s->ambiguous, 1, __ATOMIC_RELAXED);
 }
 
 static int grow_ids(struct om_sites *sites)

@@ -472,7 +472,7 @@ void om_tracer_on_alloc(unsigned domain, void *ptr, size_t size, size_t usable, 
                             d->live_bytes, (uintptr_t)ptr, site->id,    tid};
     timeline_add(d, seq, d->live_bytes);
     pthread_mutex_unlock(&lock);
-    if (new_site)
+    if (new_site || stack->walked)
         om_unwind_pages_drop(stack);
 }
 

@@ -31,11 +31,11 @@ size_t om_sys_read_file(const char *path, char *buf, size_t cap);
 
 /* ---- unwind_pages.c ---- */
 
-/* Unwinding a new call site reads the .eh_frame_hdr and .eh_frame of the modules its
- * frames lie in, and the kernel maps 64 KiB around each page read: megabytes of resident
- * file pages that libunwind's caches make useless afterwards. This drops those modules'
+/* Walking a stack reads the .eh_frame_hdr and .eh_frame of the modules its frames lie in,
+ * and the kernel maps 64 KiB around each page read: megabytes of resident file pages that
+ * the call-site cache makes useless afterwards (walks are rare). This drops those modules'
  * from the process (the page cache keeps them), in read-only segments only, so a later
- * read just maps them again. */
+ * read just maps them again. Called after each walk. */
 void om_unwind_pages_drop(const struct om_stack *stack);
 
 /* ---- stacks.c: call sites ---- */

@@ -50,7 +50,9 @@ static size_t usable_of(const struct model *m, size_t size)
 /* A return address inside fn: the report resolves address - 1, which lies in fn. */
 static struct om_stack stack_at(void (*fn)(void))
 {
-    struct om_stack s = {2, {(void *)((uintptr_t)fn + 1), (void *)((uintptr_t)training_loop + 1)}};
+    struct om_stack s = {
+        .depth = 2,
+        .frames = {(void *)((uintptr_t)fn + 1), (void *)((uintptr_t)training_loop + 1)}};
     return s;
 }
 

@@ -26,7 +26,8 @@ static int init_tracer(unsigned warmup)
 
 static struct om_stack stack_of(unsigned site)
 {
-    struct om_stack s = {2, {(void *)(uintptr_t)(0x10000 + 16 * site), (void *)0x4242}};
+    struct om_stack s = {.depth = 2,
+                         .frames = {(void *)(uintptr_t)(0x10000 + 16 * site), (void *)0x4242}};
     return s;
 }
 

@@ -326,7 +326,7 @@ static void test_threads_switch_to_majority(void **state)
 static void test_interning(void **state)
 {
     static struct om_sites sites;
-    struct om_stack a = {3, {(void *)0x1000, (void *)0x2000, (void *)0x3000}};
+    struct om_stack a = {.depth = 3, .frames = {(void *)0x1000, (void *)0x2000, (void *)0x3000}};
     struct om_stack b = a, c = a;
     b.frames[2] = (void *)0x3001;
     c.depth = 2;
@@ -340,13 +340,13 @@ static void test_interning(void **state)
     assert_int_equal(sc->id, 2);
     /* Enough sites for uthash to grow its table several times, from the tracer's memory. */
     for (uintptr_t i = 0; i < 20000; i++) {
-        struct om_stack s = {2, {(void *)(i * 16), (void *)0x42}};
+        struct om_stack s = {.depth = 2, .frames = {(void *)(i * 16), (void *)0x42}};
         struct om_site *site = om_sites_intern(&sites, &s);
         assert_non_null(site);
         assert_int_equal(site->id, i + 3);
     }
     for (uintptr_t i = 0; i < 20000; i += 997) {
-        struct om_stack s = {2, {(void *)(i * 16), (void *)0x42}};
+        struct om_stack s = {.depth = 2, .frames = {(void *)(i * 16), (void *)0x42}};
         assert_int_equal(om_sites_intern(&sites, &s)->id, i + 3);
     }
     assert_int_equal(sites.count, 20003);
