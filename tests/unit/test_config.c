@@ -5,6 +5,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <cmocka.h>
 
@@ -146,6 +147,50 @@ static void test_zero_and_limits(void **state)
     assert_int_equal(cfg.warmup, 0);
 }
 
+/* Runs fn with stderr sent into a pipe and returns what it wrote (at most cap - 1 bytes). */
+static void capture_stderr(void (*fn)(void), char *out, size_t cap)
+{
+    int fds[2];
+    assert_int_equal(pipe(fds), 0);
+    int saved = dup(STDERR_FILENO);
+    dup2(fds[1], STDERR_FILENO);
+    close(fds[1]);
+    fn();
+    dup2(saved, STDERR_FILENO);
+    close(saved);
+    ssize_t n = read(fds[0], out, cap - 1);
+    close(fds[0]);
+    out[n > 0 ? n : 0] = '\0';
+}
+
+static void twenty_warnings_and_infos(void)
+{
+    for (int i = 0; i < 20; i++) {
+        om_warn("warning %d", i);
+        om_info("info %d", i);
+    }
+}
+
+/* By default only warnings are written, and at most OM_LOG_MAX_WARNINGS of them; the last
+ * one says that the rest are not shown. */
+static void test_log_levels_and_cap(void **state)
+{
+    char out[8192];
+    om_log_level = OM_LOG_WARN;
+    capture_stderr(twenty_warnings_and_infos, out, sizeof out);
+    int lines = 0;
+    for (const char *c = out; *c; c++)
+        lines += *c == '\n';
+    assert_int_equal(lines, OM_LOG_MAX_WARNINGS);
+    assert_null(strstr(out, "info"));
+    assert_non_null(strstr(out, "optmem: warning 15 (further warnings are not shown)\n"));
+    assert_null(strstr(out, "warning 16"));
+    om_log_level = OM_LOG_INFO;
+    capture_stderr(twenty_warnings_and_infos, out, sizeof out);
+    assert_non_null(strstr(out, "optmem: info 19\n"));
+    assert_null(strstr(out, "warning"));
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -154,6 +199,7 @@ int main(void)
         cmocka_unit_test(test_bad_values_take_defaults),
         cmocka_unit_test(test_sizes),
         cmocka_unit_test(test_zero_and_limits),
+        cmocka_unit_test(test_log_levels_and_cap),
     };
     return cmocka_run_group_tests_name("config", tests, NULL, NULL);
 }
