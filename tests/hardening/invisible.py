@@ -1,11 +1,12 @@
 """Checks that optmem changes nothing a program sees but placement, with real programs run
 plainly and under LD_PRELOAD in every mode: signal dispositions and KeyboardInterrupt, the
 descriptor table of the process and of an exec'd child, stderr byte for byte, wrappers
-(timeout, sh -c, a bash script) leaving the worker's report at a shared path, a training
+(timeout, sh -c, a bash script) leaving the worker's report at a shared path, optmem run
+summarizing the worker's report behind wrappers, a training
 process killed with SIGKILL leaving a fresh report, and optmem_mode() in every mode and
 domain setting.
 
-Usage: invisible.py --preload LIBOPTMEM --program TRAIN_DRIFT [--case NAME]. Exit status 0
+Usage: invisible.py --preload LIBOPTMEM --program TRAIN_DRIFT --cli OPTMEM [--case NAME]. Exit status 0
 on success; every failure is listed.
 """
 
@@ -265,7 +266,30 @@ def case_cuda_only_report(args, c, tmp):
     c.expect(not os.path.exists(path), "cuda only: a report from a process with no request")
 
 
+def case_run_summary(args, c, tmp):
+    """optmem run summarizes the report of the process that did the work, also when the
+    command is a wrapper that started it."""
+    worker = os.path.join(tmp, "summary.py")
+    with open(worker, "w") as f:
+        f.write(TRAIN)
+    work = os.path.join(tmp, "summary")
+    os.mkdir(work)
+    got = run([args.cli, "run", "--", "timeout", "300", "sh", "-c", f"{PYTHON} {worker} 300"],
+              env_for(args, None), cwd=work)
+    err = got.stderr.decode()
+    c.expect(got.returncode == 0 and got.stdout == b"trained 300\n",
+             f"optmem run: exit {got.returncode}, {got.stdout!r}")
+    paths = [line.split(": ", 2)[2] for line in err.splitlines()
+             if line.startswith("optmem: report: ")]
+    if c.expect(len(paths) == 1, f"optmem run: no report named in its summary:\n{err}"):
+        r = load_report(c, os.path.join(work, paths[0]), "optmem run")
+        if r:
+            c.expect(worker in r["process"]["argv"],
+                     f"optmem run summarizes {r['process']['argv']}, not the worker's report")
+
+
 CASES = {
+    "run_summary": case_run_summary,
     "signals_fds": case_signals_fds,
     "interrupt": case_interrupt,
     "stderr": case_stderr,
@@ -280,6 +304,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--preload", required=True)
     ap.add_argument("--program", required=True, help="tests/programs/train_drift")
+    ap.add_argument("--cli", required=True, help="the optmem command")
     ap.add_argument("--case", choices=sorted(CASES), action="append")
     args = ap.parse_args()
     c = Checks()
