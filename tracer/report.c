@@ -9,7 +9,13 @@
 
 #define REPORT_VERSION 1
 #define PEAK_TOP 20
-#define WRITE_BUF (256u * 1024)
+#define WRITE_BUF (64u * 1024)
+#define CMDLINE_MAX (64u * 1024)
+
+/* The writer's buffers, mapped at the first report and kept: a report is rewritten every
+ * few seconds (checkpoints), and mapping them anew each time cost the program about 70 page
+ * faults a checkpoint. Reports are written one at a time (the tracer's dump lock). */
+static char *write_buf, *cmdline_buf;
 
 static void kv_u64(struct om_json *w, const char *key, uint64_t v)
 {
@@ -26,7 +32,6 @@ static void kv_str(struct om_json *w, const char *key, const char *v)
 static void write_process(struct om_json *w, const struct om_tracer_config *cfg,
                           struct om_domain *const *doms, unsigned ndoms)
 {
-    enum { CMDLINE_MAX = 64 * 1024 };
     const struct om_domain *host = doms[OM_TRACER_HOST];
     om_json_key(w, "process");
     om_json_begin(w, '{');
@@ -58,7 +63,7 @@ static void write_process(struct om_json *w, const struct om_tracer_config *cfg,
         om_json_null(w);
     om_json_key(w, "argv");
     om_json_begin(w, '[');
-    char *cmd = om_sys_map(CMDLINE_MAX);
+    char *cmd = cmdline_buf;
     if (cmd) {
         size_t len = om_sys_read_file("/proc/self/cmdline", cmd, CMDLINE_MAX);
         for (size_t i = 0; i < len;) {
@@ -66,7 +71,6 @@ static void write_process(struct om_json *w, const struct om_tracer_config *cfg,
             om_json_strn(w, cmd + i, arg);
             i += arg + 1;
         }
-        om_sys_unmap(cmd, CMDLINE_MAX);
     }
     om_json_end(w, ']');
     om_json_key(w, "forked_at_request");
@@ -506,10 +510,10 @@ static int fill_report(int fd, void *ctx)
 int om_report_write(const struct om_tracer_config *cfg, struct om_domain *const *domains,
                     unsigned ndomains, const char *path)
 {
-    struct report_job job = {cfg, domains, ndomains, om_sys_map(WRITE_BUF)};
-    if (!job.buf)
+    if (!write_buf && !(write_buf = om_sys_map(WRITE_BUF)))
         return -ENOMEM;
-    int rc = om_file_replace(path, fill_report, &job);
-    om_sys_unmap(job.buf, WRITE_BUF);
-    return rc;
+    if (!cmdline_buf)
+        cmdline_buf = om_sys_map(CMDLINE_MAX); /* without it, argv is written empty */
+    struct report_job job = {cfg, domains, ndomains, write_buf};
+    return om_file_replace(path, fill_report, &job);
 }

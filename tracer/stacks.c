@@ -6,6 +6,7 @@
 #include <errno.h>
 #include <link.h>
 #include <pthread.h>
+#include <sys/syscall.h>
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
@@ -43,31 +44,137 @@ static int find_self_cb(struct dl_phdr_info *info, size_t size, void *data)
     return 1;
 }
 
-/* The stack walk is libgcc's DWARF unwinder, the one glibc's backtrace() uses: with glibc's
- * _dl_find_object it takes no lock and allocates nothing, and it opens no file descriptor
- * (libunwind keeps a pipe open in the process to validate addresses, and writes into that
- * descriptor number after the program closed and reused it). A frame without unwind
- * tables ends the walk instead of being guessed at. */
+/* Stacks are walked two ways. The full walk is libgcc's DWARF unwinder, the one glibc's
+ * backtrace() uses: with glibc's _dl_find_object it takes no lock and allocates nothing,
+ * and it opens no file descriptor (libunwind keeps a pipe open in the process to validate
+ * addresses, and writes into that descriptor number after the program closed and reused
+ * it). It costs a microsecond or two and reads the modules' unwind tables, so every full
+ * walk also teaches the fast walk what it saw: for each return address, how far above the
+ * frame's stack pointer its caller's frame begins (the CFA). At a given return address that
+ * distance is the same at every call, except in functions whose frame size varies
+ * (alloca); those are seen to vary and never stepped fast. The fast walk follows the
+ * learnt distances from the program's own call into the library, reading each return
+ * address where the unwind tables said it is, inside the thread's stack; at the first
+ * return address it does not know, the full walk takes over. */
+
+/* Learnt distances: return address -> CFA minus the frame's stack pointer. */
+#define STEP_SLOTS (1u << 16)
+#define STEP_PROBES 8
+#define STEP_MAX (1u << 20)             /* a larger frame is taken as a wrong guess */
+#define STEP_VARIES UINT32_MAX          /* seen with two distances, or not a plain call frame */
+#define STEP_OUTERMOST (UINT32_MAX - 1) /* the last frame of a stack: the walk ends there */
+
+struct step {
+    uintptr_t ip;  /* published last, with release */
+    uint32_t dist; /* atomic: set once, may become STEP_VARIES */
+};
+
+static struct step *steps;
+static pthread_mutex_t steps_lock = PTHREAD_MUTEX_INITIALIZER;
+static uint32_t steps_used;
+
+static uint32_t step_hash(uintptr_t ip)
+{
+    return (uint32_t)(((uint64_t)ip * 0x9e3779b97f4a7c15ull) >> 48) & (STEP_SLOTS - 1);
+}
+
+static struct step *step_find(struct step *tab, uintptr_t ip)
+{
+    uint32_t h = step_hash(ip);
+    for (uint32_t i = 0; i < STEP_PROBES; i++) {
+        struct step *e = &tab[(h + i) & (STEP_SLOTS - 1)];
+        uintptr_t at = __atomic_load_n(&e->ip, __ATOMIC_ACQUIRE);
+        if (at == ip)
+            return e;
+        if (at == 0)
+            return NULL;
+    }
+    return NULL;
+}
+
+/* Records one observation; returns 1 when it was news (a return address not seen before,
+ * or one seen with another distance). Never waits: with the lock taken (another thread
+ * learning, or a fork child whose parent forked meanwhile) the observation is dropped. */
+static int step_learn(uintptr_t ip, uint32_t dist)
+{
+    struct step *tab = __atomic_load_n(&steps, __ATOMIC_ACQUIRE);
+    struct step *e = tab ? step_find(tab, ip) : NULL;
+    if (e) {
+        uint32_t had = __atomic_load_n(&e->dist, __ATOMIC_RELAXED);
+        if (had == dist || had == STEP_VARIES)
+            return 0;
+        __atomic_store_n(&e->dist, STEP_VARIES, __ATOMIC_RELAXED);
+        return 1;
+    }
+    int news = 0;
+    if (pthread_mutex_trylock(&steps_lock) != 0)
+        return 0;
+    if (!steps)
+        __atomic_store_n(&steps, om_sys_alloc(STEP_SLOTS * sizeof *steps), __ATOMIC_RELEASE);
+    tab = steps;
+    if (tab && steps_used < STEP_SLOTS / 2 && !step_find(tab, ip)) {
+        uint32_t h = step_hash(ip);
+        for (uint32_t i = 0; i < STEP_PROBES; i++) {
+            struct step *slot = &tab[(h + i) & (STEP_SLOTS - 1)];
+            if (slot->ip)
+                continue;
+            __atomic_store_n(&slot->dist, dist, __ATOMIC_RELAXED);
+            __atomic_store_n(&slot->ip, ip, __ATOMIC_RELEASE);
+            steps_used++;
+            news = 1;
+            break;
+        }
+    }
+    pthread_mutex_unlock(&steps_lock);
+    return news;
+}
+
+/* libgcc's _Unwind_GetCFA(ctx) is the stack pointer of the frame ctx describes (its
+ * callee's CFA), and the frame's return address lies just below it. */
 struct walk {
     void **frames;
     unsigned n, cap;
+    uintptr_t sp;  /* the last frame's stack pointer */
+    int sp_checks; /* its return address lies at sp - 8 */
+    int ended;     /* the unwinder reported the end of the stack */
+    int news;      /* the walk taught the fast walk something */
 };
+
+static int ret_below(uintptr_t sp, uintptr_t ip)
+{
+    return *(const uintptr_t *)(sp - 8) == ip;
+}
 
 static _Unwind_Reason_Code walk_frame(struct _Unwind_Context *ctx, void *arg)
 {
     struct walk *w = arg;
-    uintptr_t ip = _Unwind_GetIP(ctx);
-    if (ip == 0)
+    uintptr_t ip = _Unwind_GetIP(ctx), sp = _Unwind_GetCFA(ctx);
+    if (ip == 0) {
+        w->ended = 1;
+        if (w->n && w->sp_checks)
+            w->news |= step_learn((uintptr_t)w->frames[w->n - 1], STEP_OUTERMOST);
         return _URC_END_OF_STACK;
+    }
+    int checks = ret_below(sp, ip);
+    if (w->n && w->sp_checks)
+        step_learn((uintptr_t)w->frames[w->n - 1], checks && sp > w->sp && sp - w->sp < STEP_MAX
+                                                       ? (uint32_t)(sp - w->sp)
+                                                       : STEP_VARIES);
     w->frames[w->n++] = (void *)ip;
+    w->sp = sp;
+    w->sp_checks = checks;
     return w->n < w->cap ? _URC_NO_REASON : _URC_END_OF_STACK;
 }
 
-static inline __attribute__((always_inline)) unsigned walk_stack(void **frames, unsigned cap)
+/* Walks up to cap frames; *news tells whether the walk taught the fast walk anything. */
+static inline __attribute__((always_inline)) unsigned walk_stack(void **frames, unsigned cap,
+                                                                 int *news)
 {
-    struct walk w = {frames, 0, cap};
-    if (cap)
-        _Unwind_Backtrace(walk_frame, &w);
+    struct walk w = {.frames = frames, .cap = cap};
+    if (cap && _Unwind_Backtrace(walk_frame, &w) == _URC_END_OF_STACK && !w.ended && w.n &&
+        w.n < cap && w.sp_checks) /* no unwind tables above the last frame */
+        w.news |= step_learn((uintptr_t)frames[w.n - 1], STEP_OUTERMOST);
+    *news = w.news;
     return w.n;
 }
 
@@ -78,7 +185,8 @@ void om_stack_init(const void *self)
     struct find_self fs = {(uintptr_t)self};
     dl_iterate_phdr(find_self_cb, &fs);
     void *frame[1];
-    (void)walk_stack(frame, 1);
+    int news;
+    (void)walk_stack(frame, 1, &news);
 }
 
 static int in_self(const void *frame)
@@ -104,12 +212,13 @@ void om_stack_trim_self(struct om_stack *stack)
 /* The full walk: frames of this library are dropped by address, so a tail call in the shim
  * or an inlined helper cannot shift the call site; `skip` counts only when the library's
  * range is unknown (the tracer linked into a test program). */
-static __attribute__((noinline)) void capture_walk(struct om_stack *stack, unsigned depth,
-                                                   unsigned skip)
+static __attribute__((noinline)) void full_walk(struct om_stack *stack, unsigned depth,
+                                                unsigned skip)
 {
     enum { SLACK = 16 };
     void *buf[OM_TRACER_MAX_DEPTH + SLACK];
-    unsigned n = walk_stack(buf, depth + SLACK);
+    int news;
+    unsigned n = walk_stack(buf, depth + SLACK, &news);
     unsigned k = 0;
     if (self_nranges) {
         /* The first frames are this function's and its callers' in the library. */
@@ -123,52 +232,19 @@ static __attribute__((noinline)) void capture_walk(struct om_stack *stack, unsig
         d = depth;
     memcpy(stack->frames, buf + k, d * sizeof(void *));
     stack->depth = d;
-    stack->walked = 1;
+    stack->walked = news;
 }
 
-/* ---- the call-site cache ----
- * A full walk costs about a microsecond and reads the modules' unwind tables. The
- * program's return address into the library and its stack pointer at that call name a
- * call path as well as the stack does, in nearly every case: the walk is made once per
- * such key and its frames kept. Two paths that share a key (the same return address at the
- * same stack depth; a thread's stack reused by another) are caught by walking again at the
- * 1st, 2nd, 4th ... EARLY_RESAMPLES-th hit, so that paths taken in turn within one
- * iteration are told apart before it is planned, and at every RESAMPLE-th hit after: a
- * key whose walks differ is marked ambiguous and walked every time. A
- * wrong stack for a while costs the plan a miss, never an overlap: the pool's guard does
- * not depend on call sites. */
-
-#define CACHE_SLOTS (1u << 14)
-#define CACHE_PROBES 8
-#define EARLY_RESAMPLES 16
-#define RESAMPLE 65536
-
-struct cached {
-    unsigned depth;
-    void *frames[];
-};
-
-struct cache_slot {
-    uintptr_t ra, sp;
-    const struct cached *stack; /* published last: readers load it with acquire */
-    uint32_t hits;
-    uint32_t ambiguous;
-};
-
-static struct cache_slot *cache;
-static pthread_mutex_t cache_lock = PTHREAD_MUTEX_INITIALIZER;
-static uint32_t cache_used;
-
-/* The first return address out of this library and the stack pointer the program's
- * frame has there, from the library's own frame pointers (it is built with them). 0, or
- * -1 where the chain does not lead out plausibly. */
-static __attribute__((always_inline)) inline int program_call(uintptr_t *ra, uintptr_t *sp)
+/* The program's return address into the library and the stack pointer of the program's
+ * frame at that call, from the library's own frame pointers (it is built with them). 0,
+ * or -1 where the chain does not lead out plausibly. */
+static __attribute__((always_inline)) inline int program_call(uintptr_t *ip, uintptr_t *sp)
 {
     const uintptr_t *fp = __builtin_frame_address(0);
     for (int hop = 0; hop < 8; hop++) {
         uintptr_t ret = fp[1];
         if (!in_self((const void *)ret)) {
-            *ra = ret;
+            *ip = ret;
             *sp = (uintptr_t)(fp + 2);
             return 0;
         }
@@ -180,92 +256,74 @@ static __attribute__((always_inline)) inline int program_call(uintptr_t *ra, uin
     return -1;
 }
 
-static uint32_t cache_hash(uintptr_t ra, uintptr_t sp)
-{
-    uint64_t h = (uint64_t)ra * 0x9e3779b97f4a7c15ull ^ (uint64_t)sp * 0xc2b2ae3d27d4eb4full;
-    return (uint32_t)(h >> 40) & (CACHE_SLOTS - 1);
-}
+/* The calling thread's stack, [lo, hi): the fast walk starts inside it and never reads at
+ * or above hi. hi == 1: unknown, never walk fast. */
+static __thread uintptr_t tls_stack_lo, tls_stack_hi;
 
-static struct cache_slot *cache_find(uintptr_t ra, uintptr_t sp)
-{
-    struct cache_slot *tab = __atomic_load_n(&cache, __ATOMIC_ACQUIRE);
-    if (!tab)
-        return NULL;
-    uint32_t h = cache_hash(ra, sp);
-    for (uint32_t i = 0; i < CACHE_PROBES; i++) {
-        struct cache_slot *s = &tab[(h + i) & (CACHE_SLOTS - 1)];
-        if (!__atomic_load_n(&s->stack, __ATOMIC_ACQUIRE))
-            return NULL;
-        if (s->ra == ra && s->sp == sp)
-            return s;
-    }
-    return NULL;
-}
+extern void *__libc_stack_end;
 
-static int same_frames(const struct cached *c, const struct om_stack *stack)
-{
-    return c->depth == stack->depth &&
-           memcmp(c->frames, stack->frames, stack->depth * sizeof(void *)) == 0;
-}
+#define MAIN_STACK_MAX ((uintptr_t)1 << 30)
 
-/* Keeps a walk under its key. Never waits: with the lock taken (another thread inserting,
- * or a fork child whose parent forked meanwhile) the walk is simply not kept. */
-static void cache_insert(uintptr_t ra, uintptr_t sp, const struct om_stack *stack)
+static void find_stack(void)
 {
-    if (pthread_mutex_trylock(&cache_lock) != 0)
+    uintptr_t here = (uintptr_t)__builtin_frame_address(0), end = (uintptr_t)__libc_stack_end;
+    tls_stack_lo = 0;
+    tls_stack_hi = 1;
+    if ((pid_t)syscall(SYS_gettid) == getpid() && here < end && end - here < MAIN_STACK_MAX) {
+        /* The initial thread's stack (pthread_getattr_np would read /proc/self/maps). */
+        tls_stack_lo = end - MAIN_STACK_MAX;
+        tls_stack_hi = end;
         return;
-    if (!cache)
-        __atomic_store_n(&cache, om_sys_alloc(CACHE_SLOTS * sizeof *cache), __ATOMIC_RELEASE);
-    if (!cache || cache_used >= CACHE_SLOTS / 2)
-        goto out;
-    uint32_t h = cache_hash(ra, sp);
-    for (uint32_t i = 0; i < CACHE_PROBES; i++) {
-        struct cache_slot *s = &cache[(h + i) & (CACHE_SLOTS - 1)];
-        if (s->stack) {
-            if (s->ra == ra && s->sp == sp)
-                goto out;
-            continue;
-        }
-        struct cached *c = om_sys_alloc(sizeof *c + stack->depth * sizeof(void *));
-        if (!c)
-            goto out;
-        c->depth = stack->depth;
-        memcpy(c->frames, stack->frames, stack->depth * sizeof(void *));
-        s->ra = ra;
-        s->sp = sp;
-        __atomic_store_n(&s->stack, c, __ATOMIC_RELEASE);
-        cache_used++;
-        goto out;
     }
-out:
-    pthread_mutex_unlock(&cache_lock);
+    pthread_attr_t attr;
+    void *addr;
+    size_t size;
+    if (pthread_getattr_np(pthread_self(), &attr) != 0)
+        return;
+    if (pthread_attr_getstack(&attr, &addr, &size) == 0 && here >= (uintptr_t)addr &&
+        here < (uintptr_t)addr + size) {
+        tls_stack_lo = (uintptr_t)addr;
+        tls_stack_hi = (uintptr_t)addr + size;
+    }
+    pthread_attr_destroy(&attr);
+}
+
+/* Follows the learnt distances up from the program's call; 0 with the stack complete, -1
+ * where the full walk must take over. */
+static int fast_walk(struct om_stack *stack, unsigned depth, uintptr_t ip, uintptr_t sp)
+{
+    const struct step *tab = __atomic_load_n(&steps, __ATOMIC_ACQUIRE);
+    if (__builtin_expect(tls_stack_hi == 0, 0))
+        find_stack();
+    uintptr_t top = tls_stack_hi;
+    /* Off the thread's stack (a signal handler on an alternate stack): the full walk. */
+    if (!tab || sp < tls_stack_lo || sp >= top)
+        return -1;
+    unsigned n = 0;
+    while (n < depth) {
+        stack->frames[n++] = (void *)ip;
+        const struct step *e = step_find((struct step *)tab, ip);
+        uint32_t dist = e ? __atomic_load_n(&e->dist, __ATOMIC_RELAXED) : STEP_VARIES;
+        if (dist == STEP_OUTERMOST)
+            break;
+        if (dist == STEP_VARIES || sp + dist > top || sp + dist < sp)
+            return -1;
+        sp += dist;
+        ip = *(const uintptr_t *)(sp - 8);
+    }
+    stack->depth = n;
+    stack->walked = 0;
+    return 0;
 }
 
 void om_stack_capture(struct om_stack *stack, unsigned depth, unsigned skip)
 {
     if (depth > OM_TRACER_MAX_DEPTH)
         depth = OM_TRACER_MAX_DEPTH;
-    uintptr_t ra, sp;
-    if (!self_nranges || program_call(&ra, &sp) != 0) {
-        capture_walk(stack, depth, skip);
+    uintptr_t ip, sp;
+    if (self_nranges && program_call(&ip, &sp) == 0 && fast_walk(stack, depth, ip, sp) == 0)
         return;
-    }
-    struct cache_slot *s = cache_find(ra, sp);
-    const struct cached *c = s ? __atomic_load_n(&s->stack, __ATOMIC_ACQUIRE) : NULL;
-    if (c && c->depth <= depth && !__atomic_load_n(&s->ambiguous, __ATOMIC_RELAXED)) {
-        uint32_t hits = __atomic_add_fetch(&s->hits, 1, __ATOMIC_RELAXED);
-        if (hits <= EARLY_RESAMPLES ? (hits & (hits - 1)) != 0 : hits % RESAMPLE != 0) {
-            stack->walked = 0;
-            stack->depth = c->depth;
-            memcpy(stack->frames, c->frames, c->depth * sizeof(void *));
-            return;
-        }
-    }
-    capture_walk(stack, depth, skip);
-    if (!s)
-        cache_insert(ra, sp, stack);
-    else if (c && !same_frames(c, stack))
-        __atomic_store_n(&s->ambiguous, 1, __ATOMIC_RELAXED);
+    full_walk(stack, depth, skip);
 }
 
 static int grow_ids(struct om_sites *sites)
@@ -410,32 +468,39 @@ static const char *function_of(uintptr_t a, uint64_t deadline)
     return name;
 }
 
-static int symbolize_table(struct om_sites *sites, uint64_t deadline)
+static int symbolize_table(struct om_sites *sites, uint64_t deadline, int with_names)
 {
     uint32_t n = __atomic_load_n(&sites->count, __ATOMIC_ACQUIRE);
     struct om_site **by_id = __atomic_load_n(&sites->by_id, __ATOMIC_ACQUIRE);
     for (uint32_t i = 0; i < n; i++) {
         struct om_site *s = by_id[i];
-        if (s->info)
+        struct om_frame_info *info = s->info;
+        if (info && (s->named || !with_names))
             continue;
-        struct om_frame_info *info = om_sys_alloc((s->depth ? s->depth : 1) * sizeof *info);
-        if (!info)
-            return -ENOMEM;
-        for (uint32_t f = 0; f < s->depth; f++) {
-            uintptr_t a = (uintptr_t)s->frames[f];
-            const struct module *m = module_of(a);
-            if (m) {
-                info[f].module = m->path;
-                info[f].offset = a - m->bias;
+        if (!info) {
+            info = om_sys_alloc((s->depth ? s->depth : 1) * sizeof *info);
+            if (!info)
+                return -ENOMEM;
+            for (uint32_t f = 0; f < s->depth; f++) {
+                uintptr_t a = (uintptr_t)s->frames[f];
+                const struct module *m = module_of(a);
+                if (m) {
+                    info[f].module = m->path;
+                    info[f].offset = a - m->bias;
+                }
             }
-            info[f].function = function_of(a, deadline);
+        }
+        if (with_names) {
+            for (uint32_t f = 0; f < s->depth; f++)
+                info[f].function = function_of((uintptr_t)s->frames[f], deadline);
+            s->named = 1;
         }
         __atomic_store_n(&s->info, info, __ATOMIC_RELEASE);
     }
     return 0;
 }
 
-void om_sites_symbolize(struct om_sites *const *tables, unsigned n)
+void om_sites_symbolize(struct om_sites *const *tables, unsigned n, int with_names)
 {
     if (!modules)
         modules = om_sys_map(MAX_MODULES * sizeof *modules);
@@ -446,7 +511,7 @@ void om_sites_symbolize(struct om_sites *const *tables, unsigned n)
     /* One budget for all domains: a report waits for names at most this long. */
     uint64_t deadline = now_ns() + NAME_BUDGET_NS;
     for (unsigned t = 0; t < n; t++)
-        if (symbolize_table(tables[t], deadline) != 0)
+        if (symbolize_table(tables[t], deadline, with_names) != 0)
             return;
 }
 

@@ -564,12 +564,12 @@ void om_tracer_step(void)
 }
 
 /* Names of the call sites of every open domain, resolved outside the tracer's lock. */
-static void symbolize_all(unsigned n)
+static void symbolize_all(unsigned n, int names)
 {
     struct om_sites *tables[OM_TRACER_DOMAINS];
     for (unsigned i = 0; i < n; i++)
         tables[i] = &doms[i]->sites;
-    om_sites_symbolize(tables, n);
+    om_sites_symbolize(tables, n, names);
 }
 
 static uint64_t plans_made(void)
@@ -612,7 +612,7 @@ static int dump_locked(const char *tmpl, enum dump_kind kind, char *expanded, si
             return rc;
         memcpy(expanded, path, strlen(path) + 1);
     }
-    symbolize_all(domain_count());
+    symbolize_all(domain_count(), kind != DUMP_CHECKPOINT);
     pthread_mutex_lock(&lock);
     /* Domains opened since the names were resolved are written with addresses only. */
     rc = om_report_write(&cfg, doms, ndoms, expanded);

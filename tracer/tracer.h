@@ -21,7 +21,7 @@ struct om_tracer_options {
 struct om_stack {
     unsigned depth;
     void *frames[OM_TRACER_MAX_DEPTH];
-    unsigned walked; /* the frames come from a walk of the stack, not from the cache */
+    unsigned walked; /* a full walk of the stack found frames the fast walk did not know */
 };
 
 /* Zeroed, page-granular memory straight from mmap, never from malloc: the tables of the

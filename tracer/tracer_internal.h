@@ -57,6 +57,7 @@ struct om_site {
     uint32_t depth;
     void **frames;
     struct om_frame_info *info; /* filled by om_sites_symbolize, outside the lock */
+    int named;                  /* info has its function names (or ran out of time for them) */
     uint64_t count, total_bytes;
     uint64_t min_size, max_size;
     uint64_t live_blocks, live_bytes;
@@ -83,10 +84,12 @@ void om_stack_trim_self(struct om_stack *stack);
 /* Records which address range is "this library" (the module containing self) and makes
  * libunwind's first unwind. */
 void om_stack_init(const void *self);
-/* Resolves module, offset and function of the frames of the sites of n tables (one scan
- * of the loaded modules for all); takes the loader's lock (dladdr), so never call it under
- * the tracer's lock. */
-void om_sites_symbolize(struct om_sites *const *tables, unsigned n);
+/* Resolves module and offset of the frames of the sites of n tables (one scan of the
+ * loaded modules for all) and, with names, their functions: dladdr takes the loader's lock
+ * and reads the modules' symbol tables (pages the program then has resident), so never
+ * call it under the tracer's lock. Checkpoints go without names: `optmem report` finds
+ * functions from module and offset. */
+void om_sites_symbolize(struct om_sites *const *tables, unsigned n, int with_names);
 
 /* ---- period.c: iteration detection over a token stream ---- */
 
