@@ -4,10 +4,12 @@
 #include "engine.h"
 #include "log.h"
 #include "route.h"
+#include "tracer.h"
 
 #include <errno.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdlib.h>
 #include <stdint.h>
 #include <string.h>
 #include <time.h>
@@ -23,6 +25,10 @@ static void *checkpoint_loop(void *arg)
         nanosleep(&poll, NULL);
         if (__atomic_load_n(&state, __ATOMIC_ACQUIRE) != CKPT_RUNNING)
             break;
+        /* glibc ends a process with exit(0) when its last thread exits; this thread must not
+         * keep alive a process whose own threads have all ended (main called pthread_exit). */
+        if (om_sys_others_exited())
+            exit(0);
         om_engine_checkpoint((uint64_t)OM_CHECKPOINT_INTERVAL_MS * 1000000u);
     }
     return NULL;

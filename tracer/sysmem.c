@@ -5,6 +5,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/resource.h>
@@ -151,4 +152,29 @@ size_t om_sys_read_file(const char *path, char *buf, size_t cap)
     }
     close(fd);
     return len;
+}
+
+int om_sys_others_exited(void)
+{
+    char buf[512];
+    size_t len = om_sys_read_file("/proc/self/stat", buf, sizeof buf - 1);
+    if (len == 0)
+        return 0;
+    buf[len] = '\0';
+    /* Fields start after the last ')': the command name may hold both. */
+    const char *p = strrchr(buf, ')');
+    if (!p || p[1] != ' ')
+        return 0;
+    char state = p[2];
+    long threads = 0;
+    p += 2;
+    for (int field = 3; field < 20 && p; field++) {
+        p = strchr(p, ' ');
+        if (p)
+            p++;
+    }
+    if (p)
+        threads = strtol(p, NULL, 10);
+    /* The zombie main thread still counts in num_threads. */
+    return state == 'Z' && threads >= 1 && threads <= 2;
 }

@@ -29,6 +29,10 @@ struct om_stack {
 void *om_sys_map(size_t size);
 void om_sys_unmap(void *ptr, size_t size);
 
+/* Whether every thread of the process but the caller has exited (the main thread ended with
+ * pthread_exit and is a zombie), read from /proc/self/stat. */
+int om_sys_others_exited(void);
+
 /* Called once, with the real allocator already resolved. Returns 0 or -errno; on an error
  * the caller runs in passthrough. */
 int om_tracer_init(const struct om_tracer_options *options);

@@ -2,7 +2,8 @@
 plainly and under LD_PRELOAD in every mode: signal dispositions and KeyboardInterrupt, the
 descriptor table of the process and of an exec'd child, stderr byte for byte, wrappers
 (timeout, sh -c, a bash script) leaving the worker's report at a shared path, optmem run
-summarizing the worker's report behind wrappers, a training
+summarizing the worker's report behind wrappers, a process whose last thread is not its
+main thread exiting as without optmem, a training
 process killed with SIGKILL leaving a fresh report, and optmem_mode() in every mode and
 domain setting.
 
@@ -11,6 +12,7 @@ on success; every failure is listed.
 """
 
 import argparse
+import glob
 import json
 import os
 import signal
@@ -92,6 +94,25 @@ except KeyboardInterrupt:
     with open(ckpt, "w") as f:
         f.write("saved")
     print("checkpoint saved")
+"""
+
+# A worker thread forks; in the child that thread is the only one, and when it returns the
+# process ends as glibc ends a process whose last thread exits (exit status 0).
+FORK_FROM_THREAD = STEP + r"""
+import os, threading
+def worker():
+    for _ in range(50):
+        step()
+    pid = os.fork()
+    if pid:
+        _, status = os.waitpid(pid, 0)
+        print("child status", os.waitstatus_to_exitcode(status), flush=True)
+        return
+    for _ in range(50):
+        step()
+w = threading.Thread(target=worker)
+w.start()
+w.join()
 """
 
 MODE = r"""
@@ -243,6 +264,24 @@ def case_kill(args, c, tmp):
         c.expect(err == b"", f"kill, {mode}: stderr {err!r}")
 
 
+def case_last_thread(args, c, tmp):
+    """A process whose last thread ends (the main thread gone) exits, as without optmem,
+    and writes its report."""
+    for mode in (None,) + MODES:
+        report = os.path.join(tmp, f"last-thread-{mode}.%p.json")
+        try:
+            got = run([PYTHON, "-c", FORK_FROM_THREAD],
+                      env_for(args, mode, OPTMEM_REPORT=report), timeout=60)
+        except subprocess.TimeoutExpired:
+            c.expect(False, f"last thread, {mode}: the forked child never exited")
+            continue
+        c.expect(got.stdout == b"child status 0\n" and got.returncode == 0,
+                 f"last thread, {mode}: {got.stdout!r} exit {got.returncode}")
+        reports = glob.glob(report.replace("%p", "*"))
+        want = 2 if mode in ("trace", "plan") else 0
+        c.expect(len(reports) == want, f"last thread, {mode}: {len(reports)} reports, not {want}")
+
+
 def case_mode(args, c, tmp):
     """optmem_mode() says what runs, in every mode and domain setting (cuda alone too)."""
     plain = run([PYTHON, "-c", MODE], env_for(args, None))
@@ -296,6 +335,7 @@ CASES = {
     "wrappers": case_wrappers,
     "kill": case_kill,
     "mode": case_mode,
+    "last_thread": case_last_thread,
     "cuda_only": case_cuda_only_report,
 }
 
