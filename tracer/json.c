@@ -6,6 +6,7 @@
 #include <stdio.h> /* rename */
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 void om_json_init(struct om_json *w, int fd, char *buf, size_t cap)
@@ -341,8 +342,27 @@ long om_env_rank(void)
     return 0;
 }
 
+int om_file_is_special(const char *path)
+{
+    struct stat st;
+    return stat(path, &st) == 0 && !S_ISREG(st.st_mode);
+}
+
+static int write_in_place(const char *path, int (*fill)(int fd, void *ctx), void *ctx)
+{
+    int fd = om_sys_open(path, O_WRONLY | O_TRUNC, 0);
+    if (fd < 0)
+        return fd;
+    int rc = fill(fd, ctx);
+    if (close(fd) != 0 && rc == 0)
+        rc = -errno;
+    return rc;
+}
+
 int om_file_replace(const char *path, int (*fill)(int fd, void *ctx), void *ctx)
 {
+    if (om_file_is_special(path))
+        return write_in_place(path, fill, ctx);
     /* Next to the file, so that rename(2) is atomic; the pid keeps processes apart. */
     char tmp[4096 + 32];
     size_t plen = strlen(path);

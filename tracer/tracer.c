@@ -604,8 +604,13 @@ static int dump_locked(const char *tmpl, enum dump_kind kind, char *expanded, si
     pthread_mutex_unlock(&lock);
     if (kind != DUMP_ASKED && requests == 0)
         return -ENODATA;
+    /* A device or a pipe (/dev/null, /dev/stderr, a FIFO) gets one report, at the end or
+     * when asked: no checkpoints, and no claim, which would read it. */
+    int special = om_file_is_special(expanded);
+    if (special && kind == DUMP_CHECKPOINT)
+        return -ENODATA;
     char path[4096];
-    if (kind != DUMP_ASKED && !strstr(tmpl, "%p")) {
+    if (kind != DUMP_ASKED && !special && !strstr(tmpl, "%p")) {
         rc = om_report_claim(&claim, &cfg.lineage, requests, iterations, expanded, path,
                              sizeof path);
         if (rc != 0)

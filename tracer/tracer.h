@@ -135,7 +135,11 @@ int om_path_expand(const char *tmpl, long pid, long rank, char *out, size_t outl
 long om_env_rank(void);
 
 /* Replaces the file at path atomically: fill(fd, ctx) writes a temporary file next to it,
- * which is renamed over path only if everything was written. 0 or -errno. */
+ * which is renamed over path only if everything was written. A path that exists and is not
+ * a regular file (/dev/null, /dev/stderr, a FIFO) is written in place instead: renaming over
+ * it would replace the device or pipe with a file. 0 or -errno. */
 int om_file_replace(const char *path, int (*fill)(int fd, void *ctx), void *ctx);
+/* Whether path exists and is not a regular file (after symbolic links). */
+int om_file_is_special(const char *path);
 
 #endif

@@ -3,7 +3,8 @@ plainly and under LD_PRELOAD in every mode: signal dispositions and KeyboardInte
 descriptor table of the process and of an exec'd child, stderr byte for byte, wrappers
 (timeout, sh -c, a bash script) leaving the worker's report at a shared path, optmem run
 summarizing the worker's report behind wrappers, a process whose last thread is not its
-main thread exiting as without optmem, a training
+main thread exiting as without optmem, a report path that is a FIFO or a device written
+into and left in place, a training
 process killed with SIGKILL leaving a fresh report, and optmem_mode() in every mode and
 domain setting.
 
@@ -16,9 +17,11 @@ import glob
 import json
 import os
 import signal
+import stat
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tracer"))
@@ -282,6 +285,39 @@ def case_last_thread(args, c, tmp):
         c.expect(len(reports) == want, f"last thread, {mode}: {len(reports)} reports, not {want}")
 
 
+def case_special_report(args, c, tmp):
+    """OPTMEM_REPORT naming a FIFO or a device (/dev/null as root users write it): one
+    report written into it at the end, the node itself left as it was (a rename over
+    /dev/null would replace the device with a file), no temporary file beside it."""
+    fifo = os.path.join(tmp, "report.fifo")
+    os.mkfifo(fifo)
+    got_doc = []
+    reader = threading.Thread(target=lambda: got_doc.append(open(fifo, "rb").read()))
+    reader.start()
+    got = run([PYTHON, "-c", TRAIN, "1000"], env_for(args, "plan", OPTMEM_REPORT=fifo),
+              timeout=60)
+    reader.join(timeout=60)
+    c.expect(got.returncode == 0 and got.stderr == b"",
+             f"report to a FIFO: exit {got.returncode}, stderr {got.stderr!r}")
+    if c.expect(got_doc and got_doc[0], "report to a FIFO: nothing read from it"):
+        try:
+            validate(json.loads(got_doc[0]))
+        except (ValueError, SchemaError) as e:
+            c.expect(False, f"report to a FIFO: not one valid report ({e})")
+    c.expect(stat.S_ISFIFO(os.stat(fifo).st_mode), "report to a FIFO: the FIFO was replaced")
+    if os.geteuid() == 0:
+        null = os.path.join(tmp, "null")
+        os.mknod(null, 0o666 | stat.S_IFCHR, os.makedev(1, 3))
+        got = run([PYTHON, "-c", TRAIN, "1000"], env_for(args, "plan", OPTMEM_REPORT=null),
+                  timeout=60)
+        c.expect(got.returncode == 0 and got.stderr == b"",
+                 f"report to a null device: exit {got.returncode}, stderr {got.stderr!r}")
+        c.expect(stat.S_ISCHR(os.stat(null).st_mode),
+                 "report to a null device: the device node was replaced by a file")
+    c.expect(sorted(os.listdir(tmp)) == sorted(n for n in os.listdir(tmp) if ".tmp." not in n),
+             f"report to a device: a temporary file was left: {os.listdir(tmp)}")
+
+
 def case_mode(args, c, tmp):
     """optmem_mode() says what runs, in every mode and domain setting (cuda alone too)."""
     plain = run([PYTHON, "-c", MODE], env_for(args, None))
@@ -336,6 +372,7 @@ CASES = {
     "kill": case_kill,
     "mode": case_mode,
     "last_thread": case_last_thread,
+    "special_report": case_special_report,
     "cuda_only": case_cuda_only_report,
 }
 
