@@ -1,8 +1,8 @@
 """CPython's own regression suite (Debian's libpython3.11-testsuite) run plainly and under
 optmem's plan mode with OPTMEM_MIN_BYTES=512: every module must get the same verdict, and
 fail the same test cases, with and without optmem. Some modules fail on a given machine
-without optmem too (test_os's test_devnull in a container whose /dev/null is a file):
-verdicts are compared, not success.
+without optmem too (a missing device, a network test): verdicts are compared, not
+success.
 
 Usage: cpython_suite.py --preload LIBOPTMEM [--module test_x ...] [--all] [--report]
   --all      every module of the suite (the release check: hours on 2 cores)
