@@ -1,0 +1,63 @@
+/* PyTorch memory snapshots as lifetimes: per device and stream, the buffers, the native
+ * reserved peak and the sites (Python frames) that allocated them. */
+#ifndef OPTMEM_TOOLS_SNAPSHOT_H
+#define OPTMEM_TOOLS_SNAPSHOT_H
+
+#include "snapshot_pickle.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define OM_SNAP_NO_TIME UINT64_MAX
+/* PyTorch's caching allocator rounds every request up to this. */
+#define OM_SNAP_ROUND 512
+/* Larger sizes are refused as corrupt: no sum of them can overflow. */
+#define OM_SNAP_MAX_SIZE (UINT64_C(1) << 48)
+
+struct om_snap_frame {
+    const char *file, *name; /* owned by the snapshot's pickle */
+    int64_t line;
+};
+
+/* Frames that allocated: the Python ones (file *.py) innermost first, or every frame when
+ * the trace has no Python frame. */
+struct om_snap_site {
+    const struct om_snap_frame *frames;
+    size_t nframes;
+};
+
+/* One buffer; times are event numbers on its device (0: before recording began, the end:
+ * still live when the snapshot was taken); [birth, death). */
+struct om_snap_life {
+    uint64_t birth, death, size, site;
+    uint64_t birth_us, death_us; /* OM_SNAP_NO_TIME when the trace has no time_us */
+    uint64_t group;              /* index in om_snapshot.groups */
+};
+
+struct om_snap_group {
+    int64_t device, stream;
+    uint64_t native_peak;  /* most bytes reserved from the driver (segments), replayed */
+    uint64_t reserved_end; /* segments when the snapshot was taken */
+    uint64_t nlife, alloc_events, end_time;
+};
+
+struct om_snapshot {
+    struct om_pickle pk;
+    bool legacy;                  /* torch 1.13's list of segments: no trace */
+    struct om_snap_group *groups; /* by device, then stream */
+    size_t ngroups;
+    struct om_snap_life *life; /* by group, then birth */
+    size_t nlife;
+    struct om_snap_site *sites;
+    size_t nsites;
+    struct om_snap_frame *frames; /* storage of every site's frames */
+    size_t nframes;
+};
+
+/* Reads a snapshot; on failure err holds one line naming the file. 0, -EINVAL, -ENOMEM,
+ * -errno of the file. */
+int om_snapshot_load(const char *path, struct om_snapshot *s, char *err, size_t errlen);
+void om_snapshot_free(struct om_snapshot *s);
+
+#endif
