@@ -75,18 +75,29 @@ static int grow(struct builder *b, void **p, size_t *cap, size_t need, size_t el
 }
 
 /* An integer field; a missing optional one gives dflt. */
+/* "where[i][j]", or "where[i]" when j is SIZE_MAX. */
+static const char *at_str(char *buf, size_t len, const char *where, size_t i, size_t j)
+{
+    if (j == SIZE_MAX)
+        snprintf(buf, len, "%s[%zu]", where, i);
+    else
+        snprintf(buf, len, "%s[%zu][%zu]", where, i, j);
+    return buf;
+}
+
 static int get_int(struct builder *b, const struct om_pv *d, const char *key, bool required,
                    int64_t dflt, int64_t *out, const char *where, size_t i, size_t j)
 {
     const struct om_pv *v = om_pv_get(d, key);
+    char at[96];
     if (!v || (!required && v->type == OM_PV_NONE)) {
         if (required)
-            return fail(b, -EINVAL, "%s[%zu][%zu] has no '%s'", where, i, j, key);
+            return fail(b, -EINVAL, "%s has no '%s'", at_str(at, sizeof at, where, i, j), key);
         *out = dflt;
         return 0;
     }
     if (v->type != OM_PV_INT)
-        return fail(b, -EINVAL, "%s[%zu][%zu].%s is a %s, not an int", where, i, j, key,
+        return fail(b, -EINVAL, "%s.%s is %s, not an int", at_str(at, sizeof at, where, i, j), key,
                     om_pv_type_name(v));
     *out = v->u.i;
     return 0;
@@ -102,16 +113,20 @@ static int get_size(struct builder *b, const struct om_pv *d, const char *key, b
         *out = UINT64_MAX;
         return 0;
     }
-    if (v < 0 || (uint64_t)v > OM_SNAP_MAX_SIZE)
-        return fail(b, -EINVAL, "%s[%zu][%zu].%s = %lld is not a size", where, i, j, key,
-                    (long long)v);
+    if (v < 0 || (uint64_t)v > OM_SNAP_MAX_SIZE) {
+        char at[96];
+        return fail(b, -EINVAL, "%s.%s = %lld is not a size (0 to 2^48)",
+                    at_str(at, sizeof at, where, i, j), key, (long long)v);
+    }
     *out = (uint64_t)v;
     return 0;
 }
 
+/* As the caching allocator's round_size: requests below 512 bytes, 0 included, take 512. */
 static uint64_t round_up(uint64_t n)
 {
-    return (n + OM_SNAP_ROUND - 1) / OM_SNAP_ROUND * OM_SNAP_ROUND;
+    return n < OM_SNAP_ROUND ? OM_SNAP_ROUND
+                             : (n + OM_SNAP_ROUND - 1) / OM_SNAP_ROUND * OM_SNAP_ROUND;
 }
 
 static size_t group_of(struct builder *b, int64_t device, int64_t stream)
@@ -181,7 +196,7 @@ static int site_of(struct builder *b, const struct om_pv *frames, const char *wh
     size_t n = om_pv_len(frames), python = 0, first = s->nframes;
 
     if (frames && !om_pv_is(frames, OM_PV_LIST) && !om_pv_is(frames, OM_PV_NONE))
-        return fail(b, -EINVAL, "%s[%zu][%zu].frames is a %s, not a list", where, i, j,
+        return fail(b, -EINVAL, "%s[%zu][%zu].frames is %s, not a list", where, i, j,
                     om_pv_type_name(frames));
     for (size_t k = 0; k < n; k++) {
         const struct om_pv *f = om_pv_item(frames, k);
@@ -362,7 +377,7 @@ static int read_trace(struct builder *b, size_t device, const struct om_pv *even
     int64_t t0 = -1;
 
     if (!om_pv_is(events, OM_PV_LIST))
-        return fail(b, -EINVAL, "device_traces[%zu] is a %s, not a list", device,
+        return fail(b, -EINVAL, "device_traces[%zu] is %s, not a list", device,
                     om_pv_type_name(events));
     for (size_t j = 0; j < n; j++) {
         const struct om_pv *e = om_pv_item(events, j);
@@ -372,7 +387,7 @@ static int read_trace(struct builder *b, size_t device, const struct om_pv *even
         size_t g, slot, idx;
 
         if (!om_pv_is(e, OM_PV_DICT))
-            return fail(b, -EINVAL, "%s[%zu][%zu] is a %s, not a dict", where, device, j,
+            return fail(b, -EINVAL, "%s[%zu][%zu] is %s, not a dict", where, device, j,
                         om_pv_type_name(e));
         if (!om_pv_is(action, OM_PV_STR))
             return fail(b, -EINVAL, "%s[%zu][%zu].action is missing or not a str", where, device,
@@ -440,7 +455,7 @@ static int read_segments(struct builder *b, const struct om_pv *segs)
     size_t n = om_pv_len(segs);
 
     if (!om_pv_is(segs, OM_PV_LIST))
-        return fail(b, -EINVAL, "segments is a %s, not a list", om_pv_type_name(segs));
+        return fail(b, -EINVAL, "segments is %s, not a list", om_pv_type_name(segs));
     for (size_t i = 0; i < n; i++) {
         const struct om_pv *seg = om_pv_item(segs, i);
         const struct om_pv *blocks = om_pv_get(seg, "blocks");
@@ -449,11 +464,11 @@ static int read_segments(struct builder *b, const struct om_pv *segs)
         size_t g;
 
         if (!om_pv_is(seg, OM_PV_DICT))
-            return fail(b, -EINVAL, "segments[%zu] is a %s, not a dict", i, om_pv_type_name(seg));
-        if (get_int(b, seg, "device", false, 0, &device, where, i, 0) < 0 ||
-            get_int(b, seg, "stream", false, 0, &stream, where, i, 0) < 0 ||
-            get_int(b, seg, "address", false, 0, &addr, where, i, 0) < 0 ||
-            get_size(b, seg, "total_size", true, &total, where, i, 0) < 0)
+            return fail(b, -EINVAL, "segments[%zu] is %s, not a dict", i, om_pv_type_name(seg));
+        if (get_int(b, seg, "device", false, 0, &device, where, i, SIZE_MAX) < 0 ||
+            get_int(b, seg, "stream", false, 0, &stream, where, i, SIZE_MAX) < 0 ||
+            get_int(b, seg, "address", false, 0, &addr, where, i, SIZE_MAX) < 0 ||
+            get_size(b, seg, "total_size", true, &total, where, i, SIZE_MAX) < 0)
             return b->rc;
         if (device < 0 || device > 1023)
             return fail(b, -EINVAL, "segments[%zu].device = %lld is not a device", i,
@@ -485,8 +500,6 @@ static int read_segments(struct builder *b, const struct om_pv *segs)
             if (map_find(&b->open, device, (uint64_t)a) != SIZE_MAX)
                 continue;
             size = round_up(req != UINT64_MAX ? req : size);
-            if (size == 0)
-                continue;
             if (site_of(b, om_pv_get(blk, "frames"), where, i, k, &site) < 0 ||
                 add_life(b, g, 0, size, site, 0, &idx) < 0)
                 return b->rc;
@@ -538,25 +551,30 @@ static int finish(struct builder *b)
         gr->end_time = b->dev_end[gr->device] ? b->dev_end[gr->device] : 1;
         gr->nlife = (uint64_t)g; /* the old index, for the ranks below */
     }
-    memcpy(sorted, s->groups, s->ngroups * sizeof *sorted);
-    qsort(sorted, s->ngroups, sizeof *sorted, by_device_stream);
+    if (s->ngroups) {
+        memcpy(sorted, s->groups, s->ngroups * sizeof *sorted);
+        qsort(sorted, s->ngroups, sizeof *sorted, by_device_stream);
+    }
     for (size_t g = 0; g < s->ngroups; g++) {
         rank[sorted[g].nlife] = g;
         sorted[g].nlife = 0;
     }
-    memcpy(s->groups, sorted, s->ngroups * sizeof *sorted);
+    if (s->ngroups)
+        memcpy(s->groups, sorted, s->ngroups * sizeof *sorted);
     free(sorted);
     for (size_t i = 0; i < s->nlife; i++) {
         s->life[i].group = rank[s->life[i].group];
         s->groups[s->life[i].group].nlife++;
     }
     free(rank);
-    qsort(s->life, s->nlife, sizeof *s->life, by_group_birth);
+    if (s->nlife)
+        qsort(s->life, s->nlife, sizeof *s->life, by_group_birth);
     s->sites = calloc(s->nsites ? s->nsites : 1, sizeof *s->sites);
     if (!s->sites)
         return fail(b, -ENOMEM, "out of memory");
     for (size_t i = 0; i < s->nsites; i++)
-        s->sites[i] = (struct om_snap_site){s->frames + b->keys[i].first, b->keys[i].n};
+        s->sites[i] =
+            (struct om_snap_site){b->keys[i].n ? s->frames + b->keys[i].first : NULL, b->keys[i].n};
     return 0;
 }
 
@@ -580,11 +598,11 @@ int om_snapshot_load(const char *path, struct om_snapshot *s, char *err, size_t 
             goto out;
         }
         if (traces && !om_pv_is(traces, OM_PV_LIST) && !om_pv_is(traces, OM_PV_NONE)) {
-            fail(&b, -EINVAL, "device_traces is a %s, not a list", om_pv_type_name(traces));
+            fail(&b, -EINVAL, "device_traces is %s, not a list", om_pv_type_name(traces));
             goto out;
         }
     } else {
-        fail(&b, -EINVAL, "not a PyTorch memory snapshot: the pickle holds a %s",
+        fail(&b, -EINVAL, "not a PyTorch memory snapshot: the pickle holds %s",
              om_pv_type_name(s->pk.root));
         goto out;
     }

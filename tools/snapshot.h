@@ -10,7 +10,7 @@
 #include <stdint.h>
 
 #define OM_SNAP_NO_TIME UINT64_MAX
-/* PyTorch's caching allocator rounds every request up to this. */
+/* PyTorch's caching allocator rounds every request up to a multiple of this. */
 #define OM_SNAP_ROUND 512
 /* Larger sizes are refused as corrupt: no sum of them can overflow. */
 #define OM_SNAP_MAX_SIZE (UINT64_C(1) << 48)

@@ -342,15 +342,17 @@ static int fill(struct parser *ps, size_t n, size_t at)
     struct om_pv **items = ps->stack + ps->nstack - n;
     bool dict = op == 's' || op == 'u';
     if (c->type != (dict ? OM_PV_DICT : OM_PV_LIST))
-        return fail(ps, -EINVAL, "pickle opcode %s at offset %zu applies to a %s, not a %s",
+        return fail(ps, -EINVAL, "pickle opcode %s at offset %zu applies to %s, not a %s",
                     op_name(op), at, om_pv_type_name(c), dict ? "dict" : "list");
     if (dict && n % 2)
         return fail(ps, -EINVAL, "pickle opcode %s at offset %zu: a key without its value",
                     op_name(op), at);
     for (size_t i = 0; dict && i < n; i += 2)
         if (!hashable(items[i]))
-            return fail(ps, -EINVAL, "pickle opcode %s at offset %zu: a %s as a dict key",
+            return fail(ps, -EINVAL, "pickle opcode %s at offset %zu: %s as a dict key",
                         op_name(op), at, om_pv_type_name(items[i]));
+    if (n == 0)
+        return 0;
     if (seq_reserve(ps, c, n) < 0)
         return ps->rc;
     memcpy(c->u.seq.v + c->u.seq.n * (dict ? 2 : 1), items, n * sizeof *items);
@@ -368,7 +370,8 @@ static int make_tuple(struct parser *ps, size_t n, size_t at)
     if (!t || (n && !(t->u.seq.v = arena_alloc(ps, n * sizeof *t->u.seq.v))))
         return ps->rc;
     t->u.seq.cap = n;
-    memcpy(t->u.seq.v, ps->stack + ps->nstack - n, n * sizeof *t->u.seq.v);
+    if (n)
+        memcpy(t->u.seq.v, ps->stack + ps->nstack - n, n * sizeof *t->u.seq.v);
     t->u.seq.n = n;
     ps->nstack -= n;
     return push(ps, t);
@@ -651,8 +654,8 @@ bool om_pv_is(const struct om_pv *v, enum om_pv_type type)
 
 const char *om_pv_type_name(const struct om_pv *v)
 {
-    static const char *const names[] = {"None", "bool", "int",   "float",
-                                        "str",  "list", "tuple", "dict"};
+    static const char *const names[] = {"None",  "a bool", "an int",  "a float",
+                                        "a str", "a list", "a tuple", "a dict"};
     if (!v)
         return "missing value";
     return names[v->type];

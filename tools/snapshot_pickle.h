@@ -61,7 +61,7 @@ const struct om_pv *om_pv_item(const struct om_pv *seq, size_t i);
 /* Lengths of a list or tuple, else 0. */
 size_t om_pv_len(const struct om_pv *seq);
 bool om_pv_is(const struct om_pv *v, enum om_pv_type type);
-/* A human name of the type, for messages. */
+/* The type with its article ("a list", "an int"), for messages. */
 const char *om_pv_type_name(const struct om_pv *v);
 
 #endif
