@@ -55,9 +55,23 @@ struct om_snapshot {
     size_t nframes;
 };
 
+/* snapshot.c */
+
 /* Reads a snapshot; on failure err holds one line naming the file. 0, -EINVAL, -ENOMEM,
  * -errno of the file. */
 int om_snapshot_load(const char *path, struct om_snapshot *s, char *err, size_t errlen);
 void om_snapshot_free(struct om_snapshot *s);
+
+/* snapshot_report.c */
+
+struct om_report;
+struct om_rdomains;
+/* The report of one device of a snapshot, as om_report_load_domain gives a report's domain:
+ * domain "cuda:N", or the host's ("cpu"), which shows the first device since a snapshot has
+ * no host memory. devices (or NULL) gets the snapshot's devices; *shown (malloc'd) the name
+ * of the domain shown. Sites are the Python frames; the lifetimes carry the offsets of an
+ * optmem plan of the device. On failure err holds one line and nothing is left to free. */
+int om_snapshot_report(const char *path, const char *domain, struct om_report *r,
+                       struct om_rdomains *devices, char **shown, char *err, size_t errlen);
 
 #endif

@@ -7,7 +7,7 @@ Usage: make_snapshot.py OUT.pickle [--seed N] [--format dict|legacy] [--devices 
 Each device and stream gets its own allocator: one block per segment, segments cached when
 their block is freed and given back now and then (segment_free, as empty_cache does), some
 blocks and segments live before recording began, some frees only requested. The truth file
-gives, per device and stream, the buffers, the lower bound (most bytes live at once, sizes
+gives, per device and stream (and per device, all its streams together), the buffers, the lower bound (most bytes live at once, sizes
 rounded as the caching allocator does: at least 512, a multiple of 512) and the native peak (most bytes held in segments), counted here while the
 events are made, independently of how optmem reads them back.
 """
@@ -40,8 +40,9 @@ def block_size(n):
 class Stream:
     """One device and stream: its allocator, and what it counts."""
 
-    def __init__(self, device, stream, rng, addr_base):
+    def __init__(self, device, stream, rng, addr_base, dev):
         self.device, self.stream, self.rng = device, stream, rng
+        self.dev = dev  # the device's counts, all streams together: [live, lower bound]
         self.next_addr = addr_base
         self.segments = {}  # addr -> [total_size, block or None]
         self.live = 0  # bytes of blocks live now (rounded)
@@ -69,6 +70,12 @@ class Stream:
     def grow_live(self, n):
         self.live += n
         self.lb = max(self.lb, self.live)
+        self.dev[0] += n
+        self.dev[1] = max(self.dev[1], self.dev[0])
+
+    def shrink_live(self, n):
+        self.live -= n
+        self.dev[0] -= n
 
 
 def frames_for(rng):
@@ -86,10 +93,11 @@ def event(action, addr, size, st, frames, t):
 
 def build(args):
     rng = random.Random(args.seed)
-    streams = []
+    streams, devs = [], []
     for d in range(args.devices):
+        devs.append([0, 0])
         for s in range(args.streams):
-            streams.append(Stream(d, s * 7, rng, (d + 1) << 44 | (s + 1) << 36))
+            streams.append(Stream(d, s * 7, rng, (d + 1) << 44 | (s + 1) << 36, devs[d]))
     traces = [[] for _ in range(args.devices)]
     t = 1_700_000_000_000_000 if args.format == "dict" else None
     live = {}  # (device, addr) -> (size requested, rsize, frames, stream)
@@ -106,7 +114,7 @@ def build(args):
             st.buffers += 1
         st.new_segment(SEGMENT)  # a cached, empty segment
     if args.format == "legacy":
-        return streams, traces
+        return streams, devs, traces
     for _ in range(args.events):
         st = rng.choice(streams)
         tr = traces[st.device]
@@ -134,13 +142,13 @@ def build(args):
             tr.append(event("free_requested", addr, size, st, fr, t))
             if rng.random() < 0.03:
                 # Never completed: the block keeps its segment; optmem ends it here.
-                st.live -= rsize
+                st.shrink_live(rsize)
                 st.segments[addr][1] = ("pending", rsize)
                 continue
             if rng.random() < 0.5:
                 tr.append(event("snapshot", 0, 0, st, [], t))  # noise between the two
             tr.append(event("free_completed", addr, size, st, fr, t))
-            st.live -= rsize
+            st.shrink_live(rsize)
         else:
             # empty_cache: give back the cached segments.
             for addr, seg in sorted(st.segments.items()):
@@ -148,7 +156,7 @@ def build(args):
                     tr.append(event("segment_free", addr, seg[0], st, [], t))
                     st.reserved -= seg[0]
                     del st.segments[addr]
-    return streams, traces
+    return streams, devs, traces
 
 
 def segments_of(streams, args):
@@ -191,7 +199,7 @@ def main():
     ap.add_argument("--protocol", type=int, default=4)
     ap.add_argument("--truth")
     args = ap.parse_args()
-    streams, traces = build(args)
+    streams, devs, traces = build(args)
     segs = segments_of(streams, args)
     if args.format == "dict":
         obj = {"segments": segs, "device_traces": traces,
@@ -204,8 +212,11 @@ def main():
         f.write(pickle.dumps(obj, protocol=args.protocol))
     # A block whose free was requested and never completed is live in the segments: the
     # trace ends it at the request, and it is not counted a second time.
-    truth = [{"device": st.device, "stream": st.stream, "buffers": st.buffers,
-              "lower_bound": st.lb, "native_peak": st.native} for st in streams]
+    truth = {"streams": [{"device": st.device, "stream": st.stream, "buffers": st.buffers,
+                          "lower_bound": st.lb, "native_peak": st.native} for st in streams],
+             "devices": [{"device": d, "lower_bound": dev[1],
+                          "buffers": sum(st.buffers for st in streams if st.device == d)}
+                         for d, dev in enumerate(devs)]}
     if args.truth:
         with open(args.truth, "w") as f:
             json.dump(truth, f, indent=1)
