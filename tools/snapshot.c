@@ -34,14 +34,16 @@ struct builder {
     char *err;
     size_t errlen;
     int rc;
-    size_t cap_life, cap_groups, cap_frames, cap_sites;
+    size_t cap_life, cap_groups, cap_delta, cap_frames, cap_sites;
     struct site_key *keys;
     struct site_slot *slots;
     size_t slot_mask;
     uint64_t *req; /* per lifetime: time of free_requested, 0 if none */
     struct addr_map open;
-    int64_t *delta_max, *delta_cur; /* per group: segment bytes since recording began */
-    uint64_t dev_end[MAX_DEVICES];  /* per device: the time after its last event */
+    struct delta {
+        int64_t cur, max; /* per group: segment bytes since recording began */
+    } * delta;
+    uint64_t dev_end[MAX_DEVICES]; /* per device: the time after its last event */
 };
 
 static int fail(struct builder *b, int rc, const char *fmt, ...)
@@ -139,13 +141,11 @@ static size_t group_of(struct builder *b, int64_t device, int64_t stream)
         fail(b, -EINVAL, "more than %d device and stream pairs", MAX_GROUPS);
         return SIZE_MAX;
     }
-    size_t cap2 = b->cap_groups, cap3 = b->cap_groups;
     if (grow(b, (void **)&s->groups, &b->cap_groups, s->ngroups + 1, sizeof *s->groups) < 0 ||
-        grow(b, (void **)&b->delta_max, &cap2, s->ngroups + 1, sizeof *b->delta_max) < 0 ||
-        grow(b, (void **)&b->delta_cur, &cap3, s->ngroups + 1, sizeof *b->delta_cur) < 0)
+        grow(b, (void **)&b->delta, &b->cap_delta, s->ngroups + 1, sizeof *b->delta) < 0)
         return SIZE_MAX;
     s->groups[s->ngroups] = (struct om_snap_group){.device = device, .stream = stream};
-    b->delta_max[s->ngroups] = b->delta_cur[s->ngroups] = 0;
+    b->delta[s->ngroups] = (struct delta){0, 0};
     return s->ngroups++;
 }
 
@@ -161,6 +161,16 @@ static bool is_python(const char *file)
 {
     size_t n = strlen(file);
     return n >= 3 && strcmp(file + n - 3, ".py") == 0;
+}
+
+/* The frames that record a C++ stack and the caching allocator's own: they open every C++
+ * stack of a snapshot and say nothing of who allocated. */
+static bool allocator_frame(const char *name)
+{
+    return strncmp(name, "torch::unwind", 13) == 0 ||
+           strncmp(name, "torch::CapturedTraceback", 24) == 0 ||
+           strncmp(name, "torch::cuda::(anonymous namespace)::gather", 42) == 0 ||
+           strstr(name, "CachingAllocator") != NULL;
 }
 
 static bool same_frame(const struct om_snap_frame *a, const struct om_snap_frame *c)
@@ -211,8 +221,14 @@ static int site_of(struct builder *b, const struct om_pv *frames, const char *wh
     }
     if (grow(b, (void **)&s->frames, &b->cap_frames, first + n, sizeof *s->frames) < 0)
         return b->rc;
+    size_t skip = 0; /* without Python frames: the C++ stack less its allocator frames */
+    while (!python && skip < n &&
+           allocator_frame(om_pv_get(om_pv_item(frames, skip), "name")->u.str.s))
+        skip++;
+    if (skip == n)
+        skip = 0;
     uint64_t h = UINT64_C(0xcbf29ce484222325);
-    for (size_t k = 0; k < n; k++) {
+    for (size_t k = skip; k < n; k++) {
         const struct om_pv *f = om_pv_item(frames, k);
         const char *file = om_pv_get(f, "filename")->u.str.s;
         if (python && !is_python(file))
@@ -353,11 +369,11 @@ static void map_del(struct addr_map *m, size_t i)
 
 static int add_reserved(struct builder *b, size_t g, int64_t delta)
 {
-    int64_t *cur = &b->delta_cur[g];
+    int64_t *cur = &b->delta[g].cur;
     if (__builtin_add_overflow(*cur, delta, cur))
         return fail(b, -EINVAL, "segment sizes overflow");
-    if (*cur > b->delta_max[g])
-        b->delta_max[g] = *cur;
+    if (*cur > b->delta[g].max)
+        b->delta[g].max = *cur;
     return 0;
 }
 
@@ -542,10 +558,10 @@ static int finish(struct builder *b)
     /* Reserved bytes when recording began: those at the end less the trace's net change. */
     for (size_t g = 0; g < s->ngroups; g++) {
         struct om_snap_group *gr = &s->groups[g];
-        int64_t start = (int64_t)gr->reserved_end - b->delta_cur[g];
+        int64_t start = (int64_t)gr->reserved_end - b->delta[g].cur;
         if (start < 0) /* the trace lost segment events: count from the end's figure */
             start = 0;
-        gr->native_peak = (uint64_t)start + (uint64_t)b->delta_max[g];
+        gr->native_peak = (uint64_t)start + (uint64_t)b->delta[g].max;
         if (gr->native_peak < gr->reserved_end)
             gr->native_peak = gr->reserved_end;
         gr->end_time = b->dev_end[gr->device] ? b->dev_end[gr->device] : 1;
@@ -624,8 +640,7 @@ out:
     free(b.open.key);
     free(b.open.dev);
     free(b.open.val);
-    free(b.delta_max);
-    free(b.delta_cur);
+    free(b.delta);
     if (b.rc < 0)
         om_snapshot_free(s);
     return b.rc;

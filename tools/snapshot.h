@@ -20,8 +20,8 @@ struct om_snap_frame {
     int64_t line;
 };
 
-/* Frames that allocated: the Python ones (file *.py) innermost first, or every frame when
- * the trace has no Python frame. */
+/* Frames that allocated, innermost first: the Python ones (file *.py), or when there is none
+ * (autograd's threads) the C++ ones below the caching allocator's. */
 struct om_snap_site {
     const struct om_snap_frame *frames;
     size_t nframes;

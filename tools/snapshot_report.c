@@ -72,8 +72,12 @@ static int fill_sites(const struct om_snapshot *s, struct om_report *r)
             d->offset = OM_NO_VALUE;
             d->line = fr->line < 0 ? 0 : fr->line > 0x7fffffff ? 0x7fffffff : (unsigned)fr->line;
             d->function = strdup(fr->name);
-            d->file = strdup(fr->file);
-            if (!d->function || !d->file)
+            if (!d->function)
+                return -ENOMEM;
+            /* C++ frames without line information say "??", "" or line 0. */
+            if (fr->line <= 0 || strcmp(fr->file, "??") == 0 || fr->file[0] == '\0')
+                continue;
+            if (!(d->file = strdup(fr->file)))
                 return -ENOMEM;
         }
     }

@@ -1,7 +1,8 @@
-/* Fuzz target: the pickle reader and the snapshot reader on arbitrary bytes, then the
- * replanner on the lifetimes of small snapshots. */
+/* Fuzz target: the pickle reader and the snapshot reader on arbitrary bytes, the replanner on
+ * the lifetimes of small snapshots, and the report built from them. */
 #include "fuzz_util.h"
 #include "replanner.h"
+#include "report_domain.h"
 #include "snapshot.h"
 
 #include <errno.h>
@@ -19,6 +20,35 @@ static void plain_release(void *ctx, void *p, size_t n)
     (void)ctx;
     (void)n;
     free(p);
+}
+
+/* The report of the first device: requests numbered by birth, deaths after births, the live
+ * bytes never above the lower bound. */
+static void check_report(const uint8_t *data, size_t size)
+{
+    struct om_report r;
+    struct om_rdomains d;
+    char err[512] = "", *shown = NULL;
+    if (size > 4096) /* the plan drawn in the pictures would make each run slow */
+        return;
+    int rc = om_snapshot_report(fuzz_file(data, size), "cpu", &r, &d, &shown, err, sizeof err);
+    FUZZ_CHECK(rc == 0 || rc == -EINVAL || rc == -ENOMEM);
+    if (rc != 0) {
+        FUZZ_CHECK(err[0] != '\0' && !shown);
+        return;
+    }
+    FUZZ_CHECK(shown && d.n > 0 && r.nlife == r.sample_end - r.sample_first);
+    for (size_t i = 0; i < r.nlife; i++) {
+        const struct om_rlife *l = &r.life[i];
+        FUZZ_CHECK(l->birth == i && l->site < r.nsites);
+        FUZZ_CHECK(l->death == OM_NO_VALUE || (l->death > i && l->death <= r.nlife));
+        FUZZ_CHECK(r.live_after[i] <= r.lower_bound);
+    }
+    for (size_t i = 0; i < r.npeak; i++)
+        FUZZ_CHECK(r.peak[i].site < r.nsites);
+    free(shown);
+    om_report_free(&r);
+    om_rdomains_free(&d);
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
@@ -70,5 +100,6 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         free(off);
     }
     om_snapshot_free(&s);
+    check_report(data, size);
     return 0;
 }

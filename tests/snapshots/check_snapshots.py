@@ -231,6 +231,8 @@ def report(args, tmp):
                    % (domain, files))
             expect(all(f["line"] is not None for f in site["frames"] if f["file"]),
                    "%s: a frame without its line" % domain)
+            expect(not any("CachingAllocator" in (f["function"] or "") for f in site["frames"]),
+                   "%s: the allocator's frames shown: %s" % (domain, site["frames"]))
     text, _ = cli(args, ["report", path])
     expect("memory domain cuda:0" in text, "the default domain is not cuda:0:\n" + text)
     expect(re.search(r"/work/(model|train|optim)\.py:\d+", text), "no file:line in:\n" + text)

@@ -25,7 +25,13 @@ PY_FRAMES = [
     {"filename": "/work/model.py", "line": 30, "name": "attention"},
     {"filename": "/work/optim.py", "line": 7, "name": "step"},
 ]
-CXX_FRAME = {"filename": "??", "line": 0, "name": "c10::cuda::CUDACachingAllocator::malloc"}
+# A C++ stack as PyTorch records it: the unwinder and the allocator first.
+CXX_FRAMES = [
+    {"filename": "??", "line": 0, "name": "torch::unwind::unwind()"},
+    {"filename": "CUDACachingAllocator.cpp", "line": 0,
+     "name": "c10::cuda::CUDACachingAllocator::Native::DeviceCachingAllocator::malloc"},
+    {"filename": "??", "line": 0, "name": "at::detail::empty_cuda"},
+]
 
 
 def round_up(n, to):
@@ -80,7 +86,7 @@ class Stream:
 
 def frames_for(rng):
     k = rng.randint(0, 3)
-    fr = [CXX_FRAME] + [dict(f) for f in rng.sample(PY_FRAMES, k)]
+    fr = [dict(f) for f in CXX_FRAMES] + [dict(f) for f in rng.sample(PY_FRAMES, k)]
     return fr if k or rng.random() < 0.5 else []
 
 
