@@ -424,8 +424,10 @@ static int read_trace(struct builder *b, size_t device, const struct om_pv *even
         slot = map_find(&b->open, (int64_t)device, (uint64_t)addr);
         if (strcmp(a, "alloc") == 0) {
             b->s->groups[g].alloc_events++;
-            if (slot != SIZE_MAX) /* the free of the last block here was not recorded */
-                close_life(b, slot, t, us);
+            if (slot != SIZE_MAX) { /* the last block here was not seen freed */
+                size_t prev = b->open.val[slot] - 1;
+                close_life(b, slot, b->req[prev] ? b->req[prev] : t, us);
+            }
             if (site_of(b, om_pv_get(e, "frames"), where, device, j, &site) < 0 ||
                 add_life(b, g, t, round_up(size), site, us, &idx) < 0 ||
                 map_put(b, (int64_t)device, (uint64_t)addr, idx) < 0)

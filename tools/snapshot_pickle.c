@@ -613,8 +613,12 @@ void om_pickle_free(struct om_pickle *p)
 
 bool om_pickle_sniff(const char *path)
 {
+    struct stat st;
     FILE *f = fopen(path, "rb");
-    int c = f ? fgetc(f) : EOF;
+    int c = EOF;
+    /* A pipe would lose the byte read here: only regular files are looked at. */
+    if (f && fstat(fileno(f), &st) == 0 && S_ISREG(st.st_mode))
+        c = fgetc(f);
     if (f)
         fclose(f);
     return c == 0x80;

@@ -44,7 +44,7 @@ struct om_pickle {
     size_t arena_bytes, arena_limit;
 };
 
-/* Whether the file starts with the PROTO opcode (0x80) of pickle protocols 2 and later. */
+/* Whether a regular file starts with the PROTO opcode (0x80) of pickle protocols 2 and up. */
 bool om_pickle_sniff(const char *path);
 
 /* Parses a pickle from memory / from a file. Opcodes other than the ones that build numbers,
