@@ -1,5 +1,4 @@
-/* PyTorch memory snapshots as lifetimes: per device and stream, the buffers, the native
- * reserved peak and the sites (Python frames) that allocated them. */
+/* PyTorch memory snapshots as lifetimes per device and stream, with native peaks and sites. */
 #ifndef OPTMEM_TOOLS_SNAPSHOT_H
 #define OPTMEM_TOOLS_SNAPSHOT_H
 

@@ -1,5 +1,4 @@
-/* Fuzz target: the pickle reader and the snapshot reader on arbitrary bytes, the replanner on
- * the lifetimes of small snapshots, and the report built from them. */
+/* Fuzz target: om_snapshot_load and om_snapshot_report on arbitrary bytes, then the plans. */
 #include "fuzz_util.h"
 #include "replanner.h"
 #include "report_domain.h"

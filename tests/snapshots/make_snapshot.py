@@ -1,5 +1,7 @@
-"""Writes a synthetic PyTorch memory snapshot (the pickle of torch.cuda.memory._dump_snapshot)
-and the figures it was built to have, with the standard library only.
+"""Writes a synthetic PyTorch memory snapshot and the figures it was built to have.
+
+The snapshot is the pickle torch.cuda.memory._dump_snapshot writes, of plain dicts and
+lists, made with the standard library only.
 
 Usage: make_snapshot.py OUT.pickle [--seed N] [--format dict|legacy] [--devices D]
                         [--streams S] [--events N] [--protocol P] [--truth OUT.json]
