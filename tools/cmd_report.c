@@ -181,7 +181,14 @@ int om_cmd_report(int argc, char **argv)
         usage(stderr);
         return OM_EXIT_USAGE;
     }
-    size_t n = (size_t)(argc - optind);
+    size_t n = (size_t)(argc - optind), nsnap = 0;
+    for (int i = optind; i < argc; i++)
+        nsnap += om_pickle_sniff(argv[i]);
+    /* A snapshot shows a device by default and a report its host: no common domain. */
+    if (nsnap && nsnap < n && !domain_set) {
+        fprintf(stderr, "optmem report: snapshots and reports together need --domain\n");
+        return OM_EXIT_USAGE;
+    }
     struct stat out_st, in_st;
     for (int i = optind; outpath && i < argc && stat(outpath, &out_st) == 0; i++) {
         if (stat(argv[i], &in_st) == 0 && in_st.st_dev == out_st.st_dev &&

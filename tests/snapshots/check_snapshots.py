@@ -243,6 +243,12 @@ def report(args, tmp):
     expect(chrome, "chrome trace is empty")
     _, err = cli(args, ["report", path, "--domain", "cuda:5"], status=1)
     expect("cuda:0" in err and "cuda:1" in err, "the domains are not listed: " + err)
+    # Mixed with a report, the domain must be named.
+    lone = os.path.join(tmp, "lone.json")
+    with open(lone, "w") as f:
+        f.write("{}")
+    _, err = cli(args, ["report", path, lone], status=2)
+    expect("--domain" in err, "mixing a snapshot and a report: " + err)
     # A legacy snapshot (a list of segments) reads as well.
     legacy, _ = make(tmp, "rep_legacy", "--seed", "6", "--format", "legacy")
     cli(args, ["report", legacy, "--format", "json"])
