@@ -517,8 +517,26 @@ static int read_segments(struct builder *b, const struct om_pv *segs)
              * opened was live before recording began (or the trace lost its alloc). */
             if (map_find(&b->open, device, (uint64_t)a) != SIZE_MAX)
                 continue;
+            /* torch 1.13 keeps the request and its frames in the block's history, the
+             * current allocation last. */
+            const struct om_pv *hist = om_pv_get(blk, "history"),
+                               *frames = om_pv_get(blk, "frames");
+            const struct om_pv *last = om_pv_item(hist, om_pv_len(hist) - 1);
+            if (hist && !om_pv_is(hist, OM_PV_LIST))
+                return fail(b, -EINVAL, "segments[%zu].blocks[%zu].history is %s, not a list", i, k,
+                            om_pv_type_name(hist));
+            if (last) {
+                if (!om_pv_is(last, OM_PV_DICT))
+                    return fail(b, -EINVAL, "segments[%zu].blocks[%zu].history holds %s", i, k,
+                                om_pv_type_name(last));
+                if (req == UINT64_MAX &&
+                    get_size(b, last, "real_size", false, &req, "segments.blocks", i, k) < 0)
+                    return b->rc;
+                if (!frames)
+                    frames = om_pv_get(last, "frames");
+            }
             size = round_up(req != UINT64_MAX ? req : size);
-            if (site_of(b, om_pv_get(blk, "frames"), where, i, k, &site) < 0 ||
+            if (site_of(b, frames, where, i, k, &site) < 0 ||
                 add_life(b, g, 0, size, site, 0, &idx) < 0)
                 return b->rc;
             s->life[idx].death = end;

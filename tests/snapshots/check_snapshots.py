@@ -251,7 +251,10 @@ def report(args, tmp):
     expect("--domain" in err, "mixing a snapshot and a report: " + err)
     # A legacy snapshot (a list of segments) reads as well.
     legacy, _ = make(tmp, "rep_legacy", "--seed", "6", "--format", "legacy")
-    cli(args, ["report", legacy, "--format", "json"])
+    j = json.loads(cli(args, ["report", legacy, "--format", "json"])[0])
+    frames = [f["file"] for site in j["peak_sites"] for f in site["frames"]]
+    expect(frames and all(f == "/work/optim.py" for f in frames),
+           "a torch 1.13 block's frames are not its history's: %s" % frames)
 
 
 def main():

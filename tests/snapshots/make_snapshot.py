@@ -177,8 +177,13 @@ def segments_of(streams, args):
             else:
                 size, rsize = blk
                 state = "active_pending_free" if size == "pending" else "active_allocated"
-                b = {"size": rsize, "requested_size": rsize if size == "pending" else size,
-                     "state": state, "frames": []}
+                req = rsize if size == "pending" else size
+                if args.format == "dict":
+                    b = {"size": rsize, "requested_size": req, "state": state,
+                         "frames": [dict(f) for f in PY_FRAMES[:2]]}
+                else:  # torch 1.13: the request and its frames in the block's history
+                    b = {"size": rsize, "state": state, "history": [
+                        {"addr": addr, "real_size": req, "frames": [dict(PY_FRAMES[3])]}]}
                 blocks.append(b)
                 if total > rsize:
                     blocks.append({"size": total - rsize, "requested_size": 0,
