@@ -1,6 +1,6 @@
 """Checks of PyTorch memory snapshots as input to `optmem plan` and `optmem report`.
 
-Usage: check_snapshots.py --optmem CLI SUBCOMMAND
+Usage: check_snapshots.py --optmem CLI [--snapshots DIR] SUBCOMMAND
   synthetic  snapshots from make_snapshot.py: buffers, lower bound and native peak per
              device and stream as the generator counted them, the plan checked, -o files
   bundled    the real snapshots of ../shared/bench/snapshots: native peak and lower bound
@@ -19,7 +19,6 @@ import sys
 import tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-SHARED = os.path.join(HERE, "..", "..", "..", "shared", "bench", "snapshots")
 GIB = float(1 << 30)
 
 
@@ -108,10 +107,10 @@ def synthetic(args, tmp):
            "snapshot named .csv")
 
 
-def readme_figures():
+def readme_figures(shared):
     """{file: (native GiB, lower bound GiB)} from the bundled snapshots' README."""
     figs = {}
-    with open(os.path.join(SHARED, "README.md")) as f:
+    with open(os.path.join(shared, "README.md")) as f:
         for line in f:
             cells = [c.strip() for c in line.split("|")]
             if len(cells) > 6 and cells[1].endswith(".pickle"):
@@ -120,10 +119,10 @@ def readme_figures():
 
 
 def bundled(args, tmp):
-    figs = readme_figures()
-    expect(len(figs) == 5, "README of %s lists %d snapshots" % (SHARED, len(figs)))
+    figs = readme_figures(args.snapshots)
+    expect(len(figs) == 5, "README of %s lists %d snapshots" % (args.snapshots, len(figs)))
     for name, (native_gib, lb_gib) in sorted(figs.items()):
-        out, _ = cli(args, ["plan", os.path.join(SHARED, name), "--budget-ms", "2000"])
+        out, _ = cli(args, ["plan", os.path.join(args.snapshots, name), "--budget-ms", "2000"])
         groups = parse_plan(out)
         expect(len(groups) == 1, "%s: %d groups" % (name, len(groups)))
         g = list(groups.values())[0]
@@ -260,6 +259,9 @@ def report(args, tmp):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--optmem", required=True)
+    ap.add_argument("--snapshots", default=os.path.join(HERE, "..", "..", "..", "shared", "bench",
+                                                        "snapshots"),
+                    help="the bundled snapshots (../shared/bench/snapshots)")
     ap.add_argument("check", choices=["synthetic", "bundled", "corrupt", "report"])
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
