@@ -1,8 +1,10 @@
 /* `optmem plan`: offline placement of a lifetime CSV, with the replanner the library uses. */
 #include "commands.h"
 #include "replanner.h"
+#include "snapshot.h"
 
 #include <errno.h>
+#include <stdbool.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -26,16 +28,19 @@ static void cli_release(void *ctx, void *p, size_t n)
 static void usage(FILE *f)
 {
     fprintf(f,
-            "usage: optmem plan FILE.csv [--budget-ms N] [--algo NAME] [--seed N] [--period P]\n"
-            "                  [-o OUT.csv]\n"
+            "usage: optmem plan FILE.csv|SNAPSHOT.pickle [--budget-ms N] [--algo NAME]\n"
+            "                  [--seed N] [--period P] [-o OUT.csv]\n"
             "Places the buffers of a lifetime CSV (header id,lower,upper,size[,alignment];\n"
             "lifetimes half-open [lower,upper)) in one pool and prints the peak against the\n"
             "lower bound (max bytes live at once).\n"
+            "A PyTorch memory snapshot (torch.cuda.memory._dump_snapshot, recognised by its\n"
+            "content) is planned per device and stream, against the peak PyTorch reserved.\n"
             "  --budget-ms N  search time in milliseconds (default %d)\n"
             "  --algo NAME    auto (default), greedy, local or bnb\n"
             "  --seed N       seed of the randomized search (default 1)\n"
             "  --period P     cyclic timeline of period P (0 <= lower < P, upper <= lower + P)\n"
-            "  -o OUT.csv     write the input columns plus offset\n"
+            "  -o OUT.csv     write the input columns plus offset (a snapshot's lifetimes: one\n"
+            "                 file per device and stream, OUT.dD.sS.csv, when there are several)\n"
             "  -h, --help     this text\n",
             CLI_DEFAULT_BUDGET_MS);
 }
@@ -90,6 +95,112 @@ static int write_out(const char *path, const om_rp_block *b, size_t n, const uin
     if (rc < 0)
         fprintf(stderr, "optmem: plan: %s: %s\n", path, strerror(-rc));
     return rc;
+}
+
+static double gib(uint64_t b)
+{
+    return (double)b / (double)(UINT64_C(1) << 30);
+}
+
+/* OUT.csv for the only group, else OUT.dD.sS.csv (before the extension, if any). */
+static int group_path(const char *out, const struct om_snap_group *g, bool several, char *buf,
+                      size_t len)
+{
+    const char *dot = strrchr(out, '.'), *slash = strrchr(out, '/');
+    int n;
+    if (!several)
+        n = snprintf(buf, len, "%s", out);
+    else if (dot && (!slash || dot > slash))
+        n = snprintf(buf, len, "%.*s.d%lld.s%lld%s", (int)(dot - out), out, (long long)g->device,
+                     (long long)g->stream, dot);
+    else
+        n = snprintf(buf, len, "%s.d%lld.s%lld", out, (long long)g->device, (long long)g->stream);
+    return n < 0 || (size_t)n >= len ? -ENAMETOOLONG : 0;
+}
+
+/* Plans each device and stream of a snapshot on its own, as the allocator would see it. */
+static int plan_snapshot(const char *in, const char *out, om_rp_options *opt)
+{
+    struct om_snapshot snap;
+    char err[512], path[4096];
+    om_rp_block *blocks = NULL;
+    uint64_t *off = NULL;
+    int ret = OM_EXIT_FAILURE, rc;
+
+    if (om_snapshot_load(in, &snap, err, sizeof err) < 0) {
+        fprintf(stderr, "optmem: plan: %s\n", err);
+        return OM_EXIT_FAILURE;
+    }
+    if (opt->period) {
+        fprintf(stderr, "optmem: plan: --period does not apply to a snapshot's timeline\n");
+        ret = OM_EXIT_USAGE;
+        goto out;
+    }
+    if (!(blocks = calloc(snap.nlife ? snap.nlife : 1, sizeof *blocks)) ||
+        !(off = calloc(snap.nlife ? snap.nlife : 1, sizeof *off))) {
+        fprintf(stderr, "optmem: plan: out of memory\n");
+        goto out;
+    }
+    printf("file:        %s\n", in);
+    printf("format:      PyTorch memory snapshot (%s)\n",
+           snap.legacy ? "torch 1.13 list of segments, no trace" : "segments and device_traces");
+    size_t first = 0;
+    for (size_t g = 0; g < snap.ngroups; first += snap.groups[g++].nlife) {
+        const struct om_snap_group *gr = &snap.groups[g];
+        size_t n = gr->nlife;
+        om_rp_result res = {0};
+        for (size_t i = 0; i < n; i++) {
+            const struct om_snap_life *l = &snap.life[first + i];
+            blocks[i] =
+                (om_rp_block){.id = i, .lower = l->birth, .upper = l->death, .size = l->size};
+        }
+        if (n && (rc = om_rp_plan(blocks, n, opt, off, &res)) < 0) {
+            fprintf(stderr, "optmem: plan: %s: device %lld stream %lld: %s\n", in,
+                    (long long)gr->device, (long long)gr->stream, err);
+            goto out;
+        }
+        if (n && om_rp_check(blocks, n, 0, off, &opt->alloc, err, sizeof err) < 0) {
+            fprintf(stderr, "optmem: plan: internal error, invalid plan: %s\n", err);
+            goto out;
+        }
+        printf("device %lld stream %lld:\n", (long long)gr->device, (long long)gr->stream);
+        printf("  buffers:     %zu (%" PRIu64 " alloc events)\n", n, gr->alloc_events);
+        printf("  native peak: %" PRIu64 " (%.3f GiB reserved by PyTorch, recorded)\n",
+               gr->native_peak, gib(gr->native_peak));
+        printf("  lower bound: %" PRIu64 " (%.3f GiB)\n", res.lower_bound, gib(res.lower_bound));
+        printf("  plan peak:   %" PRIu64 " (%.3f GiB)\n", res.peak, gib(res.peak));
+        if (gr->native_peak >= res.peak)
+            printf("  saving:      %" PRIu64 " (%.3f GiB, %.1f%% of native)\n",
+                   gr->native_peak - res.peak, gib(gr->native_peak - res.peak),
+                   gr->native_peak
+                       ? 100.0 * (double)(gr->native_peak - res.peak) / (double)gr->native_peak
+                       : 0.0);
+        else
+            printf("  saving:      none (the plan is %" PRIu64 " above native)\n",
+                   res.peak - gr->native_peak);
+        printf("  peak/LB:     %.4f\n",
+               res.lower_bound ? (double)res.peak / (double)res.lower_bound : 1.0);
+        if (n)
+            printf("  time:        %.1f ms (algo %s, best from %s, %" PRIu64 " steps%s)\n",
+                   (double)res.elapsed_ns / 1e6, om_rp_algo_name(opt->algo), res.stage, res.nodes,
+                   res.optimal ? ", optimal" : "");
+        if (out) {
+            if (group_path(out, gr, snap.ngroups > 1, path, sizeof path) < 0) {
+                fprintf(stderr, "optmem: plan: %s: name too long\n", out);
+                goto out;
+            }
+            if (write_out(path, blocks, n, off) < 0)
+                goto out;
+        }
+    }
+    if (snap.ngroups == 0)
+        printf("no device memory in the snapshot\n");
+    ret = OM_EXIT_OK;
+out:
+    free(blocks);
+    free(off);
+    om_snapshot_free(&snap);
+    return ret;
 }
 
 int om_cmd_plan(int argc, char **argv)
@@ -166,6 +277,8 @@ int om_cmd_plan(int argc, char **argv)
         fprintf(stderr, "optmem: plan: no input file (usage: optmem plan FILE.csv [options])\n");
         return OM_EXIT_USAGE;
     }
+    if (om_pickle_sniff(in))
+        return plan_snapshot(in, out, &opt);
 
     if ((rc = om_rp_csv_read(in, &opt.alloc, &blocks, &n, err, sizeof(err))) < 0) {
         fprintf(stderr, "optmem: plan: %s\n", err);

@@ -2,6 +2,7 @@
  * events, folded stacks, SVG or HTML. */
 #include "commands.h"
 #include "report_domain.h"
+#include "snapshot.h"
 
 #include <errno.h>
 #include <getopt.h>
@@ -35,7 +36,9 @@ static void usage(FILE *f)
             "usage: optmem report FILE... [--format FORMAT] [-o OUT] [--top N] [--domain NAME]\n"
             "Summarises optmem lifetime reports (OPTMEM_REPORT files). Several files (ranks,\n"
             "forked workers) are merged: one row per process, totals, and call sites merged\n"
-            "by their stacks.\n\n"
+            "by their stacks. A PyTorch memory snapshot (torch.cuda.memory._dump_snapshot,\n"
+            "recognised by its content) is read as a report of its devices (cuda:N; the\n"
+            "first by default), with its Python frames as call sites.\n\n"
             "  --format FORMAT     text (default): peak, lower bound, plan efficiency,\n"
             "                      iterations, call sites at the peak, categories, serving\n"
             "                      json:   the same summary for scripts\n"
@@ -123,7 +126,8 @@ int om_cmd_report(int argc, char **argv)
     };
     struct om_render o = {.top = DEFAULT_TOP, .max_slices = DEFAULT_MAX_SLICES};
     const char *outpath = NULL, *domain = OM_HOST_DOMAIN;
-    bool symbolize = true;
+    bool symbolize = true, domain_set = false;
+    char *shown = NULL; /* the device a snapshot shows without --domain */
     int fmt = 0, opt;
     size_t v;
     optind = 1;
@@ -162,6 +166,7 @@ int om_cmd_report(int argc, char **argv)
             break;
         case OPT_DOMAIN:
             domain = optarg;
+            domain_set = true;
             break;
         case 'h':
             usage(stdout);
@@ -176,7 +181,14 @@ int om_cmd_report(int argc, char **argv)
         usage(stderr);
         return OM_EXIT_USAGE;
     }
-    size_t n = (size_t)(argc - optind);
+    size_t n = (size_t)(argc - optind), nsnap = 0;
+    for (int i = optind; i < argc; i++)
+        nsnap += om_pickle_sniff(argv[i]);
+    /* A snapshot shows a device by default and a report its host: no common domain. */
+    if (nsnap && nsnap < n && !domain_set) {
+        fprintf(stderr, "optmem report: snapshots and reports together need --domain\n");
+        return OM_EXIT_USAGE;
+    }
     struct stat out_st, in_st;
     for (int i = optind; outpath && i < argc && stat(outpath, &out_st) == 0; i++) {
         if (stat(argv[i], &in_st) == 0 && in_st.st_dev == out_st.st_dev &&
@@ -196,13 +208,22 @@ int om_cmd_report(int argc, char **argv)
     }
     for (; loaded < n; loaded++) {
         char err[1024];
-        if (om_report_load_domain(argv[optind + (int)loaded], domain, &reports[loaded],
-                                  &devices[loaded], err, sizeof err) != 0) {
+        const char *path = argv[optind + (int)loaded];
+        char *dev = NULL;
+        int rc = om_pickle_sniff(path) ? om_snapshot_report(path, domain, &reports[loaded],
+                                                            &devices[loaded], &dev, err, sizeof err)
+                                       : om_report_load_domain(path, domain, &reports[loaded],
+                                                               &devices[loaded], err, sizeof err);
+        if (dev && !domain_set && !shown)
+            shown = dev;
+        else
+            free(dev);
+        if (rc != 0) {
             fprintf(stderr, "optmem report: %s\n", err);
             goto out;
         }
     }
-    const struct om_domain_view view = {domain, devices};
+    const struct om_domain_view view = {shown ? shown : domain, devices};
     status = render(fmt, reports, n, outpath, &o, symbolize, &view);
 out:
     for (size_t i = 0; i < loaded; i++) {
@@ -211,5 +232,6 @@ out:
     }
     free(reports);
     free(devices);
+    free(shown);
     return status;
 }

@@ -18,6 +18,8 @@ struct om_rframe {
     char *module;    /* NULL when the tracer could not map the address */
     uint64_t offset; /* ELF virtual address in module; OM_NO_VALUE without a module */
     char *function;  /* dladdr's name, or NULL */
+    char *file;      /* a source frame (Python, from a PyTorch snapshot): its file, else NULL */
+    unsigned line;
 };
 
 struct om_rsite {

@@ -527,6 +527,7 @@ void om_report_free(struct om_report *r)
         for (size_t f = 0; f < r->sites[i].nframes; f++) {
             free(r->sites[i].frames[f].module);
             free(r->sites[i].frames[f].function);
+            free(r->sites[i].frames[f].file);
         }
         free(r->sites[i].frames);
     }

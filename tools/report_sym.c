@@ -248,7 +248,7 @@ static int resolve(struct om_symbolizer *s, const struct om_rframe *f, struct en
     if (!f->module || f->offset == OM_NO_VALUE) {
         e->offset = f->address;
         e->module = NULL;
-        return push(s, e, f->function, NULL, 0, false);
+        return push(s, e, f->function, f->file, f->file ? (int)f->line : 0, false);
     }
     struct module *m = s->symbolize ? module_of(s, f->module) : NULL;
     if (!m || !m->dwfl)

@@ -7,7 +7,7 @@ build=${OPTMEM_FUZZ_BUILD_DIR:-$root/build-fuzz}
 seconds=${1:-15}
 shift || true
 targets=("$@")
-[ ${#targets[@]} -gt 0 ] || targets=(config plan_file lifetime_csv report)
+[ ${#targets[@]} -gt 0 ] || targets=(config plan_file lifetime_csv report snapshot)
 
 CC=clang cmake -S "$root/tests/fuzz" -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
 cmake --build "$build" -j"$(nproc)" >/dev/null
