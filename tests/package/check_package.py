@@ -92,6 +92,9 @@ def check_contents(deb):
              if line.startswith("-")}
     for path in EXPECTED:
         expect(path in files, "%s not in the package:\n%s" % (path, listing))
+    # Built by any user, the files are root's once installed.
+    owners = {line.split()[1] for line in listing.splitlines()}
+    expect(owners == {"root/root"}, "owners in the package: %s" % sorted(owners))
     libdirs = {os.path.dirname(f) for f in files if f.endswith("/liboptmem.so")}
     expect(len(libdirs) == 1 and re.fullmatch(r"usr/lib(/[a-z0-9_]+-linux-gnu[a-z0-9_]*)?",
                                               next(iter(libdirs))),
