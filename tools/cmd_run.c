@@ -51,7 +51,8 @@ static void forward_signal(int sig, siginfo_t *info, void *ctx)
         kill(child_pid, sig);
 }
 
-/* Finds liboptmem.so next to this executable: installed (bin/../lib) or in the build tree. */
+/* Finds liboptmem.so next to this executable: installed (bin/../lib, or where the build's
+ * libdir lies from its bindir) or in the build tree. */
 static int find_library(char *out, size_t outlen)
 {
     char exe[PATH_MAX];
@@ -62,7 +63,7 @@ static int find_library(char *out, size_t outlen)
     char *slash = strrchr(exe, '/');
     if (slash)
         *slash = '\0';
-    static const char *const candidates[] = {"../" OM_INSTALL_LIBDIR "/liboptmem.so",
+    static const char *const candidates[] = {OM_LIBDIR_FROM_BINDIR "/liboptmem.so",
                                              "../lib/liboptmem.so", "../preload/liboptmem.so"};
     for (size_t i = 0; i < sizeof candidates / sizeof candidates[0]; i++) {
         char path[PATH_MAX + 64];

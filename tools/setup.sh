@@ -15,6 +15,7 @@ packages=(
     libjemalloc2 libtcmalloc-minimal4 libmimalloc2.0
     clang-format chromium
     cppcheck clang libclang-rt-14-dev
+    dpkg-dev
 )
 
 install_packages() {
