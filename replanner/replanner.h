@@ -67,6 +67,8 @@ typedef struct om_rp_options {
 typedef struct om_rp_result {
     uint64_t peak;        /* max over blocks of offset + size, fixed blocks included */
     uint64_t lower_bound; /* max bytes live at once (fixed included; on the circle if cyclic) */
+    uint64_t greedy_peak; /* greedy by size's (largest first, each at the lowest offset where
+                             it fits), the first plan of every search: peak never exceeds it */
     uint64_t elapsed_ns;
     uint64_t nodes;    /* decodes or branch and bound nodes spent */
     int optimal;       /* peak equals a proven lower bound */

@@ -674,6 +674,7 @@ static void finish(const rp_inst *in, const rp_best *best, uint64_t *offsets, om
     if (res) {
         res->peak = om_rp_peak(in->b, in->n, offsets);
         res->lower_bound = in->lb;
+        res->greedy_peak = best->greedy_peak;
         res->optimal = res->peak == in->floor_lb;
         res->stage = best->stage;
     }

@@ -116,9 +116,15 @@ typedef struct rp_best {
     uint64_t *off;
     uint32_t *order; /* a decoder order (positions in mov) that yields off, for the local search */
     uint64_t peak;
+    uint64_t greedy_peak; /* greedy by size's, which the plan never exceeds */
     const char *stage;
 } rp_best;
 
+/* rp_bysize.c: greedy by size (largest first, ties by birth, each at the lowest offset
+ * where it fits): off per movable block, *peak with the fixed blocks. */
+int rp_greedy_size(const rp_inst *in, rp_mem *m, uint64_t *off, uint64_t *peak);
+
+/* rp_greedy.c: greedy by size as the first plan, then other orders through the skyline. */
 int rp_greedy(const rp_inst *in, rp_mem *m, rp_best *best, const rp_clock *clk);
 int rp_local(const rp_inst *in, rp_mem *m, rp_best *best, rp_clock *clk, uint64_t seed);
 /*

@@ -190,6 +190,8 @@ int om_cmd_plan(int argc, char **argv)
     printf("peak:        %" PRIu64 "\n", res.peak);
     printf("peak/LB:     %.4f\n",
            res.lower_bound ? (double)res.peak / (double)res.lower_bound : 1.0);
+    printf("greedy:      %" PRIu64 " (%.4f x LB, greedy by size)\n", res.greedy_peak,
+           res.lower_bound ? (double)res.greedy_peak / (double)res.lower_bound : 1.0);
     printf("time:        %.1f ms (algo %s, best from %s, %" PRIu64 " steps%s)\n",
            (double)res.elapsed_ns / 1e6, om_rp_algo_name(opt.algo), res.stage, res.nodes,
            res.optimal ? ", optimal" : "");
