@@ -226,40 +226,55 @@ static uint64_t lowest_fit(const tree *t, const rp_inst *in, uint32_t i)
     return y;
 }
 
-int rp_greedy_size(const rp_inst *in, rp_mem *m, uint64_t *off, uint64_t *peak)
+/* Places movable blocks in order, each at the lowest offset where it fits. The tree's
+ * memory is given back at the end: the search that follows needs its own. */
+static int fit(const rp_inst *in, const rp_mem *m, const uint32_t *order, uint64_t *off,
+               uint64_t *peak)
 {
+    rp_mem own = {m->a, NULL};
     tree t = {0};
-    rp_kv *kv = rp_alloc(m, (size_t)in->nm + 1, sizeof(*kv));
     uint32_t nsec = in->nsec ? in->nsec : 1;
-    int rc;
+    int rc = -ENOMEM;
 
     *peak = in->fixed_top;
-    if (!kv)
-        return -ENOMEM;
     for (t.size = 1; t.size < nsec; t.size <<= 1)
         ;
-    t.p.m = m;
-    t.own = rp_alloc(m, 2 * (size_t)t.size, sizeof(ivset));
-    t.all = rp_alloc(m, 2 * (size_t)t.size, sizeof(ivset));
+    t.p.m = &own;
+    t.own = rp_alloc(&own, 2 * (size_t)t.size, sizeof(ivset));
+    t.all = rp_alloc(&own, 2 * (size_t)t.size, sizeof(ivset));
     if (!t.own || !t.all)
-        return -ENOMEM;
+        goto out;
     for (size_t i = 0; i < in->n; i++)
         if (in->b[i].fixed && (rc = block_add(&t, in, (uint32_t)i, in->b[i].offset)) < 0)
-            return rc;
-    for (uint32_t k = 0; k < in->nm; k++) {
-        const om_rp_block *b = &in->b[in->mov[k]];
-        kv[k] = (rp_kv){UINT64_MAX - b->size, b->lower, 0, k};
-    }
-    rp_sort_kv(kv, in->nm);
-    for (uint32_t x = 0; x < in->nm; x++) {
-        uint32_t k = kv[x].v, i = in->mov[k];
+            goto out;
+    rc = 0;
+    for (uint32_t x = 0; x < in->nm && rc == 0; x++) {
+        uint32_t k = order[x], i = in->mov[k];
         uint64_t o = lowest_fit(&t, in, i);
 
         off[k] = o;
         if (o + in->b[i].size > *peak)
             *peak = o + in->b[i].size;
-        if ((rc = block_add(&t, in, i, o)) < 0)
-            return rc;
+        rc = block_add(&t, in, i, o);
     }
-    return 0;
+out:
+    rp_mem_free_all(&own);
+    return rc;
+}
+
+int rp_greedy_size(const rp_inst *in, rp_mem *m, uint64_t *off, uint64_t *peak)
+{
+    rp_kv *kv = rp_alloc(m, (size_t)in->nm + 1, sizeof(*kv));
+    uint32_t *order = rp_alloc(m, (size_t)in->nm + 1, sizeof(uint32_t));
+
+    if (!kv || !order)
+        return -ENOMEM;
+    for (uint32_t k = 0; k < in->nm; k++) {
+        const om_rp_block *b = &in->b[in->mov[k]];
+        kv[k] = (rp_kv){UINT64_MAX - b->size, b->lower, 0, k};
+    }
+    rp_sort_kv(kv, in->nm);
+    for (uint32_t k = 0; k < in->nm; k++)
+        order[k] = kv[k].v;
+    return fit(in, m, order, off, peak);
 }
