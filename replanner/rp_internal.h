@@ -130,12 +130,13 @@ int rp_local(const rp_inst *in, rp_mem *m, rp_best *best, rp_clock *clk, uint64_
 /*
  * The branch and bound's rankings (rp_util.c): keys is a string of MiniMalloc's letters.
  * Ranks members[0..count) (all movable blocks if members is NULL): out[k] is k's position.
- * total: unplaced bytes per section, for T of a part of the problem (NULL: the whole load).
+ * total: unplaced bytes per section, for T of a part of the problem (NULL: the whole load);
+ * tree: if not NULL, a max tree holding total, which answers T without a scan.
  * factor: if not NULL, the first key of block k is scaled by factor[k] (randomized rankings).
  */
 void rp_rank(const rp_inst *in, const uint32_t *ov_start, const char *keys, const uint64_t *total,
-             const uint32_t *members, uint32_t count, const double *factor, rp_kv *kv,
-             uint32_t *out);
+             const rp_maxtree *tree, const uint32_t *members, uint32_t count, const double *factor,
+             rp_kv *kv, uint32_t *out);
 
 /*
  * The branch and bound's decision search (rp_bnb.c). A ranking orders the blocks that could
