@@ -117,6 +117,7 @@ typedef struct rp_best {
     uint32_t *order; /* a decoder order (positions in mov) that yields off, for the local search */
     uint64_t peak;
     uint64_t greedy_peak; /* greedy by size's, which the plan never exceeds */
+    uint64_t proven;      /* no plan has a lower peak: floor_lb, or more where a search proved it */
     const char *stage;
 } rp_best;
 

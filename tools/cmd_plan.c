@@ -192,6 +192,14 @@ int om_cmd_plan(int argc, char **argv)
            res.lower_bound ? (double)res.peak / (double)res.lower_bound : 1.0);
     printf("greedy:      %" PRIu64 " (%.4f x LB, greedy by size)\n", res.greedy_peak,
            res.lower_bound ? (double)res.greedy_peak / (double)res.lower_bound : 1.0);
+    printf("proven:      %" PRIu64 " (no plan has a lower peak)\n", res.proven_bound);
+    /* Above LB, the gap is the bound's up to what is proven, the search's (or not yet
+     * known) above that. */
+    if (res.peak > res.lower_bound)
+        printf("gap:         %" PRIu64 " bytes: %" PRIu64 " the bound's (proven), %" PRIu64
+               " not settled by the search\n",
+               res.peak - res.lower_bound, res.proven_bound - res.lower_bound,
+               res.peak - res.proven_bound);
     printf("time:        %.1f ms (algo %s, best from %s, %" PRIu64 " steps%s)\n",
            (double)res.elapsed_ns / 1e6, om_rp_algo_name(opt.algo), res.stage, res.nodes,
            res.optimal ? ", optimal" : "");
