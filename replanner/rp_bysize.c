@@ -28,7 +28,10 @@ typedef struct ivset {
 
 #define MIN_CLASS 2
 #define MAX_CLASS 31
-#define SLAB_BYTES (UINT64_C(1) << 20)
+/* Slabs double from the first to the last size: a small plan made in a program touches
+ * a few pages, a large one few slabs. */
+#define SLAB_FIRST (UINT64_C(1) << 12)
+#define SLAB_LAST (UINT64_C(1) << 20)
 /* A run has at most 2 * 32 path nodes and 2 * 32 canonical ones; a block two runs. */
 #define MAX_SETS 256
 
@@ -37,7 +40,7 @@ typedef struct ivset {
 typedef struct pool {
     rp_mem *m;
     char *slab;
-    size_t left;
+    size_t left, next; /* bytes left in the slab; the size of the next one */
     iv *free[MAX_CLASS + 1];
 } pool;
 
@@ -56,12 +59,17 @@ static iv *pool_get(pool *p, uint8_t cls)
         memcpy(&p->free[cls], r, sizeof(p->free[cls]));
         return r;
     }
-    if (bytes >= SLAB_BYTES / 4)
+    if (bytes >= SLAB_LAST / 4)
         return rp_alloc(p->m, (size_t)1 << cls, sizeof(iv));
     if (p->left < bytes) {
-        if (!(p->slab = rp_alloc(p->m, SLAB_BYTES, 1)))
+        size_t n = p->next < SLAB_FIRST ? SLAB_FIRST : p->next;
+
+        while (n < bytes)
+            n *= 2;
+        if (!(p->slab = rp_alloc(p->m, n, 1)))
             return NULL;
-        p->left = SLAB_BYTES;
+        p->left = n;
+        p->next = n < SLAB_LAST ? 2 * n : n;
     }
     r = (iv *)(void *)p->slab;
     p->slab += bytes;
