@@ -37,11 +37,15 @@ typedef struct ivset {
 
 /* Arrays in classes of powers of two from slabs, given back to a free list when they grow:
  * the replanner's allocator has no cheap small allocations. */
+typedef struct link {
+    struct link *next; /* over the first bytes of a free array */
+} link;
+
 typedef struct pool {
     rp_mem *m;
     char *slab;
     size_t left, next; /* bytes left in the slab; the size of the next one */
-    iv *free[MAX_CLASS + 1];
+    link *free[MAX_CLASS + 1];
 } pool;
 
 typedef struct tree {
@@ -53,11 +57,12 @@ typedef struct tree {
 static iv *pool_get(pool *p, uint8_t cls)
 {
     size_t bytes = ((size_t)1 << cls) * sizeof(iv);
-    iv *r = p->free[cls];
+    link *l = p->free[cls];
+    iv *r;
 
-    if (r) {
-        memcpy(&p->free[cls], r, sizeof(p->free[cls]));
-        return r;
+    if (l) {
+        p->free[cls] = l->next;
+        return (iv *)(void *)l;
     }
     if (bytes >= SLAB_LAST / 4)
         return rp_alloc(p->m, (size_t)1 << cls, sizeof(iv));
@@ -79,8 +84,10 @@ static iv *pool_get(pool *p, uint8_t cls)
 
 static void pool_put(pool *p, iv *a, uint8_t cls)
 {
-    memcpy(a, &p->free[cls], sizeof(p->free[cls]));
-    p->free[cls] = a;
+    link *l = (link *)(void *)a;
+
+    l->next = p->free[cls];
+    p->free[cls] = l;
 }
 
 /* The first range that ends above y. */
