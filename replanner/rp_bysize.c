@@ -105,16 +105,34 @@ static uint32_t first_above(const ivset *s, uint64_t y)
     return lo;
 }
 
-/* The lowest aligned offset >= y where [offset, offset + size) meets no range of s. */
-static uint64_t clear_of(const ivset *s, uint64_t y, uint64_t size, uint64_t align)
+/*
+ * The lowest aligned offset >= y where [offset, offset + size) meets no range of s. *at is
+ * where the last call on s stopped: the offset only rises while a block is placed, so the
+ * search goes on from there, a step at a time first (the next range is nearly always the
+ * one), then by halves.
+ */
+static uint64_t clear_of(const ivset *s, uint32_t *at, uint64_t y, uint64_t size, uint64_t align)
 {
-    uint32_t x = first_above(s, y);
+    uint32_t x = *at;
 
+    if (x < s->n && s->v[x].hi <= y && ++x < s->n && s->v[x].hi <= y) {
+        uint32_t lo = x + 1, hi = s->n;
+
+        while (lo < hi) {
+            uint32_t mid = lo + (hi - lo) / 2;
+            if (s->v[mid].hi <= y)
+                lo = mid + 1;
+            else
+                hi = mid;
+        }
+        x = lo;
+    }
     while (x < s->n && s->v[x].lo < y + size) {
         y = rp_align_up(s->v[x].hi, align);
         while (x < s->n && s->v[x].hi <= y)
             x++;
     }
+    *at = x;
     return y;
 }
 
@@ -226,15 +244,16 @@ static uint64_t lowest_fit(const tree *t, const rp_inst *in, uint32_t i)
 {
     const ivset *sets[MAX_SETS];
     const om_rp_block *b = &in->b[i];
-    uint32_t ns = 0, still = 0;
+    uint32_t ns = 0, still = 0, at[MAX_SETS];
     uint64_t y = rp_align_up(0, b->align);
 
     if (in->s0[i] < in->s1[i])
         ns = run_sets(t, in->s0[i], in->s1[i], sets, ns);
     if (in->w0[i] < in->w1[i])
         ns = run_sets(t, in->w0[i], in->w1[i], sets, ns);
+    memset(at, 0, ns * sizeof(at[0]));
     for (uint32_t x = 0; ns && still < ns; x = x + 1 == ns ? 0 : x + 1) {
-        uint64_t z = clear_of(sets[x], y, b->size, b->align);
+        uint64_t z = clear_of(sets[x], &at[x], y, b->size, b->align);
         still = z == y ? still + 1 : 1;
         y = z;
     }
