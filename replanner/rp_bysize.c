@@ -14,7 +14,8 @@
  * byte ranges, merged: a candidate offset that meets a merged range meets one of its blocks
  * wherever it starts below the range's end, so it can jump there. The lowest offset is
  * found by jumping until no set of either run has anything in the way; every jump passes
- * bytes that are proven taken. A set holds at most as many ranges as blocks live at once.
+ * bytes that are proven taken. An own() set holds at most as many ranges as blocks live at
+ * once; near the root, all() sets merge into a few long ranges.
  */
 typedef struct iv {
     uint64_t lo, hi;
