@@ -1,10 +1,13 @@
 #!/usr/bin/python3
 """Benchmark of the replanner: `optmem plan` over the bundled lifetime sets, a generated
-20,000-buffer training-like trace and two recorded transformer iterations (cyclic, 6491 and
-12635 arcs, tests/replanner/data); prints one table (instance, buffers, LB, best known,
-ours, ratio to LB, time, the process's peak RSS, and the ratio to LB with the in-process
-default budget of 20 ms)."""
+20,000-buffer training-like trace, two recorded transformer iterations (cyclic, 6491 and
+12635 arcs, tests/replanner/data) and hard generated instances (tests/replanner/
+gen_instances.py: perfect packings of 220 to 600 buffers, whose optimum is LB, a cyclic one
+and a crowded aligned one, seeds from 1000, which the tests do not use); prints one table
+(instance, buffers, LB, best known, greedy by size / LB, ours / LB, time, the process's peak
+RSS, and ours / LB with the in-process default budget of 20 ms)."""
 import argparse
+import json
 import os
 import random
 import re
@@ -14,10 +17,17 @@ import tempfile
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
+# gen_instances.py (kind, buffers, seed); the tests use seeds below 100.
+GENERATED = [("perfect", 220, 1001), ("perfect", 300, 1002), ("perfect", 400, 1003),
+             ("perfect", 500, 1004), ("perfect", 600, 1005), ("cyclic", 400, 1006),
+             ("crowded", 2000, 1007)]
+
 # From shared/bench/lifetimes/README.md: the smallest peak any solver has been seen to reach.
 BEST_KNOWN = {
     "minimalloc-A.csv": 1048576, "minimalloc-B.csv": 1048576, "minimalloc-C.csv": 1039360,
     "minimalloc-D.csv": 1040384, "minimalloc-E.csv": 1048576, "minimalloc-F.csv": 1048576,
+    "minimalloc-G.csv": 1048576, "minimalloc-H.csv": 1048576, "minimalloc-I.csv": 1048576,
+    "minimalloc-J.csv": 1038336, "minimalloc-K.csv": 1048576,
     "omnimalloc-small-a.6.csv": 6, "omnimalloc-small-b.6.csv": 6, "omnimalloc-small-c.8.csv": 8,
 }
 
@@ -80,7 +90,7 @@ def run_plan(optmem, path, budget_ms, period=0):
     if proc.returncode != 0:
         sys.exit("optmem plan %s failed: %s" % (path, err.strip()))
     val = {"MiB": usage.ru_maxrss / 1024}
-    for key in ("buffers", "lower bound", "peak"):
+    for key in ("buffers", "lower bound", "peak", "greedy"):
         val[key] = int(re.search(r"^%s:\s+(\d+)" % key, out, re.M).group(1))
     val["ms"] = float(re.search(r"^time:\s+([\d.]+) ms", out, re.M).group(1))
     return val
@@ -97,6 +107,8 @@ def main():
                          "%(default)s)")
     ap.add_argument("--short-budget-ms", type=int, default=20,
                     help="second, short budget for every instance (0: none)")
+    ap.add_argument("--no-generated", action="store_true",
+                    help="leave out the gen_instances.py instances")
     a = ap.parse_args()
     optmem = a.optmem
     if not optmem:
@@ -119,20 +131,36 @@ def main():
                      os.path.join(ROOT, "tests", "replanner", "data", name + ".csv"),
                      a.step_budget_ms, period))
 
-    fmt = "%-32s %8s %12s %12s %12s %8s %9s %7s %10s"
+    generated = []
+    if not a.no_generated:
+        gen = os.path.join(ROOT, "tests", "replanner", "gen_instances.py")
+        for kind, n, seed in GENERATED:
+            path = os.path.join(tmp, "%s-%d-%d.csv" % (kind, n, seed))
+            meta = json.loads(subprocess.run([sys.executable, gen, kind, "--n", str(n), "--seed",
+                                              str(seed), "-o", path], check=True,
+                                             capture_output=True, text=True).stdout)
+            name = "gen %s n=%d seed=%d" % (kind, n, seed)
+            if meta["optimum"] is not None:
+                BEST_KNOWN[name] = meta["optimum"]
+            jobs.append((name, path, a.budget_ms, meta["period"]))
+            generated.append(path)
+
+    fmt = "%-32s %8s %13s %12s %9s %8s %9s %7s %10s"
     short = "LB@%dms" % a.short_budget_ms if a.short_budget_ms else ""
-    print(fmt % ("instance", "buffers", "lower bound", "best known", "ours", "ours/LB", "time ms",
-                 "MiB", short))
+    print(fmt % ("instance", "buffers", "lower bound", "best known", "greedy/LB", "ours/LB",
+                 "time ms", "MiB", short))
     for name, path, budget, period in jobs:
         v = run_plan(optmem, path, budget, period)
         best = BEST_KNOWN.get(name)
         ratio = ""
         if a.short_budget_ms:
             ratio = "%.4f" % (run_plan(optmem, path, a.short_budget_ms, period)["peak"] / v["lower bound"])
-        print(fmt % (name, v["buffers"], v["lower bound"], best if best else "-", v["peak"],
+        print(fmt % (name, v["buffers"], v["lower bound"], best if best else "-",
+                     "%.4f" % (v["greedy"] / v["lower bound"]),
                      "%.4f" % (v["peak"] / v["lower bound"]), "%.1f" % v["ms"], "%.1f" % v["MiB"],
                      ratio))
-    os.remove(trace)
+    for path in generated + [trace]:
+        os.remove(path)
     os.rmdir(tmp)
 
 

@@ -65,11 +65,18 @@ typedef struct om_rp_options {
 } om_rp_options;
 
 typedef struct om_rp_result {
-    uint64_t peak;        /* max over blocks of offset + size, fixed blocks included */
-    uint64_t lower_bound; /* max bytes live at once (fixed included; on the circle if cyclic) */
+    uint64_t peak;         /* max over blocks of offset + size, fixed blocks included */
+    uint64_t lower_bound;  /* max bytes live at once (fixed included; on the circle if cyclic) */
+    uint64_t greedy_peak;  /* greedy by size's (largest first, each at the lowest offset where
+                              it fits), the first plan of every search: peak never exceeds it */
+    uint64_t proven_bound; /* no plan has a lower peak: lower_bound (or the highest fixed end)
+                              where nothing more is known, higher where the branch and bound
+                              proved that no plan reaches it. peak above it: the gap may be
+                              the search's; proven_bound above lower_bound: that much of the
+                              gap is the bound's */
     uint64_t elapsed_ns;
     uint64_t nodes;    /* decodes or branch and bound nodes spent */
-    int optimal;       /* peak equals a proven lower bound */
+    int optimal;       /* peak equals proven_bound */
     const char *stage; /* which stage found the plan: "greedy", "local", "bnb" */
 } om_rp_result;
 

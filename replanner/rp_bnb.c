@@ -357,7 +357,7 @@ int rp_search_new(const rp_inst *in, rp_mem *m, rp_best *best, rp_clock *clk, rp
 
 void rp_search_rank(rp_search *s, const rp_ranking *r, uint32_t *out)
 {
-    rp_rank(s->in, s->ov_start, r->keys, NULL, NULL, 0, r->factor, s->kv, out);
+    rp_rank(s->in, s->ov_start, r->keys, NULL, NULL, NULL, 0, r->factor, s->kv, out);
 }
 
 /* A part of the problem: its unplaced blocks (in parts) and its sections [lo, hi). */
@@ -417,6 +417,23 @@ static int sections_fit(rp_search *s, uint32_t y)
 
     if (lo > s->cap || s->size[y] > s->cap - lo)
         return 0;
+    /* Every section passes when the fullest does: one query instead of a scan of all the
+     * sections a long-lived block spans, which was most of the time on large traces. */
+    if (s->tree.n) {
+        uint32_t i = in->mov[y];
+        int64_t mx;
+
+        if ((uint64_t)s->tree.mx[1] <= s->cap - lo) /* the fullest of all, at the root */
+            return 1;
+        mx = rp_maxtree_max(&s->tree, in->s0[i], in->s1[i]);
+
+        if (in->w0[i] < in->w1[i]) {
+            int64_t w = rp_maxtree_max(&s->tree, in->w0[i], in->w1[i]);
+            mx = w > mx ? w : mx;
+        }
+        if ((uint64_t)mx <= s->cap - lo)
+            return 1;
+    }
     FOR_SECTIONS(in, in->mov[y], x)
     {
         uint64_t room = s->cap - s->total[x];
@@ -518,8 +535,8 @@ static int solve_part(rp_search *s, const part *q)
         return -ENOMEM;
     for (size_t x = 0; x < q->count; x++)
         s->saved.v[s->saved.top++] = s->rank[s->parts.v[q->first + x]];
-    rp_rank(s->in, s->ov_start, s->rk->keys, s->total, s->parts.v + q->first, (uint32_t)q->count,
-            s->rk->factor, s->kv, s->rank);
+    rp_rank(s->in, s->ov_start, s->rk->keys, s->total, s->tree.n ? &s->tree : NULL,
+            s->parts.v + q->first, (uint32_t)q->count, s->rk->factor, s->kv, s->rank);
     r = search(s, q, 0, 0);
     for (size_t x = 0; x < q->count; x++)
         s->rank[s->parts.v[q->first + x]] = s->saved.v[mark + x];

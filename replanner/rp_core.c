@@ -674,7 +674,9 @@ static void finish(const rp_inst *in, const rp_best *best, uint64_t *offsets, om
     if (res) {
         res->peak = om_rp_peak(in->b, in->n, offsets);
         res->lower_bound = in->lb;
-        res->optimal = res->peak == in->floor_lb;
+        res->greedy_peak = best->greedy_peak;
+        res->proven_bound = best->proven > in->floor_lb ? best->proven : in->floor_lb;
+        res->optimal = res->peak == res->proven_bound;
         res->stage = best->stage;
     }
 }

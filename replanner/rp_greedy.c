@@ -175,20 +175,32 @@ int rp_greedy(const rp_inst *in, rp_mem *m, rp_best *best, const rp_clock *clk)
     uint32_t *order = rp_alloc(m, (size_t)in->nm + 1, sizeof(uint32_t));
     uint64_t *off = rp_alloc(m, (size_t)in->nm + 1, sizeof(uint64_t));
     uint32_t crit = 0;
+    int rc;
 
-    best->peak = RP_NONE;
     best->stage = "greedy";
     if (!kv || !order || !off || sky_init(&t, m, in->nsec ? in->nsec : 1) < 0)
         return -ENOMEM;
-    for (int which = 0; which < 5; which++) {
+    if ((rc = rp_greedy_size(in, m, off, &best->greedy_peak)) < 0)
+        return rc;
+    /*
+     * Its blocks by offset through the skyline: each lands at or below its offset (the
+     * blocks placed before it that meet it in time end at or below that offset), so the
+     * plan is never higher and the local search gets an order that yields it.
+     */
+    for (uint32_t k = 0; k < in->nm; k++)
+        kv[k] = (rp_kv){off[k], 0, 0, k};
+    rp_sort_kv(kv, in->nm);
+    for (uint32_t k = 0; k < in->nm; k++)
+        order[k] = kv[k].v;
+    best->peak = decode(in, &t, order, best->off, RP_NONE - 1, &crit, NULL);
+    memcpy(best->order, order, in->nm * sizeof(uint32_t));
+    for (int which = 0; which < 5 && best->peak > in->stop; which++) {
         uint64_t peak;
 
-        /* The first order always finishes: the caller needs a plan, late or not. */
-        if (which && rp_now_ns() >= clk->deadline_ns)
+        if (rp_now_ns() >= clk->deadline_ns)
             break;
         make_order(in, kv, which, order);
-        peak = decode(in, &t, order, off, best->peak == RP_NONE ? RP_NONE - 1 : best->peak - 1,
-                      &crit, which ? clk : NULL);
+        peak = decode(in, &t, order, off, best->peak - 1, &crit, clk);
         if (peak == RP_NONE)
             continue;
         best->peak = peak;

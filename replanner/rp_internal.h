@@ -116,20 +116,28 @@ typedef struct rp_best {
     uint64_t *off;
     uint32_t *order; /* a decoder order (positions in mov) that yields off, for the local search */
     uint64_t peak;
+    uint64_t greedy_peak; /* greedy by size's, which the plan never exceeds */
+    uint64_t proven;      /* no plan has a lower peak: floor_lb, or more where a search proved it */
     const char *stage;
 } rp_best;
 
+/* rp_bysize.c: greedy by size (largest first, ties by birth, each at the lowest offset
+ * where it fits): off per movable block, *peak with the fixed blocks. */
+int rp_greedy_size(const rp_inst *in, rp_mem *m, uint64_t *off, uint64_t *peak);
+
+/* rp_greedy.c: greedy by size as the first plan, then other orders through the skyline. */
 int rp_greedy(const rp_inst *in, rp_mem *m, rp_best *best, const rp_clock *clk);
 int rp_local(const rp_inst *in, rp_mem *m, rp_best *best, rp_clock *clk, uint64_t seed);
 /*
  * The branch and bound's rankings (rp_util.c): keys is a string of MiniMalloc's letters.
  * Ranks members[0..count) (all movable blocks if members is NULL): out[k] is k's position.
- * total: unplaced bytes per section, for T of a part of the problem (NULL: the whole load).
+ * total: unplaced bytes per section, for T of a part of the problem (NULL: the whole load);
+ * tree: if not NULL, a max tree holding total, which answers T without a scan.
  * factor: if not NULL, the first key of block k is scaled by factor[k] (randomized rankings).
  */
 void rp_rank(const rp_inst *in, const uint32_t *ov_start, const char *keys, const uint64_t *total,
-             const uint32_t *members, uint32_t count, const double *factor, rp_kv *kv,
-             uint32_t *out);
+             const rp_maxtree *tree, const uint32_t *members, uint32_t count, const double *factor,
+             rp_kv *kv, uint32_t *out);
 
 /*
  * The branch and bound's decision search (rp_bnb.c). A ranking orders the blocks that could

@@ -31,6 +31,15 @@ typedef struct driver {
     uint64_t descents; /* runs below the best plan so far */
 } driver;
 
+/* A complete run failed at lo - 1: no plan has a lower peak than lo. */
+static void prove(driver *d, uint64_t lo)
+{
+    if (lo > d->lo)
+        d->lo = lo;
+    if (lo > d->best->proven)
+        d->best->proven = lo;
+}
+
 /* The Luby sequence 1 1 2 1 1 2 4 ...: restart lengths that waste at most a log factor. */
 static uint64_t luby(uint64_t i)
 {
@@ -81,7 +90,7 @@ static int attempt(driver *d, const rp_ranking *rk, uint64_t limit)
             return rc;
         if (rc == RP_NOTFOUND) {
             d->lb_infeasible = 1;
-            d->lo = d->in->stop + 1;
+            prove(d, d->in->stop + 1);
         }
         if (rc == RP_FOUND || d->clk->stopped)
             return 1;
@@ -93,8 +102,8 @@ static int attempt(driver *d, const rp_ranking *rk, uint64_t limit)
         if (rc < 0)
             return rc;
         /* A complete search that failed proves that no plan reaches c. */
-        if (rc == RP_NOTFOUND && c + 1 > d->lo)
-            d->lo = c + 1;
+        if (rc == RP_NOTFOUND)
+            prove(d, c + 1);
         if (rc != RP_FOUND)
             fails++;
     }
@@ -140,7 +149,7 @@ int rp_bnb(const rp_inst *in, rp_mem *m, rp_best *best, rp_clock *clk, uint64_t 
             return rc;
         if (rc == RP_NOTFOUND) {
             d.lb_infeasible = 1;
-            d.lo = in->stop + 1;
+            prove(&d, in->stop + 1);
         }
         if (rc == RP_FOUND || clk->stopped)
             return 0;

@@ -175,7 +175,7 @@ uint64_t rp_now_ns(void)
  * Z size; a lower case letter ranks smaller first.
  */
 static uint64_t rank_key(const rp_inst *in, const uint32_t *ov_start, const uint64_t *total,
-                         uint32_t k, char c)
+                         const rp_maxtree *tree, uint32_t k, char c)
 {
     uint32_t i = in->mov[k];
     const om_rp_block *b = &in->b[i];
@@ -193,6 +193,11 @@ static uint64_t rank_key(const rp_inst *in, const uint32_t *ov_start, const uint
     case 'T':
         if (!total)
             return in->secmax[k];
+        if (tree) { /* a long-lived block spans thousands of sections */
+            int64_t a = rp_maxtree_max(tree, in->s0[i], in->s1[i]);
+            int64_t e = in->w0[i] < in->w1[i] ? rp_maxtree_max(tree, in->w0[i], in->w1[i]) : 0;
+            return (uint64_t)(a > e ? a : e);
+        }
         for (uint32_t x = in->s0[i]; x < in->s1[i]; x++)
             mx = total[x] > mx ? total[x] : mx;
         for (uint32_t x = in->w0[i]; x < in->w1[i]; x++)
@@ -205,13 +210,13 @@ static uint64_t rank_key(const rp_inst *in, const uint32_t *ov_start, const uint
     case 'Z':
         return b->size;
     default: /* lower case: smaller first */
-        return UINT64_MAX - rank_key(in, ov_start, total, k, (char)(c - 'a' + 'A'));
+        return UINT64_MAX - rank_key(in, ov_start, total, tree, k, (char)(c - 'a' + 'A'));
     }
 }
 
 void rp_rank(const rp_inst *in, const uint32_t *ov_start, const char *keys, const uint64_t *total,
-             const uint32_t *members, uint32_t count, const double *factor, rp_kv *kv,
-             uint32_t *out)
+             const rp_maxtree *tree, const uint32_t *members, uint32_t count, const double *factor,
+             rp_kv *kv, uint32_t *out)
 {
     if (!members)
         count = in->nm;
@@ -220,7 +225,7 @@ void rp_rank(const rp_inst *in, const uint32_t *ov_start, const char *keys, cons
         uint64_t key[3] = {0, 0, 0};
 
         for (int j = 0; j < 3 && keys[j]; j++)
-            key[j] = UINT64_MAX - rank_key(in, ov_start, total, k, keys[j]);
+            key[j] = UINT64_MAX - rank_key(in, ov_start, total, tree, k, keys[j]);
         if (factor) {
             /* Scale the value itself, not its complement for a lower case letter. */
             int up = keys[0] >= 'A' && keys[0] <= 'Z';

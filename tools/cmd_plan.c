@@ -32,7 +32,8 @@ static void usage(FILE *f)
             "                  [--seed N] [--period P] [-o OUT.csv]\n"
             "Places the buffers of a lifetime CSV (header id,lower,upper,size[,alignment];\n"
             "lifetimes half-open [lower,upper)) in one pool and prints the peak against the\n"
-            "lower bound (max bytes live at once).\n"
+            "lower bound (max bytes live at once), greedy by size's peak, which it never\n"
+            "exceeds, and the bound proven so far (how much of the gap is the bound's).\n"
             "A PyTorch memory snapshot (torch.cuda.memory._dump_snapshot, recognised by its\n"
             "content) is planned per device and stream, against the peak PyTorch reserved.\n"
             "  --budget-ms N  search time in milliseconds (default %d)\n"
@@ -303,6 +304,16 @@ int om_cmd_plan(int argc, char **argv)
     printf("peak:        %" PRIu64 "\n", res.peak);
     printf("peak/LB:     %.4f\n",
            res.lower_bound ? (double)res.peak / (double)res.lower_bound : 1.0);
+    printf("greedy:      %" PRIu64 " (%.4f x LB, greedy by size)\n", res.greedy_peak,
+           res.lower_bound ? (double)res.greedy_peak / (double)res.lower_bound : 1.0);
+    printf("proven:      %" PRIu64 " (no plan has a lower peak)\n", res.proven_bound);
+    /* Above LB, the gap is the bound's up to what is proven, the search's (or not yet
+     * known) above that. */
+    if (res.peak > res.lower_bound)
+        printf("gap:         %" PRIu64 " bytes: %" PRIu64 " the bound's (proven), %" PRIu64
+               " not settled by the search\n",
+               res.peak - res.lower_bound, res.proven_bound - res.lower_bound,
+               res.peak - res.proven_bound);
     printf("time:        %.1f ms (algo %s, best from %s, %" PRIu64 " steps%s)\n",
            (double)res.elapsed_ns / 1e6, om_rp_algo_name(opt.algo), res.stage, res.nodes,
            res.optimal ? ", optimal" : "");

@@ -178,7 +178,7 @@ uint64_t t_plan_checked(const om_rp_block *b, size_t n, uint64_t period, int alg
     if (om_rp_check(b, n, period, off, &t_alloc, err, sizeof(err)) != 0)
         fail_msg("invalid plan (algo %s): %s", om_rp_algo_name(algo), err);
     assert_int_equal(res.peak, om_rp_peak(b, n, off));
-    assert_true(res.peak >= res.lower_bound);
+    assert_true(res.peak >= res.proven_bound && res.proven_bound >= res.lower_bound);
     assert_int_equal(t_live_bytes(), live0);
     if (lb)
         *lb = res.lower_bound;

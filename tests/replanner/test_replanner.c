@@ -703,6 +703,33 @@ static void test_auto_large_step(void **state)
     assert_int_equal(t_live_bytes(), 0);
 }
 
+/* Where alignment puts LB out of reach, the search proves it: the gap is the bound's. */
+static void test_proven_bound(void **state)
+{
+    om_rp_block b[3] = {blk(1, 0, 10, 1), blk(2, 0, 10, 1), blk(3, 5, 15, 3)};
+    uint64_t off[3];
+    om_rp_options opt = {0};
+    om_rp_result res;
+    (void)state;
+
+    b[0].align = b[1].align = 8;
+    opt.alloc = t_alloc;
+    opt.budget_ms = 1000;
+    opt.max_nodes = 100000;
+    opt.algo = OM_RP_ALGO_BNB;
+    assert_int_equal(om_rp_plan(b, 3, &opt, off, &res), 0);
+    assert_int_equal(res.lower_bound, 5); /* 1 + 1 + 3 live in [5, 10) */
+    assert_int_equal(res.peak, 9);        /* 0 and 8, the 3 bytes between */
+    assert_int_equal(res.proven_bound, 9);
+    assert_true(res.optimal);
+    /* The greedy alone proves nothing beyond LB. */
+    opt.algo = OM_RP_ALGO_GREEDY;
+    assert_int_equal(om_rp_plan(b, 3, &opt, off, &res), 0);
+    assert_int_equal(res.proven_bound, 5);
+    assert_false(res.optimal);
+    assert_int_equal(t_live_bytes(), 0);
+}
+
 static void test_empty(void **state)
 {
     om_rp_options opt = {0};
@@ -735,6 +762,7 @@ int main(void)
         cmocka_unit_test(test_checker_random),
         cmocka_unit_test(test_deterministic),
         cmocka_unit_test(test_empty),
+        cmocka_unit_test(test_proven_bound),
         cmocka_unit_test(test_bnb_restarts),
         cmocka_unit_test(test_tiny_budget_large),
         cmocka_unit_test(test_maxtree_random),
