@@ -1,10 +1,12 @@
 """Checks of `optmem report --format memory-viz` (tests/report/CMakeLists.txt runs one per test).
 
-Usage: check_memviz.py --optmem CLI SUBCOMMAND [ARGS...]
+Usage: check_memviz.py --optmem CLI [--preload LIB] SUBCOMMAND [ARGS...]
 Subcommands: structure (the pickle's dicts and its trace against the report's lifetimes),
 torch (torch 1.13's torch.cuda._memory_viz reads its segments), roundtrip (optmem's own
 snapshot reader gives the sample's buffers and peak back), domains PROGRAM (a host domain
-without offsets and a device domain, from tests/tracer/domains_report.c), errors."""
+without offsets and a device domain, from tests/tracer/domains_report.c), symbolized PROGRAM
+(tests/report/sym_target.c run under the preload library: frames with file and line),
+errors."""
 import argparse
 import contextlib
 import io
@@ -59,7 +61,7 @@ def records(sec):
     return [r for r in sec["sample"]["lifetimes"] if r]
 
 
-def check_snapshot(snap, sec, device):
+def check_snapshot(snap, sec, device, plain_frames=True):
     """The pickle against the report's sample: one alloc per record, a free per ended one, the
     segment tiled by its blocks, and a trace that replays without overlap."""
     recs = records(sec)
@@ -113,6 +115,8 @@ def check_snapshot(snap, sec, device):
             expect(e["addr"] == BASE + r[6], "alloc at %#x, record at offset %d" %
                    (e["addr"], r[6]))
         frames = sites[r[0]]["frames"]
+        if not plain_frames:  # symbolized: inlined frames expanded, checked by the caller
+            continue
         expect(len(e["frames"]) == len(frames), "site %d: %d frames, not %d" %
                (r[0], len(e["frames"]), len(frames)))
         for got, want in zip(e["frames"], frames):
@@ -229,6 +233,30 @@ def domains(args, rest, tmp):
     expect(all(r[6] is None for r in records(report)), "the host's records have offsets")
 
 
+def symbolized(args, rest, tmp):
+    lines = {}
+    with open(os.path.join(HERE, "sym_target.c")) as f:
+        for no, text in enumerate(f, 1):
+            m = re.search(r"LINE:(\w+)", text)
+            if m:
+                lines[m.group(1)] = no
+    path = os.path.join(tmp, "sym.json")
+    env = dict(os.environ, LD_PRELOAD=args.preload, OPTMEM_MODE="trace", OPTMEM_REPORT=path)
+    subprocess.run([rest[0]], env=env, check=True, timeout=60)
+    with open(path) as f:
+        report = json.load(f)
+    out = os.path.join(tmp, "sym.pickle")
+    cli(args, ["report", path, "--format", "memory-viz", "-o", out])
+    with open(out, "rb") as f:
+        snap = pickle.load(f)
+    _, events = check_snapshot(snap, report, 0, plain_frames=False)
+    want = [("inner_alloc", "inner"), ("outer_site", "outer"), ("main", "main")]
+    for e in (e for e in events if e["action"] == "alloc"):
+        got = [(f["name"], os.path.basename(f["filename"]), f["line"]) for f in e["frames"][:3]]
+        expect(got == [(name, "sym_target.c", lines[mark]) for name, mark in want],
+               "alloc frames %r" % got)
+
+
 def errors(args, rest, tmp):
     out = os.path.join(tmp, "x.pickle")
     _, err = cli(args, ["report", LOOP, DRIFT, "--format", "memory-viz", "-o", out], status=2)
@@ -244,11 +272,12 @@ def errors(args, rest, tmp):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--optmem", required=True)
+    ap.add_argument("--preload")
     ap.add_argument("command")
     ap.add_argument("rest", nargs="*")
     args = ap.parse_args()
     commands = {"structure": structure, "torch": torch, "roundtrip": roundtrip,
-                "domains": domains, "errors": errors}
+                "domains": domains, "symbolized": symbolized, "errors": errors}
     tmp = tempfile.mkdtemp(prefix="optmem-memviz-test.")
     try:
         commands[args.command](args, args.rest, tmp)
