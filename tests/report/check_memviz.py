@@ -6,7 +6,7 @@ torch (torch 1.13's torch.cuda._memory_viz reads its segments), roundtrip (optme
 snapshot reader gives the sample's buffers and peak back), domains PROGRAM (a host domain
 without offsets and a device domain, from tests/tracer/domains_report.c), symbolized PROGRAM
 (tests/report/sym_target.c run under the preload library: frames with file and line),
-errors."""
+snapshots DIR (the bundled real PyTorch snapshots exported and read back), errors."""
 import argparse
 import contextlib
 import io
@@ -257,6 +257,37 @@ def symbolized(args, rest, tmp):
                "alloc frames %r" % got)
 
 
+def summary(args, path):
+    out, _ = cli(args, ["report", path, "--format", "json"])
+    p = json.loads(out)["processes"][0]
+    return p["managed_requests"], p["lower_bound_bytes"], p["peak_live_bytes"]
+
+
+def snapshots(args, rest, tmp):
+    """A PyTorch snapshot read as a report and written back as one: the same buffers and
+    lower bound, Python frames kept, and segments that torch 1.13's stats accepts."""
+    from torch.cuda import _memory_viz as mv
+    names = sorted(n for n in os.listdir(rest[0]) if n.endswith(".pickle"))
+    expect(len(names) == 5, "%d snapshots in %s" % (len(names), rest[0]))
+    for name in names:
+        src = os.path.join(rest[0], name)
+        out = os.path.join(tmp, name)
+        cli(args, ["report", src, "--format", "memory-viz", "-o", out])
+        with open(out, "rb") as f:
+            snap = pickle.load(f)
+        before, after = summary(args, src), summary(args, out)
+        seg = snap["segments"][0]
+        expect(before[:2] == after[:2] and after[2] == seg["total_size"],
+               "%s: (buffers, lower bound, peak) %s, read back %s" % (name, before, after))
+        allocs = [e for e in snap["device_traces"][0] if e["action"] == "alloc"]
+        expect(len(allocs) == before[0] and
+               any(f["filename"].endswith(".py") and f["line"] > 0
+                   for e in allocs for f in e["frames"]),
+               "%s: %d allocs, or no Python frame" % (name, len(allocs)))
+        stats = mv.stats(snap["segments"])
+        expect(stats["total_size"].value == seg["total_size"], "%s: stats %r" % (name, stats))
+
+
 def errors(args, rest, tmp):
     out = os.path.join(tmp, "x.pickle")
     _, err = cli(args, ["report", LOOP, DRIFT, "--format", "memory-viz", "-o", out], status=2)
@@ -277,7 +308,7 @@ def main():
     ap.add_argument("rest", nargs="*")
     args = ap.parse_args()
     commands = {"structure": structure, "torch": torch, "roundtrip": roundtrip,
-                "domains": domains, "symbolized": symbolized, "errors": errors}
+                "domains": domains, "symbolized": symbolized, "snapshots": snapshots, "errors": errors}
     tmp = tempfile.mkdtemp(prefix="optmem-memviz-test.")
     try:
         commands[args.command](args, args.rest, tmp)
