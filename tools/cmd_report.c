@@ -192,6 +192,11 @@ int om_cmd_report(int argc, char **argv)
         fprintf(stderr, "optmem report: --format memory-viz takes one report, not %zu\n", n);
         return OM_EXIT_USAGE;
     }
+    if (formats[fmt].render == om_render_memviz_in && !outpath && isatty(STDOUT_FILENO)) {
+        fprintf(stderr, "optmem report: --format memory-viz writes a binary pickle: give -o FILE "
+                        "or redirect standard output\n");
+        return OM_EXIT_USAGE;
+    }
     for (int i = optind; i < argc; i++)
         nsnap += om_pickle_sniff(argv[i]);
     /* A snapshot shows a device by default and a report its host: no common domain. */

@@ -13,6 +13,7 @@ import io
 import json
 import os
 import pickle
+import pty
 import re
 import shutil
 import subprocess
@@ -296,8 +297,23 @@ def errors(args, rest, tmp):
     _, err = cli(args, ["report", LOOP, "--format", "memory-viz", "-o", out, "--domain",
                         "cuda:3"], status=1)
     expect("no memory domain 'cuda:3'" in err and not os.path.exists(out), "domain: %r" % err)
-    out, _ = cli(args, ["report", "--help"])
-    expect("memory-viz" in out, "optmem report --help lacks memory-viz")
+    text, _ = cli(args, ["report", "--help"])
+    expect("memory-viz" in text, "optmem report --help lacks memory-viz")
+    # The pickle is binary: not onto a terminal, but through a pipe it is the same file.
+    master, slave = pty.openpty()
+    try:
+        proc = subprocess.run([args.optmem, "report", LOOP, "--format", "memory-viz"],
+                              stdout=slave, stderr=subprocess.PIPE, timeout=60)
+    finally:
+        os.close(slave)
+        os.close(master)
+    expect(proc.returncode == 2 and b"give -o FILE" in proc.stderr,
+           "onto a terminal: exit %d, %r" % (proc.returncode, proc.stderr))
+    piped = subprocess.run([args.optmem, "report", LOOP, "--format", "memory-viz"],
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=60).stdout
+    cli(args, ["report", LOOP, "--format", "memory-viz", "-o", out])
+    with open(out, "rb") as f:
+        expect(f.read() == piped, "standard output and -o differ")
 
 
 def main():
