@@ -1,5 +1,4 @@
-/* optmem report --format memory-viz: one domain as the PyTorch memory snapshot (a pickle) that
- * pytorch.org/memory_viz and torch.cuda._memory_viz read, written without Python. */
+/* optmem report --format memory-viz: a domain as a PyTorch memory snapshot pickle, no Python. */
 #include "replanner.h"
 #include "report_domain.h"
 
