@@ -232,6 +232,17 @@ def domains(args, rest, tmp):
         check_snapshot(snap, section(report, domain), device)
     # The host records no offsets: every block was placed, as tightly as the sample allows.
     expect(all(r[6] is None for r in records(report)), "the host's records have offsets")
+    # A device numbered 2: the viewers index device_traces by device, so two empty lists
+    # come before its own.
+    report["device_domains"][0]["name"] = "cuda:2"
+    report["domains"] = ["cpu", "cuda:2"]
+    renamed = os.path.join(tmp, "cuda2.json")
+    with open(renamed, "w") as f:
+        json.dump(report, f)
+    out, snap = export(args, tmp, renamed, "cuda2.pickle", ["--domain", "cuda:2"])
+    check_snapshot(snap, section(report, "cuda:2"), 2)
+    shown = json.loads(cli(args, ["report", out, "--format", "json"])[0])
+    expect(shown["domain"] == "cuda:2", "read back as %s" % shown["domain"])
 
 
 def symbolized(args, rest, tmp):
