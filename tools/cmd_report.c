@@ -1,5 +1,5 @@
 /* `optmem report`: reads lifetime reports and renders them as text, JSON, Chrome trace
- * events, folded stacks, SVG or HTML. */
+ * events, folded stacks, SVG, HTML or a PyTorch memory snapshot. */
 #include "commands.h"
 #include "report_domain.h"
 #include "snapshot.h"
@@ -26,8 +26,10 @@ static const struct {
     int (*render)(const struct om_merged *m, const struct om_render *o,
                   const struct om_domain_view *v);
 } formats[] = {
-    {"text", om_render_text_in}, {"json", om_render_json_in}, {"chrome", om_render_chrome_in},
-    {"folded", render_folded},   {"svg", om_render_svg_in},   {"html", om_render_html_in},
+    {"text", om_render_text_in},         {"json", om_render_json_in},
+    {"chrome", om_render_chrome_in},     {"folded", render_folded},
+    {"svg", om_render_svg_in},           {"html", om_render_html_in},
+    {"memory-viz", om_render_memviz_in},
 };
 
 static void usage(FILE *f)
@@ -47,6 +49,9 @@ static void usage(FILE *f)
             "                              bytes live at the peak\n"
             "                      svg:    block offsets against time, live bytes, lower bound\n"
             "                      html:   one offline page with the pictures and tables\n"
+            "                      memory-viz: one report's domain as a PyTorch memory\n"
+            "                              snapshot (pickle) for pytorch.org/memory_viz and\n"
+            "                              torch.cuda._memory_viz; cpu is shown as device 0\n"
             "  --domain NAME       the memory domain shown, in every format: cpu (default)\n"
             "                      or a device domain the report lists (cuda:0, ...); the\n"
             "                      text summary of cpu names the device domains there are\n"
@@ -141,7 +146,7 @@ int om_cmd_report(int argc, char **argv)
             if (fmt < 0) {
                 fprintf(stderr,
                         "optmem report: unknown format '%s' (text, json, chrome, "
-                        "folded, svg or html)\n",
+                        "folded, svg, html or memory-viz)\n",
                         optarg);
                 return OM_EXIT_USAGE;
             }
@@ -182,6 +187,16 @@ int om_cmd_report(int argc, char **argv)
         return OM_EXIT_USAGE;
     }
     size_t n = (size_t)(argc - optind), nsnap = 0;
+    /* A snapshot is one process's allocator: merging processes would invent one. */
+    if (formats[fmt].render == om_render_memviz_in && n > 1) {
+        fprintf(stderr, "optmem report: --format memory-viz takes one report, not %zu\n", n);
+        return OM_EXIT_USAGE;
+    }
+    if (formats[fmt].render == om_render_memviz_in && !outpath && isatty(STDOUT_FILENO)) {
+        fprintf(stderr, "optmem report: --format memory-viz writes a binary pickle: give -o FILE "
+                        "or redirect standard output\n");
+        return OM_EXIT_USAGE;
+    }
     for (int i = optind; i < argc; i++)
         nsnap += om_pickle_sniff(argv[i]);
     /* A snapshot shows a device by default and a report its host: no common domain. */

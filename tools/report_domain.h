@@ -44,6 +44,9 @@ int om_render_svg_in(const struct om_merged *m, const struct om_render *o,
                      const struct om_domain_view *v);
 int om_render_html_in(const struct om_merged *m, const struct om_render *o,
                       const struct om_domain_view *v);
+/* One report's domain v->shown as a PyTorch memory snapshot pickle; -EINVAL for several. */
+int om_render_memviz_in(const struct om_merged *m, const struct om_render *o,
+                        const struct om_domain_view *v);
 int om_svg_panel_in(FILE *out, const struct om_report *r, const struct om_render *o,
                     bool standalone, const char *domain);
 
