@@ -75,6 +75,8 @@ void om_pool_keep_plan(struct om_pool *pool)
     k->unrolled = pool->unrolled;
     k->peak = pool->stats.plan_peak_bytes;
     k->lower_bound = pool->stats.plan_lower_bound_bytes;
+    k->greedy = pool->stats.plan_greedy_bytes;
+    k->proven_bound = pool->stats.plan_proven_bound_bytes;
     k->nslots = pool->stats.plan_slots;
     k->last_served = ++pool->kept_clock;
     k->cursor = k->matched = 0;
@@ -112,6 +114,8 @@ static void serve_again(struct om_pool *pool, struct om_kept_plan *k)
     pool->plan_end = k->plan_end;
     pool->stats.plan_peak_bytes = k->peak;
     pool->stats.plan_lower_bound_bytes = k->lower_bound;
+    pool->stats.plan_greedy_bytes = k->greedy;
+    pool->stats.plan_proven_bound_bytes = k->proven_bound;
     pool->stats.plan_slots = k->nslots;
     pool->stats.reused_plans++;
     pool->kept_from = (unsigned)(k - pool->kept) + 1;

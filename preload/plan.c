@@ -180,6 +180,18 @@ uint32_t om_pool_search_budget_ms(const struct om_pool *pool, uint32_t least_ms)
 
 /* The recorded iteration's arcs, planned and placed; the replanner works on the free pages
  * in [scratch_from, scratch_to). */
+/* Whose the gap between a plan's peak and its lower bound is, as far as the search knows. */
+static const char *gap_owner(const om_rp_result *res)
+{
+    if (res->peak <= res->lower_bound)
+        return "no gap";
+    if (res->proven_bound >= res->peak)
+        return "the gap is the bound's: no plan is lower";
+    if (res->proven_bound > res->lower_bound)
+        return "the gap is partly the bound's (proven), the rest not settled by the search";
+    return "the gap is not settled by the search";
+}
+
 static int build_plan(struct om_pool *pool, size_t scratch_from, size_t scratch_to)
 {
     struct om_arena *a = &pool->arena;
@@ -255,13 +267,18 @@ static int build_plan(struct om_pool *pool, size_t scratch_from, size_t scratch_
     }
     pool->stats.plan_peak_bytes = pl.peak;
     pool->stats.plan_lower_bound_bytes = pl.res.lower_bound;
+    pool->stats.plan_greedy_bytes = pl.res.greedy_peak;
+    pool->stats.plan_proven_bound_bytes = pl.res.proven_bound;
+    pool->stats.plan_time_us = pl.res.elapsed_ns / 1000;
     pool->stats.plan_slots = n;
     pool->stats.plans++;
     om_info("plan: %zu slots of a %llu-request iteration (packed around %zu live blocks), "
-            "peak %.1f MiB (%.3f of its lower bound) in %.1f ms, budget %u ms",
+            "peak %.1f MiB (%.3f of its lower bound, greedy by size %.3f; %s) in %.1f ms, "
+            "budget %u ms",
             n, (unsigned long long)pool->period, pl.nfixed, pl.peak / 1048576.0,
             pl.res.lower_bound ? (double)pl.peak / (double)pl.res.lower_bound : 1.0,
-            pl.res.elapsed_ns / 1e6, opt.budget_ms);
+            pl.res.lower_bound ? (double)pl.res.greedy_peak / (double)pl.res.lower_bound : 1.0,
+            gap_owner(&pl.res), pl.res.elapsed_ns / 1e6, opt.budget_ms);
 out:
     if (spare)
         alloc.release(&scratch, spare, cap * sizeof *spare);

@@ -54,6 +54,8 @@ static int install_saved_plan(struct om_pool *pool)
     pool->plan_end = sp->peak;
     pool->stats.plan_peak_bytes = sp->peak;
     pool->stats.plan_lower_bound_bytes = sp->lower_bound;
+    pool->stats.plan_greedy_bytes = pool->stats.plan_proven_bound_bytes = 0;
+    pool->stats.plan_time_us = 0;
     pool->stats.plan_slots = sp->period;
     pool->stats.saved_plan = 1;
     pool->phase = sp->nprologue ? PROLOGUE : SERVE;

@@ -64,6 +64,7 @@ struct om_kept_plan {
     uint64_t run_misses;      /* the pool's misses when that run began */
     uint64_t last_served;     /* the pool's kept_clock when it last served */
     uint64_t peak, lower_bound, nslots;
+    uint64_t greedy, proven_bound; /* as in om_serving_stats */
     size_t plan_end;
     int unrolled;
 };

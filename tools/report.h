@@ -46,6 +46,8 @@ struct om_rserving {
     uint64_t reused_plans; /* 0 in reports that predate it */
     uint64_t plan_slots, plan_peak_bytes, plan_lower_bound_bytes, arena_top_bytes;
     uint64_t released_bytes, verify_violations, invalid_frees;
+    /* 0 in reports that predate them, and for a saved plan */
+    uint64_t plan_greedy_bytes, plan_proven_bound_bytes, plan_time_us;
 };
 
 struct om_report {

@@ -28,8 +28,8 @@ static json_t *serving(const struct om_rserving *v)
     if (!v->present)
         return json_null();
     return json_pack(
-        "{s:o,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I}", "serving_requests",
-        num_or_null(v->serving_requests), "hits", (json_int_t)v->hits, "misses",
+        "{s:o,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I}",
+        "serving_requests", num_or_null(v->serving_requests), "hits", (json_int_t)v->hits, "misses",
         (json_int_t)v->misses, "served_from_plan", (json_int_t)v->served_from_plan, "fallbacks",
         (json_int_t)v->fallbacks, "guard_rejections", (json_int_t)v->guard_rejections, "plans",
         (json_int_t)v->plans, "replans", (json_int_t)v->replans, "reused_plans",
@@ -37,7 +37,9 @@ static json_t *serving(const struct om_rserving *v)
         (json_int_t)v->plan_peak_bytes, "plan_lower_bound_bytes",
         (json_int_t)v->plan_lower_bound_bytes, "arena_top_bytes", (json_int_t)v->arena_top_bytes,
         "released_bytes", (json_int_t)v->released_bytes, "verify_violations",
-        (json_int_t)v->verify_violations, "invalid_frees", (json_int_t)v->invalid_frees);
+        (json_int_t)v->verify_violations, "invalid_frees", (json_int_t)v->invalid_frees,
+        "plan_greedy_bytes", (json_int_t)v->plan_greedy_bytes, "plan_proven_bound_bytes",
+        (json_int_t)v->plan_proven_bound_bytes, "plan_time_us", (json_int_t)v->plan_time_us);
 }
 
 static json_t *categories(const uint64_t *bytes, const uint64_t *blocks)

@@ -223,8 +223,19 @@ static void load_serving(struct loader *l, json_t *root, struct om_report *r)
     /* Reports written before serving_requests existed still load; the share is then unknown. */
     json_t *req = json_object_get(s, "serving_requests");
     v->serving_requests = req ? as_u64(l, req, "serving.", "serving_requests") : OM_NO_VALUE;
-    json_t *reused = json_object_get(s, "reused_plans");
-    v->reused_plans = reused ? as_u64(l, reused, "serving.", "reused_plans") : 0;
+    static const struct {
+        const char *key;
+        size_t at;
+    } later[] = {
+        {"reused_plans", offsetof(struct om_rserving, reused_plans)},
+        {"plan_greedy_bytes", offsetof(struct om_rserving, plan_greedy_bytes)},
+        {"plan_proven_bound_bytes", offsetof(struct om_rserving, plan_proven_bound_bytes)},
+        {"plan_time_us", offsetof(struct om_rserving, plan_time_us)},
+    };
+    for (size_t i = 0; i < sizeof later / sizeof later[0]; i++) {
+        json_t *x = json_object_get(s, later[i].key);
+        *(uint64_t *)((char *)v + later[i].at) = x ? as_u64(l, x, "serving.", later[i].key) : 0;
+    }
 }
 
 static void load_frames(struct loader *l, json_t *arr, struct om_rsite *site)

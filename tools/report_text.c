@@ -50,6 +50,27 @@ static void print_serving(FILE *out, const struct om_report *r)
                 (unsigned long long)v->verify_violations, (unsigned long long)v->invalid_frees);
 }
 
+/* Greedy by size's peak and whose the gap to the lower bound is (reports that predate them,
+ * and saved plans, have neither). */
+static void print_plan_gap(FILE *out, const struct om_rserving *v)
+{
+    if (!v->present || !v->plans || !v->plan_greedy_bytes || !v->plan_lower_bound_bytes)
+        return;
+    char hb[2][32];
+    double lb = (double)v->plan_lower_bound_bytes;
+    fprintf(out, "  plan search        %.1f ms; greedy by size %s (%.3f of the bound); ",
+            v->plan_time_us / 1e3, HB(v->plan_greedy_bytes, 0), v->plan_greedy_bytes / lb);
+    if (v->plan_peak_bytes <= v->plan_lower_bound_bytes)
+        fputs("the plan is at its bound\n", out);
+    else if (v->plan_proven_bound_bytes >= v->plan_peak_bytes)
+        fputs("the gap is the bound's (no plan is lower)\n", out);
+    else if (v->plan_proven_bound_bytes > v->plan_lower_bound_bytes)
+        fprintf(out, "%s of the gap is the bound's (proven), the rest not settled by the search\n",
+                HB(v->plan_proven_bound_bytes - v->plan_lower_bound_bytes, 1));
+    else
+        fputs("the gap is not settled by the search\n", out);
+}
+
 static void print_process(FILE *out, const struct om_report *r)
 {
     char hb[2][32];
@@ -68,6 +89,7 @@ static void print_process(FILE *out, const struct om_report *r)
                 HB(r->serving.plan_peak_bytes, 0), HB(r->serving.plan_lower_bound_bytes, 1));
     else if (r->serving.present)
         fputs("  plan efficiency    no plan was made\n", out);
+    print_plan_gap(out, &r->serving);
     fprintf(out, "  iterations         %s: ", r->method);
     if (r->found && r->period != OM_NO_VALUE)
         fprintf(out, "period %llu requests, first steady request %llu\n",

@@ -85,6 +85,9 @@ struct om_serving_stats {
     uint64_t plans, replans;   /* plans made; times the program drifted and was relearnt */
     uint64_t reused_plans;     /* kept plans that served again when their phase came back */
     uint64_t plan_slots, plan_peak_bytes, plan_lower_bound_bytes;
+    /* The current plan's greedy-by-size peak (never exceeded) and the bound its search
+     * proved (0 for a saved plan: not searched here), and how long planning took */
+    uint64_t plan_greedy_bytes, plan_proven_bound_bytes, plan_time_us;
     uint64_t arena_top_bytes, released_bytes;
     uint64_t moved_bytes; /* free pages moved onto a plan's slots instead of released */
     uint64_t verify_violations, invalid_frees;
