@@ -81,6 +81,13 @@ def _domain(r, c, forked):
         _obj(r["serving"], "serving", SERVING_KEYS)
         for k in SERVING_KEYS:
             _uint(r["serving"][k], "serving." + k)
+        v = r["serving"]
+        # A searched plan is never above greedy by size, nor below what the search proved.
+        if v["plans"] and v["plan_greedy_bytes"]:
+            if not v["plan_proven_bound_bytes"] <= v["plan_peak_bytes"] <= v["plan_greedy_bytes"]:
+                raise SchemaError("serving: plan peak %d outside [proven bound %d, greedy %d]"
+                                  % (v["plan_peak_bytes"], v["plan_proven_bound_bytes"],
+                                     v["plan_greedy_bytes"]))
     k = r["counters"]
     _obj(k, "counters", ("managed_requests", "managed_frees", "live_blocks", "live_bytes",
                          "call_sites"))
