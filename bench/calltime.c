@@ -560,12 +560,13 @@ static void ct_write_report(void)
         (void)w;
         return;
     }
-    ct_printf(&o,
-              "{\"tool\": \"calltime\", \"pid\": %ld, \"min_bytes\": %zu, \"clock\": "
-              "\"CLOCK_MONOTONIC\", \"timer_overhead_ns\": %llu, \"untracked_large\": %llu, "
-              "\"bootstrap_bytes\": %zu, \"kinds\": {",
-              (long)getpid(), ct_min_bytes, (unsigned long long)ct_timer_overhead_ns,
-              (unsigned long long)atomic_load(&ct_untracked), atomic_load(&ct_boot_used));
+    ct_printf(
+        &o,
+        "{\"tool\": \"calltime\", \"pid\": %ld, \"ppid\": %ld, \"min_bytes\": %zu, \"clock\": "
+        "\"CLOCK_MONOTONIC\", \"timer_overhead_ns\": %llu, \"untracked_large\": %llu, "
+        "\"bootstrap_bytes\": %zu, \"kinds\": {",
+        (long)getpid(), (long)getppid(), ct_min_bytes, (unsigned long long)ct_timer_overhead_ns,
+        (unsigned long long)atomic_load(&ct_untracked), atomic_load(&ct_boot_used));
     static uint64_t hist[CT_BUCKETS];
     for (int k = 0; k < CT_KINDS; k++) {
         struct ct_stats *s = &ct_stats[k];
