@@ -1,9 +1,12 @@
 /* Preloaded in front of an allocator: times the calls of >= CALLTIME_MIN_BYTES and writes a JSON
  * histogram at exit. */
+#ifndef _GNU_SOURCE
 #define _GNU_SOURCE
+#endif
 #include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <malloc.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdatomic.h>
@@ -16,6 +19,9 @@
 #include <unistd.h>
 
 #define CT_EXPORT __attribute__((visibility("default")))
+
+/* C23's, not declared by glibc 2.36: exported for programs built against a newer libc. */
+CT_EXPORT void free_sized(void *ptr, size_t size);
 
 /*
  * Histogram buckets: values below 16 ns are exact, above that 8 buckets per power of two
@@ -233,10 +239,10 @@ static void ct_read_env(void)
         errno = 0;
         unsigned long long n = strtoull(v, &end, 10);
         if (errno || *end || v[0] == '-') {
-            static const char msg[] =
-                "calltime: CALLTIME_MIN_BYTES must be a number of bytes; using 4096\n";
+            static const char msg[] = "calltime: CALLTIME_MIN_BYTES must be a number of bytes\n";
             ssize_t w = write(2, msg, sizeof(msg) - 1);
             (void)w;
+            _exit(1);
         } else {
             ct_min_bytes = (size_t)n;
         }
