@@ -16,6 +16,8 @@ SOURCE = Path(__file__).resolve().parent / "calltime.c"
 DEFAULT_WORKLOADS = "cnn_bn_adam,transformer_adamw,numpy_mlp"
 DEFAULT_ALLOCATORS = "glibc,jemalloc,tcmalloc,mimalloc,optmem,optmem-trace"
 ALLOC_KINDS = ("malloc", "calloc", "realloc", "aligned")
+# Calls counted as slow: the first histogram bucket wholly above 1 ms starts at 2^20 ns.
+SLOW_NS = 1 << 20
 
 
 def build(cc, out):
@@ -67,6 +69,9 @@ def summary_of(report):
         "free_p50_ns": quantile(free["hist"], 0.5),
         "free_p99_ns": quantile(free["hist"], 0.99),
         "max_ns": max(kinds[k]["max_ns"] for k in kinds),
+        "slow_calls": sum(c for k in kinds for low, _, c in kinds[k]["hist"] if low >= SLOW_NS),
+        "alloc_hist": alloc_hist,
+        "free_hist": free["hist"],
         "timer_overhead_ns": report["timer_overhead_ns"],
         "untracked_large": report["untracked_large"],
     }
@@ -106,7 +111,7 @@ def run_once(workload, alloc, args, calltime_lib, tmpdir, tag):
 
 
 COLUMNS = ("alloc_calls", "free_calls", "alloc_ms", "free_ms", "alloc_p50_ns", "alloc_p99_ns",
-           "free_p50_ns", "free_p99_ns", "max_ns")
+           "free_p50_ns", "free_p99_ns", "max_ns", "slow_calls")
 
 
 def summarize(records, workloads, allocs):
@@ -158,7 +163,7 @@ def markdown_table(rows, min_bytes):
     """The table, one row per (workload, allocator)."""
     head = ("| workload | allocator | allocs ≥ %s | frees of them | time inside allocs (ms) | "
             "inside frees (ms) | alloc median | alloc p99 | free median | free p99 | max call "
-            "(median of runs) | max call (any run) | steady steps/s | wall (s) | served from plan | "
+            "(median of runs) | max call (any run) | calls ≥ 1.05 ms | steady steps/s | wall (s) | served from plan | "
             "output vs glibc | others' CPU, max (cores) |" % (
                 "%d KiB" % (min_bytes // 1024) if min_bytes % 1024 == 0 else "%d B" % min_bytes))
     lines = [head, "|" + "---|" * head.count(" | ") + "---|"]
@@ -169,7 +174,7 @@ def markdown_table(rows, min_bytes):
             peers.fmt(r["alloc_ms"], ".1f"), peers.fmt(r["free_ms"], ".1f"),
             fmt_ns(r["alloc_p50_ns"], True), fmt_ns(r["alloc_p99_ns"], True),
             fmt_ns(r["free_p50_ns"], True), fmt_ns(r["free_p99_ns"], True),
-            fmt_ns(r["max_ns"]), fmt_ns(r["max_ns_of_runs"]), peers.fmt(r["steps_per_s"], ".2f"),
+            fmt_ns(r["max_ns"]), fmt_ns(r["max_ns_of_runs"]), peers.fmt(r["slow_calls"], ".0f"), peers.fmt(r["steps_per_s"], ".2f"),
             peers.fmt(r["wall_s"], ".1f"), peers.fmt(r["served_share"], ".3f"), r["output"],
             peers.fmt(r["other_cpu_max"], ".2f")]))
     return "\n".join(lines)
