@@ -4,7 +4,7 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 here=tests/hardening
 dirs=()
-for d in preload tracer replanner tools cuda tests; do
+for d in preload tracer replanner tools cuda tests bench; do
     [ -d "$d" ] && dirs+=("$d")
 done
 exec cppcheck --quiet -j2 --std=c11 --error-exitcode=1 --inline-suppr \
