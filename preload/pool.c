@@ -279,6 +279,7 @@ static int place(struct om_pool *pool, size_t len, size_t alignment, uintptr_t s
             *off = pool->slots[s].offset;
         pool->cursor = next < pool->period ? next : 0;
         pool->window_requests++;
+        pool->window_turned_away += !planned;
         if (anew || next >= pool->period)
             om_pool_end_of_served_iteration(pool);
         if (planned) {
