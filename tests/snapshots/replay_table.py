@@ -6,11 +6,11 @@ Usage: replay_table.py --build BUILD_DIR [--iterations N] [--mode sync|async|plu
 
 Per snapshot: the native peak PyTorch recorded, the lower bound (most bytes live at once) and
 optmem plan's peak for the recorded window (optmem plan), the most the fake device held in
-the plain replay (cudaMalloc straight to the driver, no caching), and under optmem: the
-device's peak from iteration 3 (counted from 0) on and over the last half of the iterations,
-the first iteration from which every iteration's peak stays at the last one's, the report's
-lower bound, served share over the whole run and over its last N iterations (from a second
-run of 2N iterations), misses, plans and replans.
+the plain replay (straight to the driver, no caching), and under optmem: the report's lower
+bound (requests of OPTMEM_MIN_BYTES and more), the device's peak from iteration 3 (counted
+from 0) on and over the last half of the iterations, the first iteration from which every
+iteration's peak stays at the last one's, the served share over the whole run and over its
+last N iterations (from a second run of 2N iterations), misses, plans and replans.
 """
 import argparse
 import json
@@ -79,10 +79,11 @@ def main():
     env = dict(os.environ, LD_LIBRARY_PATH=os.path.join(args.build, "tests", "cuda", "fake_cuda"),
                FAKE_CUDA_MEMORY=MEMORY)
     env.pop("LD_PRELOAD", None)
-    print("| snapshot | native recorded | LB | optmem plan | plain replay | optmem replay "
-          "from it. 3 | optmem replay, last half (÷ LB) | settled from it. | served, run | "
-          f"served, last {args.iterations} it. | misses | plans | replans |")
-    print("|---" * 13 + "|")
+    print("| snapshot | native recorded (GiB) | LB (GiB) | optmem plan (GiB) | plain replay (GiB) "
+          "| report LB (GiB) | optmem replay, it. 3 on (÷ report LB) | optmem replay, last half "
+          f"(÷) | settled from it. | served, run | served, last {args.iterations} it. | misses "
+          "| plans | replans |")
+    print("|---" * 14 + "|")
     for snap in args.snapshots:
         with tempfile.TemporaryDirectory() as tmp:
             replay = os.path.join(tmp, "snap.replay")
@@ -101,8 +102,9 @@ def main():
             settled -= 1
         steady_req = s2["serving_requests"] - s["serving_requests"]
         steady_served = s2["served_from_plan"] - s["served_from_plan"]
+        early = max(p[STEADY:])
         print(f"| {os.path.basename(snap)} | {gib(fig['native'])} | {gib(fig['lb'])} | "
-              f"{gib(fig['plan'])} | {gib(plain)} | {gib(max(p[STEADY:]))} | "
+              f"{gib(fig['plan'])} | {gib(plain)} | {gib(lb)} | {gib(early)} ({early / lb:.4f}) | "
               f"{gib(late)} ({late / lb:.4f}) | {settled} | "
               f"{100 * s['served_from_plan'] / s['serving_requests']:.1f}% | "
               f"{100 * steady_served / steady_req:.1f}% | {s['misses']} | {s['plans']} | "
