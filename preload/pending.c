@@ -44,7 +44,8 @@ static void drop(struct om_pending *p, const struct om_arena *a, struct om_pendi
     p->live--;
 }
 
-void om_pending_settle(struct om_pending *p, struct om_arena *a)
+void om_pending_settle(struct om_pending *p, struct om_arena *a,
+                       void (*given)(void *ctx, size_t off, size_t len), void *ctx)
 {
     while (p->n) {
         struct om_pending_free *e = entry(p, 0);
@@ -53,7 +54,10 @@ void om_pending_settle(struct om_pending *p, struct om_arena *a)
                 return;
             if (om_arena_give(a, e->off, e->len) != 0)
                 return; /* the extent table cannot grow: try again later */
+            size_t off = e->off, len = e->len;
             drop(p, a, e);
+            if (given)
+                given(ctx, off, len);
         }
         p->head = (p->head + 1) % p->cap;
         p->n--;

@@ -26,8 +26,10 @@ struct om_pending {
  * (then the caller keeps the range out of use for good). */
 int om_pending_add(struct om_pending *p, size_t off, size_t len, uintptr_t stream, uintptr_t fence);
 
-/* Gives the ranges whose fences have passed back to the arena, oldest first. */
-void om_pending_settle(struct om_pending *p, struct om_arena *a);
+/* Gives the ranges whose fences have passed back to the arena, oldest first, and tells
+ * given (when not NULL) of each. */
+void om_pending_settle(struct om_pending *p, struct om_arena *a,
+                       void (*given)(void *ctx, size_t off, size_t len), void *ctx);
 
 /* Takes [off, off + len) for a request on stream, where it overlaps only free space and
  * ranges freed on that same stream (stream order makes those safe to reuse at once); the

@@ -91,17 +91,27 @@ void om_pool_end_of_served_iteration(struct om_pool *pool)
     pool->stale_iterations = pool->iteration_unknown ? pool->stale_iterations + 1 : 0;
     pool->iteration_unknown = 0;
     int stale = pool->stale_iterations >= STALE_ITERATIONS && !pool->stale_replanned;
+    /* A plan of a part of the step (a run of layers repeats within it, and the detector
+     * finds the whole step only some steps later) serves most requests of the step, so
+     * rarely misses enough to be dropped, but turns some away in every window: once the
+     * tracer knows a longer period for two of its iterations, that one is planned. */
+    int outgrown = pool->window_turned_away && pool->tracer_period > pool->period &&
+                   pool->tracer_period <= MAX_PERIOD &&
+                   pool->tracer_evidence >= 2 * pool->tracer_period &&
+                   !period_failed(pool, pool->tracer_period, pool->tracer_evidence);
     if (pool->grace) {
         pool->grace = 0;
-    } else if (stale || pool->iteration_misses * 8 > pool->window_requests) {
+    } else if (stale || outgrown || pool->iteration_misses * 8 > pool->window_requests) {
         om_debug("%llu misses in %llu requests of an iteration of %llu%s: learning again",
                  (unsigned long long)pool->iteration_misses,
                  (unsigned long long)pool->window_requests, (unsigned long long)pool->period,
-                 stale ? ", and requests without a slot in each of the last ones" : "");
+                 stale      ? ", and requests without a slot in each of the last ones"
+                 : outgrown ? ", a part of the tracer's longer iteration"
+                            : "");
         pool->stats.replans++;
         if (stale)
             pool->stale_replanned = 1;
-        om_pool_leave_plan(pool, !stale);
+        om_pool_leave_plan(pool, !stale && !outgrown);
         /* The plan's pages would stay resident beside the holes best fit fills again. */
         om_pool_release_free(pool, 0, SIZE_MAX);
         om_pool_learn(pool);
@@ -114,7 +124,7 @@ void om_pool_end_of_served_iteration(struct om_pool *pool)
         pool->stats.iteration_requests = pool->stats.serving_requests;
         pool->stats.iteration_served = pool->stats.served_from_plan;
     }
-    pool->iteration_misses = pool->window_requests = 0;
+    pool->iteration_misses = pool->window_requests = pool->window_turned_away = 0;
     pool->failing = 0;
 }
 
@@ -137,6 +147,7 @@ void om_pool_serve(struct om_pool *pool, uint64_t cursor)
     pool->phase = SERVE;
     pool->cursor = cursor;
     pool->iteration_misses = pool->window_requests = pool->served_iterations = 0;
+    pool->window_turned_away = 0;
     pool->failing = 0;
 }
 
@@ -281,6 +292,8 @@ static void learn_request(struct om_pool *pool, struct om_block *b, uint64_t tok
 void om_pool_after_cycle_request(struct om_pool *pool, struct om_block *b, uint64_t token,
                                  size_t alignment, const struct om_alloc_info *info)
 {
+    pool->tracer_period = info->period;
+    pool->tracer_evidence = info->periodic;
     if (pool->phase == PROLOGUE)
         return;
     if (pool->phase == SERVE) {

@@ -28,7 +28,8 @@ void om_pool_release_free(struct om_pool *pool, size_t from, size_t to)
 
 /* The replanner's working memory, carved from the arena's free pages above every live block:
  * they are resident already and the plan reuses them next, where fresh mappings would add
- * the replanner's memory to the peak. Released in the order taken; beyond it, mappings. */
+ * the replanner's memory to the peak. Released in the order taken; beyond it, mappings. A
+ * device arena's pages are not the CPU's to touch: its scratch is all mappings. */
 struct scratch {
     unsigned char *start, *next, *end;
 };
@@ -198,7 +199,7 @@ static int build_plan(struct om_pool *pool, size_t scratch_from, size_t scratch_
     size_t page = a->page;
     struct scratch scratch = {a->base + align_to(scratch_from, page), NULL,
                               a->base + (scratch_to & ~(page - 1))};
-    if (scratch.end < scratch.start)
+    if (scratch.end < scratch.start || !pool->host)
         scratch.end = scratch.start;
     scratch.next = scratch.start;
     om_rp_allocator alloc = {scratch_alloc, scratch_release, &scratch};
@@ -344,8 +345,8 @@ void om_pool_release_block(struct om_pool *pool, size_t off, size_t len, int mov
 
 int om_pool_plan(struct om_pool *pool)
 {
-    /* The replanner's memory lies on the free pages above every live block: resident, and
-     * given back after unless the plan lies there too. */
+    /* The replanner's memory lies on the free pages above every live block (the host's):
+     * resident, and given back after unless the plan lies there too. */
     struct om_arena *a = &pool->arena;
     size_t touched = om_arena_touched_end(a);
     int rc = build_plan(pool, om_arena_taken_end(a), touched < a->top ? touched : a->top);

@@ -137,6 +137,16 @@ int om_pool_contains(const struct om_pool *pool, const void *p)
     return om_arena_contains(&pool->arena, p);
 }
 
+/* A block freed in stream order, back in the arena once its fence passed: while a plan
+ * serves, its pages that no slot covers go back, as a block freed at once gives them (the
+ * slots' pages stay: they serve the next iteration). */
+static void settled(void *ctx, size_t off, size_t len)
+{
+    struct om_pool *pool = ctx;
+    if (pool->phase == SERVE && len >= RELEASE_BLOCK_MIN)
+        om_pool_release_block(pool, off, len, 0);
+}
+
 static size_t round16(size_t n)
 {
     return (n + 15) & ~(size_t)15;
@@ -281,6 +291,7 @@ static int place(struct om_pool *pool, size_t len, size_t alignment, uintptr_t s
             *off = pool->slots[s].offset;
         pool->cursor = next < pool->period ? next : 0;
         pool->window_requests++;
+        pool->window_turned_away += !planned;
         if (anew || next >= pool->period)
             om_pool_end_of_served_iteration(pool);
         if (planned) {
@@ -328,7 +339,7 @@ void *om_pool_alloc(struct om_pool *pool, size_t size, size_t alignment, int zer
     int cycle_thread = om_tracer_on_cycle_thread(pool->domain), main_thread = on_main_thread();
     pthread_mutex_lock(&pool->lock);
     if (pool->pending.live)
-        om_pending_settle(&pool->pending, &pool->arena);
+        om_pending_settle(&pool->pending, &pool->arena, settled, pool);
     size_t touched = pool->arena.touched, resident = om_arena_resident(&pool->arena), off;
     int flags;
     if (place(pool, len, alignment, stream, token, cycle_thread, main_thread, &off, &flags) != 0)

@@ -98,8 +98,12 @@ struct om_pool {
     size_t plan_end; /* the plan's region ends here; fallbacks go above */
     struct om_serving_stats stats;
     uint64_t iteration_misses, served_iterations;
-    uint64_t window_requests; /* requests served since the misses were last judged */
-    int failing;              /* the plan missed too often in this window: its pages went */
+    uint64_t window_requests;    /* requests served since the misses were last judged */
+    uint64_t window_turned_away; /* of those, the ones the plan did not serve */
+    /* The period the tracer knew at the last request of the cycle thread, and over how many
+     * requests it had repeated then. */
+    uint64_t tracer_period, tracer_evidence;
+    int failing; /* the plan missed too often in this window: its pages went */
     /* Requests of the iteration with a token the plan has no slot for; iterations in a row
      * that had such; whether a plan was already dropped for them. */
     uint64_t iteration_unknown, stale_iterations;

@@ -283,6 +283,34 @@ static void check_threads_and_fork(void)
     CT_CHECK(cudaFree(p));
 }
 
+/* The peak counter: the most held at once, direct and physical allocations alike, and a
+ * restart that begins the next window at what is held then. */
+static void check_peak(void)
+{
+    size_t free0, total, gran = 2u << 20;
+    CT_CHECK(cuMemGetInfo_v2(&free0, &total));
+    size_t held = total - free0;
+    (void)fakeCudaPeakBytes(0, 1);
+    CT_EXPECT(fakeCudaPeakBytes(0, 0) == held, "a restarted window does not start at what is held");
+    void *a, *b;
+    CT_CHECK(cudaMalloc(&a, 3 << 20));
+    CT_CHECK(cudaMalloc(&b, 1 << 20));
+    CT_CHECK(cudaFree(b));
+    CT_EXPECT(fakeCudaPeakBytes(0, 0) == held + (4u << 20), "peak %zu, want %zu",
+              fakeCudaPeakBytes(0, 0), held + (4u << 20));
+    CUmemAllocationProp prop = {.type = CU_MEM_ALLOCATION_TYPE_PINNED,
+                                .location = {.type = CU_MEM_LOCATION_TYPE_DEVICE, .id = 0}};
+    CUmemGenericAllocationHandle h;
+    CT_CHECK(cuMemCreate(&h, 2 * gran, &prop, 0));
+    CT_EXPECT(fakeCudaPeakBytes(0, 1) == held + (3u << 20) + 2 * gran,
+              "a physical allocation is not counted");
+    CT_CHECK(cuMemRelease(h));
+    CT_CHECK(cudaFree(a));
+    CT_EXPECT(fakeCudaPeakBytes(0, 0) == held + (3u << 20) + 2 * gran,
+              "frees lowered the peak of the window");
+    CT_EXPECT(fakeCudaPeakBytes(1 << 20, 0) == 0, "a peak for a device that does not exist");
+}
+
 /* Last: a fault poisons the context for good. */
 static void check_sticky_fault(void)
 {
@@ -309,6 +337,7 @@ int main(void)
     check_vmm();
     check_memory_and_devices();
     check_threads_and_fork();
+    check_peak();
     check_sticky_fault();
     printf("fake cuda self-test ok (checksum %llx)\n", (unsigned long long)sum);
     return 0;

@@ -7,7 +7,9 @@ device_domains), prefixed "child:" to check every report but the first process's
 children); PATH is a dotted path into the domain, or served_fraction (served_from_plan over
 serving_requests); OP is ==, >= or <=; VALUE is a number, or @NAME for the number the program
 printed on a line "NAME NUMBER". "DOMAIN present" and "DOMAIN absent" check that a domain is
-or is not reported; "devices == N" counts the device domains."""
+or is not reported; "devices == N" counts the device domains. "%NAME OP FACTOR DOMAIN PATH"
+compares a number the optmem run printed on stderr as "NAME NUMBER" (what the device held,
+which differs from the plain run's) with FACTOR times the domain's PATH."""
 import argparse
 import glob
 import json
@@ -54,9 +56,23 @@ def printed_numbers(stdout):
     return {m.group(1): int(m.group(2)) for m in re.finditer(r"^(\w+) (\d+)$", stdout, re.M)}
 
 
-def check(expr, main, children, printed):
+def check(expr, main, children, printed, printed_err):
     """Returns the failures of one check expression."""
     words = expr.split()
+    if words[:1] and words[0].startswith("%"):
+        if len(words) != 5 or words[1] not in OPS:
+            return [f"bad check expression: {expr}"]
+        if words[0][1:] not in printed_err:
+            return [f"{expr}: the optmem run printed no line '{words[0][1:]} N' on stderr"]
+        dom = domain_of(main, words[3])
+        if dom is None:
+            return [f"{expr}: no domain {words[3]} in the report"]
+        try:
+            want = float(words[2]) * lookup(dom, words[4])
+        except (KeyError, ValueError) as e:
+            return [f"{expr}: {e}"]
+        got = printed_err[words[0][1:]]
+        return [] if OPS[words[1]](got, want) else [f"{expr}: got {got}, against {want:.0f}"]
     if words[:1] == ["devices"] and len(words) == 3:
         got = len(main.get("device_domains") or [])
         return [] if OPS[words[1]](got, int(words[2])) else [f"{expr}: {got} device domain(s)"]
@@ -160,7 +176,7 @@ def main():
             print(f"report of pid {pid}:\n{summary(r)}")
         printed = printed_numbers(plain_out)
         for expr in args.check:
-            failures += check(expr, main_report, children, printed)
+            failures += check(expr, main_report, children, printed, printed_numbers(err))
         if failures:
             print("FAIL:", *failures, sep="\n")
             sys.exit(1)

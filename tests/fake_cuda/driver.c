@@ -149,7 +149,8 @@ static struct {
     size_t memory, page;
     int no_vmm;
     size_t used[MAX_DEVICES];
-    CUresult sticky; /* a deferred write hit memory that was not the device's */
+    size_t peak[MAX_DEVICES]; /* most of used since cuInit or fakeCudaPeakBytes' restart */
+    CUresult sticky;          /* a deferred write hit memory that was not the device's */
 } g;
 static struct CUctx_st contexts[MAX_DEVICES];
 static struct CUstream_st streams[MAX_STREAMS];
@@ -272,6 +273,13 @@ static int device_range(uintptr_t p, size_t n, int allow_freeing)
     return 1;
 }
 
+static void used_add(int device, size_t len)
+{
+    g.used[device] += len;
+    if (g.used[device] > g.peak[device])
+        g.peak[device] = g.used[device];
+}
+
 static CUresult direct_alloc(CUdeviceptr *dptr, size_t size, int device, int managed)
 {
     if (!dptr || size == 0)
@@ -287,7 +295,7 @@ static CUresult direct_alloc(CUdeviceptr *dptr, size_t size, int device, int man
         return CUDA_ERROR_OUT_OF_MEMORY;
     directs[ndirect++] = (struct direct){(uintptr_t)p, size, len, device, managed, 0};
     if (!managed)
-        g.used[device] += len;
+        used_add(device, len);
     *dptr = (CUdeviceptr)(uintptr_t)p;
     return CUDA_SUCCESS;
 }
@@ -822,7 +830,7 @@ CUresult cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size,
         rc = CUDA_ERROR_OUT_OF_MEMORY;
     } else {
         handles[h] = (struct handle){1, fd, dev, 0, size, 0};
-        g.used[dev] += size;
+        used_add(dev, size);
         *handle = h + 1;
     }
     pthread_mutex_unlock(&lock);
@@ -1386,6 +1394,19 @@ int fakeCudaDeviceOf(const void *p)
     int dev = d ? d->device : m ? handles[m->handle].device : -1;
     pthread_mutex_unlock(&lock);
     return dev;
+}
+
+size_t fakeCudaPeakBytes(int device, int restart)
+{
+    pthread_mutex_lock(&lock);
+    size_t peak = 0;
+    if (device >= 0 && device < MAX_DEVICES) {
+        peak = g.peak[device];
+        if (restart)
+            g.peak[device] = g.used[device];
+    }
+    pthread_mutex_unlock(&lock);
+    return peak;
 }
 
 unsigned long fakeCudaCalls(const char *name)

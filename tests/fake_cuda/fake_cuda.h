@@ -141,6 +141,10 @@ void *fakeCudaDirectBase(const void *p, size_t *len);
 /* The device whose memory holds p (a direct allocation, or a mapped physical allocation);
  * -1 when p is not device memory. */
 int fakeCudaDeviceOf(const void *p);
+/* The most device memory of device held at once (direct allocations but managed ones, and
+ * physical allocations) since cuInit, or since the last call with restart != 0, which starts
+ * the next window at what is held now. 0 for a device that does not exist. */
+size_t fakeCudaPeakBytes(int device, int restart);
 /* Calls made to a driver entry point, by its exported name (for example "cuMemAlloc_v2");
  * (unsigned long)-1 for a name the fake does not export. */
 unsigned long fakeCudaCalls(const char *name);

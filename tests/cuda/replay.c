@@ -1,0 +1,329 @@
+/* Replays a recorded device allocation trace (a replay file, see replay_snapshot.py) for a
+ * number of iterations through cudaMalloc/cudaFree, cudaMallocAsync/cudaFreeAsync on the
+ * recorded streams, or optmem's pluggable-allocator entry points; every buffer gets a few
+ * bytes written at both ends, checked before it is freed, and must not overlap a live one.
+ * Prints the requests made and the most bytes live at once on stdout, and on stderr the most
+ * device memory the fake driver held: in each iteration, over the whole run, and from
+ * iteration STEADY (counted from 0) on.
+ *
+ * A replay file: a first line "optmem-replay 1", then lines "p SIZE STREAM" (a buffer live
+ * through every iteration: allocated before the first, freed after the last), "a ID SIZE
+ * STREAM" (allocated in each iteration) and "f ID" (freed), in the order they happen; '#'
+ * starts a comment line.
+ *
+ * usage: replay FILE [ITERATIONS [sync|async|pluggable [STEADY]]] */
+#include "cuda_test.h"
+
+#include <dlfcn.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/types.h>
+
+#define MAX_STREAMS 64
+#define MAX_EVENTS (1u << 22)
+#define MAX_SIZE ((uint64_t)1 << 40)
+#define MARK 64 /* bytes written at each end of a buffer */
+
+enum api { API_SYNC, API_ASYNC, API_PLUGGABLE };
+
+struct event {
+    char kind; /* 'p', 'a' or 'f' */
+    uint32_t id, stream;
+    uint64_t size;
+};
+
+struct buffer {
+    void *p;
+    uint64_t size;
+    uint32_t stream;
+    unsigned char byte;
+};
+
+static struct event *events;
+static size_t nevents;
+static uint32_t nids;
+static int64_t stream_ids[MAX_STREAMS];
+static cudaStream_t streams[MAX_STREAMS];
+static uint32_t nstreams;
+static struct buffer *bufs;   /* by id; the persistent buffers after the ids */
+static uint32_t *live, nlive; /* indexes into bufs, unordered */
+static uint32_t *live_at;     /* bufs index -> position in live */
+static enum api api;
+static uint64_t live_bytes, max_live, requests, corrupt;
+static void *(*plug_malloc)(ssize_t size, int device, cudaStream_t stream);
+static void (*plug_free)(void *ptr, ssize_t size, int device, cudaStream_t stream);
+
+static uint32_t stream_index(int64_t id, const char *path, size_t line)
+{
+    for (uint32_t i = 0; i < nstreams; i++)
+        if (stream_ids[i] == id)
+            return i;
+    if (nstreams == MAX_STREAMS)
+        ct_die("%s:%zu: more than %d streams", path, line, MAX_STREAMS);
+    stream_ids[nstreams] = id;
+    return nstreams++;
+}
+
+static void load(const char *path)
+{
+    FILE *f = fopen(path, "r");
+    if (!f)
+        ct_die("%s: %s", path, strerror(errno));
+    char line[256];
+    size_t ln = 0, cap = 0;
+    uint32_t max_id = 0;
+    int seen_a = 0;
+    while (fgets(line, sizeof line, f)) {
+        ln++;
+        if (ln == 1) {
+            if (strcmp(line, "optmem-replay 1\n") != 0)
+                ct_die("%s: not a replay file (no first line 'optmem-replay 1')", path);
+            continue;
+        }
+        if (line[0] == '#' || line[0] == '\n')
+            continue;
+        struct event e = {0};
+        unsigned long long id = 0, size = 0;
+        long long stream = 0;
+        char end;
+        int ok = 0;
+        if (line[0] == 'p')
+            ok = sscanf(line, "p %llu %lld %c", &size, &stream, &end) == 2;
+        else if (line[0] == 'a')
+            ok = sscanf(line, "a %llu %llu %lld %c", &id, &size, &stream, &end) == 3;
+        else if (line[0] == 'f')
+            ok = sscanf(line, "f %llu %c", &id, &end) == 1;
+        if (!ok || id >= MAX_EVENTS || (line[0] != 'f' && (size == 0 || size > MAX_SIZE)))
+            ct_die("%s:%zu: bad line (want 'p SIZE STREAM', 'a ID SIZE STREAM' or 'f ID')", path,
+                   ln);
+        if (line[0] == 'p' && seen_a)
+            ct_die("%s:%zu: a persistent buffer after the iteration's events", path, ln);
+        seen_a |= line[0] != 'p';
+        e.kind = line[0];
+        e.id = (uint32_t)id;
+        e.size = size;
+        e.stream = line[0] == 'f' ? 0 : stream_index(stream, path, ln);
+        if (nevents == MAX_EVENTS)
+            ct_die("%s: more than %u events", path, MAX_EVENTS);
+        if (nevents == cap) {
+            cap = cap ? 2 * cap : 4096;
+            events = realloc(events, cap * sizeof *events);
+            if (!events)
+                ct_die("out of memory");
+        }
+        events[nevents++] = e;
+        if (e.kind != 'p' && e.id + 1 > max_id)
+            max_id = e.id + 1;
+    }
+    if (ferror(f))
+        ct_die("%s: read error", path);
+    fclose(f);
+    nids = max_id;
+    /* Every id is allocated once, then freed at most once, in each iteration. */
+    char *state = calloc(nids ? nids : 1, 1);
+    if (!state)
+        ct_die("out of memory");
+    for (size_t i = 0; i < nevents; i++) {
+        const struct event *e = &events[i];
+        if (e->kind == 'a' && state[e->id] != 0)
+            ct_die("%s: id %" PRIu32 " allocated twice", path, e->id);
+        if (e->kind == 'f' && state[e->id] != 1)
+            ct_die("%s: id %" PRIu32 " freed while not live", path, e->id);
+        if (e->kind != 'p')
+            state[e->id]++;
+    }
+    free(state);
+}
+
+static void *device_alloc(uint64_t size, uint32_t s)
+{
+    void *p = NULL;
+    if (api == API_SYNC)
+        CT_CHECK(cudaMalloc(&p, size));
+    else if (plug_malloc)
+        CT_EXPECT((p = plug_malloc((ssize_t)size, 0, streams[s])) != NULL,
+                  "optmem_cuda_malloc(%" PRIu64 ") failed", size);
+    else
+        CT_CHECK(cudaMallocAsync(&p, size, streams[s]));
+    return p;
+}
+
+static void device_free(void *p, uint64_t size, uint32_t s)
+{
+    if (api == API_SYNC)
+        CT_CHECK(cudaFree(p));
+    else if (plug_free)
+        plug_free(p, (ssize_t)size, 0, streams[s]);
+    else
+        CT_CHECK(cudaFreeAsync(p, streams[s]));
+}
+
+/* Writes byte over both ends of the buffer, in its stream's order where the API has one. */
+static void mark(const struct buffer *b)
+{
+    size_t n = b->size < MARK ? b->size : MARK;
+    unsigned char *tail = (unsigned char *)b->p + b->size - n;
+    if (api == API_SYNC) {
+        CT_CHECK(cudaMemset(b->p, b->byte, n));
+        CT_CHECK(cudaMemset(tail, b->byte, n));
+    } else {
+        CT_CHECK(cudaMemsetAsync(b->p, b->byte, n, streams[b->stream]));
+        CT_CHECK(cudaMemsetAsync(tail, b->byte, n, streams[b->stream]));
+    }
+}
+
+static unsigned long differing(const void *dev, size_t n, unsigned char byte)
+{
+    unsigned char host[MARK];
+    CT_CHECK(cudaMemcpy(host, dev, n, cudaMemcpyDeviceToHost));
+    unsigned long bad = 0;
+    for (size_t i = 0; i < n; i++)
+        bad += host[i] != byte;
+    return bad;
+}
+
+static void take(uint32_t k, uint64_t size, uint32_t stream, unsigned char byte)
+{
+    struct buffer *b = &bufs[k];
+    if (b->p)
+        ct_die("replay: buffer %" PRIu32 " is live already", k);
+    *b = (struct buffer){device_alloc(size, stream), size, stream, byte};
+    uintptr_t lo = (uintptr_t)b->p;
+    for (uint32_t i = 0; i < nlive; i++) {
+        const struct buffer *o = &bufs[live[i]];
+        CT_EXPECT(!ct_overlap(b->p, size, o->p, o->size),
+                  "a %" PRIu64 "-byte buffer at %#" PRIxPTR " overlaps a live one at %p (%" PRIu64
+                  " bytes)",
+                  size, lo, o->p, o->size);
+    }
+    live_at[k] = nlive;
+    live[nlive++] = k;
+    mark(b);
+    requests++;
+    live_bytes += size;
+    if (live_bytes > max_live)
+        max_live = live_bytes;
+}
+
+static void give(uint32_t k)
+{
+    struct buffer *b = &bufs[k];
+    if (!b->p)
+        ct_die("replay: buffer %" PRIu32 " is not live", k);
+    if (api != API_SYNC) /* the marks are queued on the buffer's stream */
+        CT_CHECK(cudaStreamSynchronize(streams[b->stream]));
+    size_t n = b->size < MARK ? b->size : MARK;
+    corrupt += differing(b->p, n, b->byte);
+    corrupt += differing((unsigned char *)b->p + b->size - n, n, b->byte);
+    device_free(b->p, b->size, b->stream);
+    uint32_t at = live_at[k], last = live[--nlive];
+    live[at] = last;
+    live_at[last] = at;
+    live_bytes -= b->size;
+    b->p = NULL;
+}
+
+static void iterate(int it)
+{
+    for (size_t i = 0; i < nevents; i++) {
+        const struct event *e = &events[i];
+        if (e->kind == 'a')
+            take(e->id, e->size, e->stream, (unsigned char)(e->id * 31u + (unsigned)it * 7u + 1u));
+        else if (e->kind == 'f')
+            give(e->id);
+    }
+    /* Buffers live when the recording ended die with the iteration. */
+    for (uint32_t k = 0; k < nids; k++)
+        if (bufs[k].p)
+            give(k);
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 2 || argc > 5)
+        ct_die("usage: replay FILE [ITERATIONS [sync|async|pluggable [STEADY]]]");
+    int iterations = argc > 2 ? atoi(argv[2]) : 6;
+    const char *mode = argc > 3 ? argv[3] : "sync";
+    int steady = argc > 4 ? atoi(argv[4]) : 2;
+    if (iterations < 1 || steady < 0 || steady >= iterations)
+        ct_die("replay: want ITERATIONS >= 1 and 0 <= STEADY < ITERATIONS");
+    if (strcmp(mode, "sync") == 0) {
+        api = API_SYNC;
+    } else if (strcmp(mode, "async") == 0) {
+        api = API_ASYNC;
+    } else if (strcmp(mode, "pluggable") == 0) {
+        api = API_PLUGGABLE;
+        *(void **)&plug_malloc = dlsym(RTLD_DEFAULT, "optmem_cuda_malloc");
+        *(void **)&plug_free = dlsym(RTLD_DEFAULT, "optmem_cuda_free");
+        CT_EXPECT(!ct_expect_optmem() || (plug_malloc && plug_free),
+                  "optmem_cuda_malloc/optmem_cuda_free not found");
+        CT_EXPECT(!plug_malloc == !plug_free, "only one of the pluggable entry points found");
+    } else {
+        ct_die("replay: unknown mode %s (sync, async, pluggable)", mode);
+    }
+    load(argv[1]);
+    uint32_t npersistent = 0;
+    for (size_t i = 0; i < nevents; i++)
+        npersistent += events[i].kind == 'p';
+    uint32_t nbufs = nids + npersistent;
+    bufs = calloc(nbufs ? nbufs : 1, sizeof *bufs);
+    live = calloc(nbufs ? nbufs : 1, sizeof *live);
+    live_at = calloc(nbufs ? nbufs : 1, sizeof *live_at);
+    if (!bufs || !live || !live_at)
+        ct_die("out of memory");
+    CT_CHECK(cudaFree(NULL));
+    /* Stream 0 is the legacy default stream, as PyTorch records it; others are created. */
+    for (uint32_t s = 0; s < nstreams; s++)
+        if (stream_ids[s] != 0 && api != API_SYNC)
+            CT_CHECK(cudaStreamCreate(&streams[s]));
+    uint32_t k = nids;
+    for (size_t i = 0; i < nevents; i++)
+        if (events[i].kind == 'p') {
+            take(k, events[i].size, events[i].stream, (unsigned char)(k * 13u + 5u));
+            k++;
+        }
+    /* The peak of each iteration; the one before the first covers the persistent buffers. */
+    size_t *peaks = calloc((size_t)iterations + 1, sizeof *peaks), steady_peak = 0, run_peak;
+    if (!peaks)
+        ct_die("out of memory");
+    for (int it = 0; it < iterations; it++) {
+        peaks[it] = fakeCudaPeakBytes(0, 1);
+        iterate(it);
+        if (api != API_SYNC)
+            CT_CHECK(cudaDeviceSynchronize());
+    }
+    peaks[iterations] = fakeCudaPeakBytes(0, 1);
+    run_peak = peaks[0];
+    for (int it = 1; it <= iterations; it++) {
+        if (peaks[it] > run_peak)
+            run_peak = peaks[it];
+        if (it > steady && peaks[it] > steady_peak)
+            steady_peak = peaks[it];
+    }
+    for (k = nids; k < nbufs; k++)
+        give(k);
+    if (api != API_SYNC)
+        CT_CHECK(cudaDeviceSynchronize());
+    for (uint32_t s = 0; s < nstreams; s++)
+        if (streams[s])
+            CT_CHECK(cudaStreamDestroy(streams[s]));
+    CT_EXPECT(corrupt == 0, "%" PRIu64 " marked bytes of device buffers changed while live",
+              corrupt);
+    printf("mode %s\niterations %d\nstreams %" PRIu32 "\npersistent %" PRIu32 "\nrequests %" PRIu64
+           "\nmax_live_bytes %" PRIu64 "\n",
+           mode, iterations, nstreams, npersistent, requests, max_live);
+    /* What the device held differs with and without optmem: stderr, not the compared
+     * output. */
+    for (int it = 0; it < iterations; it++)
+        fprintf(stderr, "iteration %d peak_bytes %zu\n", it, peaks[it + 1]);
+    fprintf(stderr, "device_peak_bytes %zu\nsteady_peak_bytes %zu\n", run_peak, steady_peak);
+    free(peaks);
+    free(events);
+    free(bufs);
+    free(live);
+    free(live_at);
+    return 0;
+}
