@@ -12,6 +12,8 @@ packages=(
     uthash-dev libcmocka-dev libdw-dev libjansson-dev
     python3 python3-torch python3-torchvision python3-numpy libopenblas0-openmp
     libpython3.11-testsuite
+    python3-sklearn python3-xgboost python3-skorch python3-torchaudio python3-fasttext
+    fasttext darknet
     libjemalloc2 libtcmalloc-minimal4 libmimalloc2.0
     clang-format chromium
     cppcheck clang libclang-rt-14-dev
