@@ -8,7 +8,8 @@ into and left in place, a training
 process killed with SIGKILL leaving a fresh report, and optmem_mode() in every mode and
 domain setting.
 
-Usage: invisible.py --preload LIBOPTMEM --program TRAIN_DRIFT --cli OPTMEM [--case NAME]. Exit status 0
+Usage: invisible.py --preload LIBOPTMEM --program TRAIN_DRIFT --cli OPTMEM --cuda-program RT_LOOP
+--fake-cuda-dir DIR [--case NAME]. Exit status 0
 on success; every failure is listed.
 """
 
@@ -332,13 +333,37 @@ def case_mode(args, c, tmp):
 
 def case_cuda_only_report(args, c, tmp):
     """OPTMEM_DEVICES=cuda: host requests pass through, no report from a process that made
-    no managed request, and a killed one behaves as in host mode (nothing to lose)."""
+    no managed request; a device training loop (the fake CUDA runtime) killed by SIGKILL
+    leaves a valid report of its device requests, as in host mode."""
     path = os.path.join(tmp, "cuda-only.json")
     got = run([PYTHON, "-c", TRAIN, "50"],
               env_for(args, "plan", OPTMEM_DEVICES="cuda", OPTMEM_REPORT=path))
     c.expect(got.returncode == 0 and got.stdout == b"trained 50\n",
              f"cuda only: exit {got.returncode}")
     c.expect(not os.path.exists(path), "cuda only: a report from a process with no request")
+    path = os.path.join(tmp, "cuda-only-killed.json")
+    env = env_for(args, "plan", OPTMEM_DEVICES="cuda", OPTMEM_REPORT=path)
+    env.update(LD_LIBRARY_PATH=args.fake_cuda_dir, CUDA_TEST_EXPECT="optmem")
+    proc = subprocess.Popen([args.cuda_program, "1000000"], env=env, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE)
+    start = time.monotonic()
+    time.sleep(6)
+    alive = time.monotonic() - start
+    proc.kill()
+    _, err = proc.communicate(timeout=60)
+    c.expect(proc.returncode == -signal.SIGKILL, f"cuda only, killed: status {proc.returncode}")
+    r = load_report(c, path, "cuda only, killed")
+    if r:
+        dev = {d["name"]: d for d in r["device_domains"]}.get("cuda:0")
+        if c.expect(dev is not None, f"cuda only, killed: no cuda:0 domain ({r['domains']})"):
+            c.expect(dev["counters"]["managed_requests"] > 0 and dev["serving"]["plans"] >= 1,
+                     f"cuda only, killed: {dev['counters']} {dev.get('serving')}")
+        c.expect(r["counters"]["managed_requests"] == 0,
+                 f"cuda only, killed: host requests managed: {r['counters']}")
+        age = alive - r["duration_ns"] / 1e9
+        c.expect(age <= KILL_BOUND_S,
+                 f"cuda only, killed: the report is {age:.2f} s older than the process's end")
+    c.expect(err == b"", f"cuda only, killed: stderr {err!r}")
 
 
 def case_run_summary(args, c, tmp):
@@ -382,6 +407,9 @@ def main():
     ap.add_argument("--preload", required=True)
     ap.add_argument("--program", required=True, help="tests/programs/train_drift")
     ap.add_argument("--cli", required=True, help="the optmem command")
+    ap.add_argument("--cuda-program", required=True,
+                    help="tests/cuda/rt_loop, linked against the fake CUDA runtime")
+    ap.add_argument("--fake-cuda-dir", required=True, help="the fake CUDA libraries' directory")
     ap.add_argument("--case", choices=sorted(CASES), action="append")
     args = ap.parse_args()
     c = Checks()
