@@ -12,19 +12,6 @@
 
 #define CLI_DEFAULT_BUDGET_MS 1000
 
-static void *cli_alloc(void *ctx, size_t n)
-{
-    (void)ctx;
-    return malloc(n ? n : 1);
-}
-
-static void cli_release(void *ctx, void *p, size_t n)
-{
-    (void)ctx;
-    (void)n;
-    free(p);
-}
-
 static void usage(FILE *f)
 {
     fprintf(f,
@@ -215,7 +202,7 @@ int om_cmd_plan(int argc, char **argv)
     size_t n = 0;
     int ret = OM_EXIT_FAILURE, rc;
 
-    opt.alloc = (om_rp_allocator){cli_alloc, cli_release, NULL};
+    opt.alloc = om_cli_rp_heap;
     opt.budget_ms = CLI_DEFAULT_BUDGET_MS;
     opt.seed = 1;
     opt.err = err;

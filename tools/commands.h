@@ -11,6 +11,11 @@ enum {
 
 int om_cmd_run(int argc, char **argv);
 int om_cmd_plan(int argc, char **argv);
+
 int om_cmd_report(int argc, char **argv);
+
+/* rp_heap.c: the replanner's scratch memory from the CLI's heap, for every command that
+ * plans. */
+extern const struct om_rp_allocator om_cli_rp_heap;
 
 #endif

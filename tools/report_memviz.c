@@ -1,4 +1,5 @@
 /* optmem report --format memory-viz: a domain as a PyTorch memory snapshot pickle, no Python. */
+#include "commands.h"
 #include "replanner.h"
 #include "report_domain.h"
 
@@ -182,19 +183,6 @@ static uint64_t bsize(const struct om_rlife *l)
     return l->size ? l->size : 1;
 }
 
-static void *rp_alloc(void *ctx, size_t n)
-{
-    (void)ctx;
-    return malloc(n ? n : 1);
-}
-
-static void rp_release(void *ctx, void *p, size_t n)
-{
-    (void)ctx;
-    (void)n;
-    free(p);
-}
-
 /* Addresses: the arena offsets the report recorded, the other blocks placed around them by
  * the replanner's greedy (deterministic) placement; without consistent offsets, all of them
  * placed. *top gets the segment's size. */
@@ -202,7 +190,7 @@ static int place(const struct om_report *r, struct blk *b, size_t n, uint64_t *t
 {
     om_rp_block *rb = calloc(n ? n : 1, sizeof *rb);
     uint64_t *off = calloc(n ? n : 1, sizeof *off);
-    om_rp_options opt = {.algo = OM_RP_ALGO_GREEDY, .alloc = {rp_alloc, rp_release, NULL}};
+    om_rp_options opt = {.algo = OM_RP_ALGO_GREEDY, .alloc = om_cli_rp_heap};
     om_rp_result res;
     int rc = -ENOMEM;
     if (!rb || !off)

@@ -1,5 +1,6 @@
 /* A PyTorch memory snapshot as the report `optmem report` renders: one device domain each. */
 #include "report_domain.h"
+#include "commands.h"
 #include "replanner.h"
 #include "snapshot.h"
 
@@ -25,19 +26,6 @@ static int by_birth(const void *x, const void *y)
     if (a->birth != b->birth)
         return a->birth < b->birth ? -1 : 1;
     return (a->life > b->life) - (a->life < b->life);
-}
-
-static void *rp_alloc(void *ctx, size_t n)
-{
-    (void)ctx;
-    return malloc(n ? n : 1);
-}
-
-static void rp_release(void *ctx, void *p, size_t n)
-{
-    (void)ctx;
-    (void)n;
-    free(p);
 }
 
 /* A frame's address: a hash of what it says, so that equal frames merge across files. */
@@ -145,7 +133,7 @@ static void fill_offsets(struct om_report *r)
     om_rp_options opt = {.budget_ms = REPORT_PLAN_BUDGET_MS,
                          .max_nodes = REPORT_PLAN_MAX_NODES,
                          .seed = 1,
-                         .alloc = {rp_alloc, rp_release, NULL}};
+                         .alloc = om_cli_rp_heap};
     om_rp_result res;
     if (b && off && r->nlife) {
         for (size_t i = 0; i < r->nlife; i++)

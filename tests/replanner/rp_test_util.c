@@ -69,7 +69,7 @@ void t_random_blocks(om_rp_block *b, size_t n, uint64_t horizon, int cyclic, int
     }
 }
 
-static int overlap(const om_rp_block *a, const om_rp_block *b, uint64_t p)
+int t_live_together(const om_rp_block *a, const om_rp_block *b, uint64_t p)
 {
     if (a->lower < b->upper && b->lower < a->upper)
         return 1;
@@ -79,7 +79,7 @@ static int overlap(const om_rp_block *a, const om_rp_block *b, uint64_t p)
            (b->lower + p < a->upper && a->lower < b->upper + p);
 }
 
-static uint64_t align_up(uint64_t x, uint64_t a)
+uint64_t t_align_up(uint64_t x, uint64_t a)
 {
     return a > 1 ? (x + a - 1) / a * a : x;
 }
@@ -88,7 +88,7 @@ static int fits(const om_rp_block *b, const uint64_t *off, const int *placed, si
                 uint64_t o, uint64_t period)
 {
     for (size_t j = 0; j < n; j++)
-        if (placed[j] && overlap(&b[j], &b[k], period) && off[j] < o + b[k].size &&
+        if (placed[j] && t_live_together(&b[j], &b[k], period) && off[j] < o + b[k].size &&
             o < off[j] + b[j].size)
             return 0;
     return 1;
@@ -114,7 +114,7 @@ static void first_fit(const om_rp_block *b, size_t n, uint64_t period, const siz
         for (size_t j = 0; j < n; j++) {
             if (!placed[j])
                 continue;
-            c = align_up(off[j] + b[j].size, b[k].align);
+            c = t_align_up(off[j] + b[j].size, b[k].align);
             if (c < o && fits(b, off, placed, n, k, c, period))
                 o = c;
         }

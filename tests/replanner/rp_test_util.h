@@ -13,6 +13,11 @@ void t_peak_reset(void);
 
 uint64_t t_rand(uint64_t *s);
 
+/* Whether two blocks are live at once (on the circle of the period if it is not 0). */
+int t_live_together(const om_rp_block *a, const om_rp_block *b, uint64_t p);
+/* x rounded up to a multiple of a (a of 0 or 1: x). */
+uint64_t t_align_up(uint64_t x, uint64_t a);
+
 /* Random instance: n blocks, times below horizon (the period if cyclic), some aligned. */
 void t_random_blocks(om_rp_block *b, size_t n, uint64_t horizon, int cyclic, int aligned,
                      uint64_t *seed);

@@ -11,21 +11,6 @@
 
 static const int algos[] = {OM_RP_ALGO_GREEDY, OM_RP_ALGO_LOCAL, OM_RP_ALGO_BNB, OM_RP_ALGO_AUTO};
 
-static int live_together(const om_rp_block *a, const om_rp_block *b, uint64_t p)
-{
-    if (a->lower < b->upper && b->lower < a->upper)
-        return 1;
-    if (!p)
-        return 0;
-    return (a->lower + p < b->upper && b->lower < a->upper + p) ||
-           (b->lower + p < a->upper && a->lower < b->upper + p);
-}
-
-static uint64_t align_up(uint64_t x, uint64_t a)
-{
-    return a > 1 ? (x + a - 1) / a * a : x;
-}
-
 /*
  * Greedy by size the plain way, quadratic: blocks by size (largest first), then birth, then
  * input order; each at the lowest aligned offset that meets no placed block live with it
@@ -58,15 +43,15 @@ static uint64_t reference_greedy(const om_rp_block *b, size_t n, uint64_t period
         }
     for (size_t x = 0; x < m; x++) {
         size_t i = order[x];
-        uint64_t o = align_up(0, b[i].align);
+        uint64_t o = t_align_up(0, b[i].align);
         int moved = 1;
 
         while (moved) {
             moved = 0;
             for (size_t j = 0; j < n; j++)
-                if (placed[j] && live_together(&b[i], &b[j], period) && off[j] < o + b[i].size &&
+                if (placed[j] && t_live_together(&b[i], &b[j], period) && off[j] < o + b[i].size &&
                     o < off[j] + b[j].size) {
-                    o = align_up(off[j] + b[j].size, b[i].align);
+                    o = t_align_up(off[j] + b[j].size, b[i].align);
                     moved = 1;
                 }
         }
