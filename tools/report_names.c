@@ -254,6 +254,10 @@ const char *om_cxx_short(const char *in, char *buf, size_t len)
             if (strncmp(next, "const", 5) == 0 || strncmp(next, "volatile", 8) == 0 ||
                 *next == '&' || *next == '[')
                 break;
+            if (*next == '<' || *next == '(') { /* "operator< <int>(...)" */
+                s = next;
+                continue;
+            }
             o = 0;
             s = next;
             continue;
