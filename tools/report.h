@@ -114,7 +114,7 @@ const char *om_dframe_label(const struct om_dframe *f, char *buf, size_t len);
 /* Names (report_names.c): a C++ name without arguments, templates or return type; whether a
  * shortened name is allocator plumbing; a frame's label, shortened unless full; a site's
  * short name, "where [<- entry]" (docs/report-formats.md, "Names"). */
-const char *om_cxx_short(const char *in, char *buf, size_t len);
+char *om_cxx_short(const char *in, char *buf, size_t len);
 bool om_name_is_plumbing(const char *shortened);
 const char *om_frame_name(const struct om_dframe *f, bool full, char *buf, size_t len);
 const char *om_site_name(struct om_symbolizer *sym, const struct om_rsite *site, bool full,

@@ -20,7 +20,8 @@ static const char *const plumbing[] = {
     "memalign",
     "valloc",
     "pvalloc",
-    "__libc_*",
+    "__libc_*alloc*",
+    "__libc_free",
     "_int_*",
     "sysmalloc",
     "operator new*",
@@ -120,6 +121,9 @@ static const char *const boundary[] = {
     "_PyObject_Vectorcall*",
     "PyObject_Vectorcall*",
     "_PyVectorcall_*",
+    "_PyObject_MakeTpCall",
+    "_PyObject_FastCall*",
+    "PyObject_FastCall*",
     "cfunction_*",
     "method_vectorcall*",
     "_PyFunction_Vectorcall",
@@ -213,7 +217,7 @@ static size_t operator_len(const char *s)
 /* Drops argument lists, template arguments, ABI tags, cv-qualifiers and the return type
  * from a demangled C++ name, keeping its qualification: lambdas become {lambda}, and
  * "(anonymous namespace)" stays. Names that are not C++ pass unchanged. */
-const char *om_cxx_short(const char *in, char *buf, size_t len)
+char *om_cxx_short(const char *in, char *buf, size_t len)
 {
     size_t o = 0;
     for (const char *s = in; *s;) {
@@ -284,8 +288,13 @@ const char *om_cxx_short(const char *in, char *buf, size_t len)
 /* The last component of a qualified name, with the one before it when that is a class (by
  * the usual convention, capitalised) or the last says little alone: an operator, a lambda,
  * call, redispatch, apply or run. */
-static const char *leaf(const char *q)
+static const char *leaf(char *q)
 {
+    /* PyTorch's generated dispatcher entries, at::_ops::OP::call, are named by their op. */
+    if (strncmp(q, "at::_ops::", 10) == 0 && strstr(q + 10, "::")) {
+        *strstr(q + 10, "::") = '\0';
+        return q + 10;
+    }
     const char *last = q, *prev = q;
     int depth = 0;
     for (const char *s = q; *s; s++) {
@@ -342,9 +351,9 @@ static int classify(const struct om_dframe *f, char *buf, size_t len)
     if (!f->function || (f->file && !f->module))
         return SKIP; /* unnamed, or a Python source frame */
     const char *s = om_cxx_short(f->function, buf, len);
-    if (is_boundary(s))
-        return BOUNDARY;
-    return om_name_is_plumbing(s) ? PLUMBING : MEANINGFUL;
+    if (om_name_is_plumbing(s))
+        return PLUMBING;
+    return is_boundary(s) ? BOUNDARY : MEANINGFUL;
 }
 
 /* The frame a site is named by (where), the outermost meaningful frame inside the first
@@ -352,24 +361,35 @@ static int classify(const struct om_dframe *f, char *buf, size_t len)
 static void pick(const struct om_dframe *f, size_t n, size_t *wherep, size_t *entryp, size_t *pyp)
 {
     char a[512];
-    size_t where = n, entry = n, plumb = n, py = n;
+    size_t where = n, entry = n, plumb = n, py = n, outside = n, bound = n;
+    bool inside = true;
     for (size_t k = 0; k < n; k++) {
         int c = classify(&f[k], a, sizeof a);
-        if (c == BOUNDARY)
-            break;
-        if (c == PLUMBING && where == n)
+        if (c == BOUNDARY && bound == n)
+            bound = k;
+        inside &= c != BOUNDARY;
+        if (!inside) {
+            if (c == MEANINGFUL && outside == n)
+                outside = k;
+        } else if (c == PLUMBING && where == n) {
             plumb = k;
-        else if (c == MEANINGFUL && where == n)
+        } else if (c == MEANINGFUL && where == n) {
             where = k;
-        else if (c == MEANINGFUL)
+        } else if (c == MEANINGFUL) {
             entry = k;
+        }
     }
     for (size_t k = 0; k < n && py == n; k++)
         if (user_python(&f[k]))
             py = k;
-    /* All plumbing: its outermost frame is the nearest to what asked for the memory. */
+    /* Nothing meaningful inside the first boundary: the innermost meaningful frame past it,
+     * else the outermost of several plumbing frames (the nearest to what asked, a PyTorch op
+     * often), else the boundary (main, an interpreter's frame), else the innermost frame. */
     if (where == n)
-        where = plumb < n ? plumb : 0;
+        where = outside < n                  ? outside
+                : plumb < n && plumb > 0     ? plumb
+                : bound < n && f[0].function ? bound
+                                             : 0;
     *wherep = where;
     *entryp = entry;
     *pyp = py;
@@ -399,8 +419,8 @@ const char *om_site_name(struct om_symbolizer *sym, const struct om_rsite *site,
     size_t where, entry, py;
     pick(f, n, &where, &entry, &py);
     size_t o = 0;
-    const char *w = om_frame_name(&f[where], full, a, sizeof a);
-    w = full || !f[where].function ? w : leaf(w);
+    const char *w = full || !f[where].function ? om_frame_name(&f[where], full, a, sizeof a)
+                                               : leaf(om_cxx_short(f[where].function, a, sizeof a));
     append(buf, len, &o, w);
     if (py < n) {
         append(buf, len, &o, " \xe2\x86\x90 ");
@@ -412,8 +432,8 @@ const char *om_site_name(struct om_symbolizer *sym, const struct om_rsite *site,
             append(buf, len, &o, f[py].function);
         }
     } else if (entry < n) {
-        const char *e = om_frame_name(&f[entry], full, b, sizeof b);
-        e = full ? e : leaf(e);
+        const char *e = full ? om_frame_name(&f[entry], full, b, sizeof b)
+                             : leaf(om_cxx_short(f[entry].function, b, sizeof b));
         if (strcmp(e, w) != 0) {
             append(buf, len, &o, " \xe2\x86\x90 ");
             append(buf, len, &o, e);

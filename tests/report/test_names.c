@@ -157,6 +157,11 @@ static void test_site_names(void **state)
     /* a C program: no entry past main */
     const struct om_dframe c[] = {FN("malloc"), FN("site_temp"), FN("main"), FN("_start")};
     assert_string_equal(name_of(c, 4, false, buf, sizeof buf), "site_temp");
+    /* malloc straight from main: main, not malloc; an unnamed frame: its module+offset */
+    const struct om_dframe direct[] = {FN("malloc"), FN("main"), FN("_start")};
+    assert_string_equal(name_of(direct, 3, false, buf, sizeof buf), "main");
+    const struct om_dframe bare[] = {{.module = "prog", .offset = 0x1abe}, FN("__libc_start_main")};
+    assert_string_equal(name_of(bare, 2, false, buf, sizeof buf), "prog+0x1abe");
     /* all plumbing: the outermost plumbing frame, not the allocator */
     const struct om_dframe all[] = {FN("c10::alloc_cpu(unsigned long)"),
                                     FN("at::native::empty_like(at::Tensor const&)"),
