@@ -49,6 +49,9 @@ static const char *const plumbing[] = {
     "*Allocator*::operator()",
     /* PyTorch: tensor creation and the dispatcher between an op and its kernel */
     "at::detail::empty_*",
+    "at::detail::_empty_*",
+    "*::create_out",
+    "*::set_output*",
     "at::empty*",
     "at::native::empty_*",
     "at::native::resize_*",
@@ -152,6 +155,8 @@ static const char *const boundary[] = {
     "_dlerror_run",
     "*::thread_main",
     "*::execute_native_thread_routine",
+    "torch::autograd::Engine::*",
+    "torch::autograd::Node::*",
 };
 
 static bool matches(const char *const *pats, size_t n, const char *name)
@@ -324,12 +329,31 @@ const char *om_frame_name(const struct om_dframe *f, bool full, char *buf, size_
     return om_cxx_short(f->function, buf, len);
 }
 
+static void append(char *buf, size_t len, size_t *o, const char *s);
+
 /* A Python source frame from a user's file, not an installed package or the library. */
 static bool user_python(const struct om_dframe *f)
 {
-    return f->file && !f->module && !strstr(f->file, "site-packages/") &&
-           !strstr(f->file, "dist-packages/") && !strstr(f->file, "lib/python3") &&
-           f->file[0] != '<';
+    return f->file && !f->module && !strstr(f->file, "site-packages") &&
+           !strstr(f->file, "dist-packages") && !strstr(f->file, "lib/python3") &&
+           !strstr(f->file, "\\Lib\\") && f->file[0] != '<';
+}
+
+/* "model.py:41 forward": a Python frame by its file's base name, line and function. */
+static void append_python(char *buf, size_t len, size_t *o, const struct om_dframe *f)
+{
+    const char *base = f->file;
+    for (const char *c = f->file; *c; c++)
+        if (*c == '/' || *c == '\\')
+            base = c + 1;
+    char line[32];
+    snprintf(line, sizeof line, ":%u", f->line);
+    append(buf, len, o, base);
+    append(buf, len, o, line);
+    if (f->function) {
+        append(buf, len, o, " ");
+        append(buf, len, o, f->function);
+    }
 }
 
 static void append(char *buf, size_t len, size_t *o, const char *s)
@@ -419,18 +443,16 @@ const char *om_site_name(struct om_symbolizer *sym, const struct om_rsite *site,
     size_t where, entry, py;
     pick(f, n, &where, &entry, &py);
     size_t o = 0;
+    if (where == py) { /* a Python frame of the user's own: it says it all */
+        append_python(buf, len, &o, &f[py]);
+        return buf;
+    }
     const char *w = full || !f[where].function ? om_frame_name(&f[where], full, a, sizeof a)
                                                : leaf(om_cxx_short(f[where].function, a, sizeof a));
     append(buf, len, &o, w);
     if (py < n) {
         append(buf, len, &o, " \xe2\x86\x90 ");
-        const char *base = strrchr(f[py].file, '/');
-        snprintf(b, sizeof b, "%s:%u", base ? base + 1 : f[py].file, f[py].line);
-        append(buf, len, &o, b);
-        if (f[py].function) {
-            append(buf, len, &o, " ");
-            append(buf, len, &o, f[py].function);
-        }
+        append_python(buf, len, &o, &f[py]);
     } else if (entry < n) {
         const char *e = full ? om_frame_name(&f[entry], full, b, sizeof b)
                              : leaf(om_cxx_short(f[entry].function, b, sizeof b));
