@@ -32,7 +32,7 @@ static const char *const plumbing[] = {
     "*_malloc",
     "*_calloc",
     "*_realloc",
-    "*_alloc",
+
     "*xmalloc",
     "*xcalloc",
     "*xrealloc",

@@ -256,6 +256,8 @@ def symbolize(args, rest, tmp):
     text, _ = rep(args, [rpath])
     expect("inner_alloc  %s:%d  [inlined]" % (f[0]["file"], lines["inner"]) in text,
            "text lacks the inlined frame:\n" + text)
+    # The site is named by its innermost frame and the outermost one inside main.
+    expect("\n      inner_alloc \u2190 outer_site\n" in text, "text lacks the site's name:\n" + text)
     # Without debug info: symbol names only; without the file: the report's module+offset.
     subprocess.run(["objcopy", "--strip-debug", prog], check=True)
     f = frames()
