@@ -32,7 +32,6 @@ static const char *const plumbing[] = {
     "*_malloc",
     "*_calloc",
     "*_realloc",
-
     "*xmalloc",
     "*xcalloc",
     "*xrealloc",
