@@ -59,9 +59,13 @@ static void usage(FILE *f)
             "  --top N             call sites shown (default %d)\n"
             "  --max-slices N      lifetimes drawn in chrome and svg output (default %d)\n"
             "  --no-symbolize      show the report's own names and module+offset only\n"
+            "  --full-names        C++ frames with argument lists and templates, and call\n"
+            "                      sites named by those (default: shortened)\n"
             "  -h, --help          this text\n\n"
             "Frames are symbolized from the modules named in the report (function, file:line,\n"
-            "inlined frames) when those files are still there.\n"
+            "inlined frames) when those files are still there. Each call site is named by its\n"
+            "innermost frame that is not allocator plumbing, and where there is one, the\n"
+            "frame the program entered native code by or its innermost user Python frame.\n"
             "Exit status: 0 success, 1 a report is missing or invalid, lacks the domain, or\n"
             "OUT cannot be written, 2 bad usage.\n",
             DEFAULT_TOP, DEFAULT_MAX_SLICES);
@@ -118,7 +122,7 @@ out_merged:
 
 int om_cmd_report(int argc, char **argv)
 {
-    enum { OPT_FORMAT = 256, OPT_TOP, OPT_SLICES, OPT_NOSYM, OPT_DOMAIN };
+    enum { OPT_FORMAT = 256, OPT_TOP, OPT_SLICES, OPT_NOSYM, OPT_DOMAIN, OPT_FULL };
     static const struct option options[] = {
         {"format", required_argument, NULL, OPT_FORMAT},
         {"output", required_argument, NULL, 'o'},
@@ -126,6 +130,7 @@ int om_cmd_report(int argc, char **argv)
         {"max-slices", required_argument, NULL, OPT_SLICES},
         {"no-symbolize", no_argument, NULL, OPT_NOSYM},
         {"domain", required_argument, NULL, OPT_DOMAIN},
+        {"full-names", no_argument, NULL, OPT_FULL},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
@@ -168,6 +173,9 @@ int om_cmd_report(int argc, char **argv)
             break;
         case OPT_NOSYM:
             symbolize = false;
+            break;
+        case OPT_FULL:
+            o.full_names = true;
             break;
         case OPT_DOMAIN:
             domain = optarg;

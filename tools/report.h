@@ -111,6 +111,17 @@ int om_sym_site(struct om_symbolizer *s, const struct om_rsite *site, const stru
 /* A short label for a frame: function, else basename(module)+0xoffset; into buf. */
 const char *om_dframe_label(const struct om_dframe *f, char *buf, size_t len);
 
+/* Names (report_names.c): a C++ name without arguments, templates or return type; whether a
+ * shortened name is allocator plumbing; a frame's label, shortened unless full; a site's
+ * short name, "where [<- entry]" (docs/report-formats.md, "Names"). */
+char *om_cxx_short(const char *in, char *buf, size_t len);
+bool om_name_is_plumbing(const char *shortened);
+const char *om_frame_name(const struct om_dframe *f, bool full, char *buf, size_t len);
+const char *om_site_name(struct om_symbolizer *sym, const struct om_rsite *site, bool full,
+                         char *buf, size_t len);
+/* The index, in om_sym_site's frames, of the frame a site is named by. */
+size_t om_site_where(struct om_symbolizer *sym, const struct om_rsite *site);
+
 /* Call sites merged over several reports by their module+offset stack. */
 struct om_msite {
     const struct om_rsite *site; /* a representative */
@@ -137,6 +148,7 @@ struct om_render {
     unsigned top;
     size_t max_slices;
     struct om_symbolizer *sym;
+    bool full_names; /* frames and site names with argument lists and templates */
 };
 int om_render_text(const struct om_merged *m, const struct om_render *o);
 int om_render_json(const struct om_merged *m, const struct om_render *o);

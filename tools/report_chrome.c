@@ -26,16 +26,6 @@ static void ts(FILE *out, uint64_t ns)
     fprintf(out, "%llu.%03u", (unsigned long long)(ns / 1000), (unsigned)(ns % 1000));
 }
 
-static const char *site_name(struct om_symbolizer *sym, const struct om_rsite *s, char *buf,
-                             size_t len)
-{
-    const struct om_dframe *f;
-    size_t n;
-    if (om_sym_site(sym, s, &f, &n) != 0 || n == 0)
-        return "?";
-    return om_dframe_label(&f[0], buf, len);
-}
-
 static void process_meta(FILE *out, const struct om_report *r, const char *domain)
 {
     char name[512];
@@ -95,7 +85,7 @@ static size_t process_events(FILE *out, const struct om_report *r, const struct 
         const struct om_rlife *l = &r->life[i];
         if (l->site == OM_NO_VALUE)
             continue;
-        const char *name = site_name(o->sym, &r->sites[l->site], buf, sizeof buf);
+        const char *name = om_site_name(o->sym, &r->sites[l->site], o->full_names, buf, sizeof buf);
         for (int end = 0; end < 2; end++) {
             fprintf(out,
                     "{\"ph\":\"%c\",\"cat\":\"lifetime\",\"pid\":%lld,\"tid\":1,\"id\":\"0x%llx\","
@@ -176,11 +166,13 @@ int om_render_folded(const struct om_merged *m, const struct om_render *o)
         int rc = om_sym_site(o->sym, m->sites[i].site, &f, &n);
         if (rc != 0)
             return rc;
+        /* The leaf is the frame the site is named by: the plumbing under it is left out. */
+        size_t first = o->full_names ? 0 : om_site_where(o->sym, m->sites[i].site);
         if (n == 0)
             fputs("[unknown]", o->out);
-        for (size_t k = n; k-- > 0;) {
-            folded_frame(o->out, om_dframe_label(&f[k], buf, sizeof buf));
-            if (k)
+        for (size_t k = n; k-- > first;) {
+            folded_frame(o->out, om_frame_name(&f[k], o->full_names, buf, sizeof buf));
+            if (k > first)
                 fputc(';', o->out);
         }
         fprintf(o->out, " %llu\n", (unsigned long long)m->sites[i].bytes);

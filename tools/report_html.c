@@ -197,10 +197,12 @@ static int sites(FILE *out, const struct om_merged *m, const struct om_render *o
         cell_u64(out, s->blocks);
         fprintf(out, "<td>%s</td>", s->site->category ? s->site->category : "&ndash;");
         cell_u64(out, s->processes);
-        fputs("<td><ol class=\"stack\">", out);
+        fputs("<td><b class=\"site\">", out);
+        om_xml_escape(out, om_site_name(o->sym, s->site, o->full_names, buf, sizeof buf));
+        fputs("</b><ol class=\"stack\">", out);
         for (size_t k = 0; k < n; k++) {
             fputs(f[k].inlined ? "<li class=\"inl\">" : "<li>", out);
-            om_xml_escape(out, om_dframe_label(&f[k], buf, sizeof buf));
+            om_xml_escape(out, om_frame_name(&f[k], o->full_names, buf, sizeof buf));
             if (f[k].file) {
                 fputs(" <span class=\"loc\">", out);
                 om_xml_escape(out, f[k].file);

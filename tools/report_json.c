@@ -89,8 +89,11 @@ static json_t *process(const struct om_report *r, const struct om_rdomains *devs
                      serving(&r->serving), "device_domains", devices(devs));
 }
 
-static int site(struct om_symbolizer *sym, const struct om_msite *s, uint64_t at_peak, json_t **out)
+static int site(struct om_symbolizer *sym, const struct om_msite *s, uint64_t at_peak, bool full,
+                json_t **out)
 {
+    char name[1024];
+    om_site_name(sym, s->site, full, name, sizeof name);
     const struct om_dframe *f;
     size_t n;
     int rc = om_sym_site(sym, s->site, &f, &n);
@@ -106,8 +109,8 @@ static int site(struct om_symbolizer *sym, const struct om_msite *s, uint64_t at
                                                 "inlined", f[i].inlined, "module", f[i].module,
                                                 f[i].module ? "offset" : "address", off));
     }
-    *out = json_pack("{s:I,s:I,s:f,s:s?,s:i,s:o}", "bytes", (json_int_t)s->bytes, "blocks",
-                     (json_int_t)s->blocks, "share",
+    *out = json_pack("{s:s,s:I,s:I,s:f,s:s?,s:i,s:o}", "name", name, "bytes", (json_int_t)s->bytes,
+                     "blocks", (json_int_t)s->blocks, "share",
                      at_peak ? (double)s->bytes / (double)at_peak : 0.0, "category",
                      s->site->category, "processes", (int)s->processes, "frames", frames);
     return *out ? 0 : -ENOMEM;
@@ -131,7 +134,7 @@ int om_render_json_in(const struct om_merged *m, const struct om_render *o,
                               process(&m->reports[i], host && v->devices ? &v->devices[i] : NULL));
     for (size_t i = 0; i < m->nsites && i < o->top && rc == 0; i++) {
         json_t *s = NULL;
-        rc = site(o->sym, &m->sites[i], m->lower_bound, &s);
+        rc = site(o->sym, &m->sites[i], m->lower_bound, o->full_names, &s);
         json_array_append_new(sites, s);
     }
     json_t *root =

@@ -84,11 +84,8 @@ static void blocks(FILE *out, const struct om_report *r, const struct frame *f,
             break;
         uint64_t end = l->death == OM_NO_VALUE ? f->x1 : l->death;
         double x = px(f, l->birth), y = py(f, l->offset + l->size);
-        const struct om_dframe *fr;
-        size_t n;
-        const char *label = "?";
-        if (om_sym_site(o->sym, &r->sites[l->site], &fr, &n) == 0 && n > 0)
-            label = om_dframe_label(&fr[0], buf, sizeof buf);
+        const char *label =
+            om_site_name(o->sym, &r->sites[l->site], o->full_names, buf, sizeof buf);
         fprintf(out,
                 "<rect x=\"%.2f\" y=\"%.2f\" width=\"%.2f\" height=\"%.2f\" "
                 "fill=\"hsl(%u,65%%,60%%)\" fill-opacity=\"0.85\"><title>site %llu ",
@@ -169,17 +166,23 @@ static void legend(FILE *out, const struct om_report *r, const struct om_render 
     char buf[512];
     int x = LEFT, y = PANEL_H - 14;
     for (size_t i = 0; i < r->npeak && i < 6; i++) {
-        const struct om_dframe *fr;
-        size_t n;
-        const char *label = "?";
-        if (om_sym_site(o->sym, &r->sites[r->peak[i].site], &fr, &n) == 0 && n > 0)
-            label = om_dframe_label(&fr[0], buf, sizeof buf);
+        const char *label =
+            om_site_name(o->sym, &r->sites[r->peak[i].site], o->full_names, buf, sizeof buf);
         fprintf(out,
                 "<rect x=\"%d\" y=\"%d\" width=\"10\" height=\"10\" fill=\"hsl(%u,65%%,60%%)\"/>"
                 "<text x=\"%d\" y=\"%d\" font-size=\"11\">site %llu ",
                 x, y - 9, hue(r->peak[i].site), x + 14, y, (unsigned long long)r->peak[i].site);
-        size_t len = strlen(label);
-        om_xml_escape(out, len > 24 ? label + len - 24 : label);
+        /* The legend has room for about 26 characters: a long name keeps its start, cut at a
+         * character boundary. */
+        char cut[64];
+        snprintf(cut, sizeof cut, "%s", label);
+        if (strlen(label) > 26) {
+            size_t at = 25;
+            while (at > 0 && (cut[at] & 0xc0) == 0x80)
+                at--;
+            memcpy(cut + at, "\xe2\x80\xa6", 4);
+        }
+        om_xml_escape(out, cut);
         fputs("</text>\n", out);
         x += 180;
     }

@@ -15,11 +15,11 @@ static void print_argv(FILE *out, const struct om_report *r)
         fputs(r->exe ? r->exe : "?", out);
 }
 
-static void print_frames(FILE *out, const struct om_dframe *f, size_t n)
+static void print_frames(FILE *out, const struct om_dframe *f, size_t n, bool full)
 {
     char buf[512];
     for (size_t i = 0; i < n; i++) {
-        fprintf(out, "        %s", om_dframe_label(&f[i], buf, sizeof buf));
+        fprintf(out, "        %s", om_frame_name(&f[i], full, buf, sizeof buf));
         if (f[i].file)
             fprintf(out, "  %s:%u", f[i].file, f[i].line);
         else if (f[i].function && f[i].module)
@@ -199,13 +199,15 @@ int om_render_text_in(const struct om_merged *m, const struct om_render *o,
             fprintf(out, "  %s", s->site->category);
         if (m->nreports > 1)
             fprintf(out, "  in %u process%s", s->processes, s->processes == 1 ? "" : "es");
-        fputc('\n', out);
+        char name[1024];
+        fprintf(out, "\n      %s\n",
+                om_site_name(o->sym, s->site, o->full_names, name, sizeof name));
         const struct om_dframe *f;
         size_t n;
         int rc = om_sym_site(o->sym, s->site, &f, &n);
         if (rc != 0)
             return rc;
-        print_frames(out, f, n);
+        print_frames(out, f, n, o->full_names);
     }
     if (m->nsites > o->top)
         fprintf(out, "  (%zu more; --top N shows more)\n", m->nsites - o->top);

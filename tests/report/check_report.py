@@ -1,7 +1,7 @@
 """Checks of `optmem report` (tests/report/CMakeLists.txt runs one subcommand per test).
 
 Usage: check_report.py --optmem CLI [--preload LIB] SUBCOMMAND [ARGS...]
-Subcommands: golden NAME FIXTURE... (with --update to rewrite the golden file), chrome, svg, html, errors, merge, symbolize PROGRAM, run PROGRAM, domains PROGRAM, help."""
+Subcommands: golden NAME FIXTURE... (with --update to rewrite the golden file), chrome, svg, html, errors, merge, symbolize PROGRAM, run PROGRAM, domains PROGRAM, names WORKLOAD.py, help."""
 import argparse
 import json
 import os
@@ -256,6 +256,8 @@ def symbolize(args, rest, tmp):
     text, _ = rep(args, [rpath])
     expect("inner_alloc  %s:%d  [inlined]" % (f[0]["file"], lines["inner"]) in text,
            "text lacks the inlined frame:\n" + text)
+    # The site is named by its innermost frame and the outermost one inside main.
+    expect("\n      inner_alloc \u2190 outer_site\n" in text, "text lacks the site's name:\n" + text)
     # Without debug info: symbol names only; without the file: the report's module+offset.
     subprocess.run(["objcopy", "--strip-debug", prog], check=True)
     f = frames()
@@ -267,6 +269,66 @@ def symbolize(args, rest, tmp):
            "missing file: first frame %s" % f[0])
     text, _ = rep(args, [rpath])
     expect("sym_target+0x" in text, "missing file: no module+offset in\n" + text)
+
+
+PLUMBING = {"alloc_cpu", "c10::alloc_cpu", "empty_generic", "empty_cpu", "malloc", "calloc",
+            "operator new", "allocate", "_PyObject_Malloc", "PyObject_Malloc", "PyMem_Malloc"}
+
+
+def site_names(text):
+    """The short name under each "  #N" line of a text report."""
+    lines = text.splitlines()
+    return [lines[i + 1].strip() for i, l in enumerate(lines[:-1]) if re.match(r"  #\d+ ", l)]
+
+
+def names(args, rest, tmp):
+    """A PyTorch workload's call sites are named after the code that asked, not the allocator,
+    in every format; --full-names brings C++ argument lists back."""
+    path = os.path.join(tmp, "names.json")
+    proc = subprocess.run([args.optmem, "run", "--mode", "trace", "--stack-depth", "32", "-o",
+                           path, "--", sys.executable, rest[0], "--steps", "2", "--threads", "1"],
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=240)
+    expect(proc.returncode == 0, "workload: exit %d: %s" % (proc.returncode,
+                                                           proc.stderr.decode()[-2000:]))
+    text, _ = rep(args, [path, "--top", "5"])
+    short = site_names(text)
+    expect(len(short) == 5, "%d site names in\n%s" % (len(short), text))
+    for name in short:
+        where = name.split(" \u2190 ")[0]
+        expect(where not in PLUMBING and where.split("::")[-1] not in PLUMBING,
+               "a site is named after allocator plumbing: %r\n%s" % (name, text))
+        expect("(" not in where and "<" not in where, "a short name has arguments: %r" % name)
+    funcs = [l.strip().split("  ")[0] for l in text.splitlines() if l.startswith("        ")]
+    expect("c10::alloc_cpu" in funcs, "no shortened c10::alloc_cpu frame in\n" + text)
+    expect(not any("(" in f and "anonymous" not in f for f in funcs),
+           "a frame keeps its argument list:\n" + text)
+    full, _ = rep(args, [path, "--top", "5", "--full-names"])
+    expect("c10::alloc_cpu(unsigned long)" in full,
+           "--full-names lacks c10::alloc_cpu(unsigned long):\n" + full)
+    expect(any("(" in n for n in site_names(full)),
+           "--full-names site names lack argument lists: %s" % site_names(full))
+    # The same names in the other formats.
+    trace = os.path.join(tmp, "trace.json")
+    rep(args, [path, "--format", "chrome", "-o", trace])
+    with open(trace) as f:
+        slices = {e["name"] for e in json.load(f)["traceEvents"] if e["ph"] == "b"}
+    expect(slices and not any("(" in n for n in slices),
+           "chrome slices named with arguments: %s" % [n for n in slices if "(" in n][:5])
+    expect(set(short) & slices,
+           "no chrome slice carries a top site's name %s" % short)
+    folded, _ = rep(args, [path, "--format", "folded"])
+    leaves = [l.rsplit(" ", 1)[0].split(";")[-1] for l in folded.splitlines()]
+    expect(leaves and not any(l.split("::")[-1] in PLUMBING for l in leaves),
+           "a folded stack ends in plumbing: %s" %
+           [l for l in leaves if l.split("::")[-1] in PLUMBING][:3])
+    expect(any("c10::alloc_cpu" in l for l in folded.splitlines()) is False,
+           "folded stacks keep the plumbing under the named frame")
+    html = os.path.join(tmp, "names.html")
+    rep(args, [path, "--format", "html", "-o", html])
+    with open(html) as f:
+        page = f.read()
+    expect('<b class="site">' in page and short[0].split(" ")[0] in page,
+           "the html legend lacks the short name %r" % short[0])
 
 
 def run(args, rest, tmp):
@@ -449,7 +511,7 @@ def help_(args, rest, tmp):
     expect(re.search(r"^\s+report\s", out, re.M), "optmem --help lacks report:\n" + out)
     out, _ = cli(args, ["report", "--help"])
     for needle in ("--format", "chrome", "folded", "svg", "html", "--top", "--domain",
-                   "Exit status"):
+                   "--full-names", "Exit status"):
         expect(needle in out, "optmem report --help lacks %r" % needle)
 
 
@@ -463,7 +525,7 @@ def main():
     args = ap.parse_args()
     commands = {"golden": golden, "chrome": chrome, "svg": svg,
                 "html": html, "errors": errors, "merge": merge, "symbolize": symbolize,
-                "run": run, "domains": domains, "help": help_}
+                "run": run, "domains": domains, "help": help_, "names": names}
     tmp = tempfile.mkdtemp(prefix="optmem-report-test.")
     try:
         commands[args.command](args, args.rest, tmp)
