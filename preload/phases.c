@@ -2,6 +2,7 @@
  * iterations served. */
 #include "pool_internal.h"
 
+#include "config.h"
 #include "log.h"
 
 #include <errno.h>
@@ -129,6 +130,9 @@ void om_pool_end_of_served_iteration(struct om_pool *pool)
     pool->failing = 0;
 }
 
+/* How long a request may search for a plan: beyond it, the search goes on a thread. */
+#define PLAN_INLINE_MS 1
+
 static void plan_failed(struct om_pool *pool, int rc)
 {
     if (rc == -ENOENT) /* no block died within the period: a layer inside a step */
@@ -142,15 +146,22 @@ static void plan_failed(struct om_pool *pool, int rc)
  * a multiple of period requests on). */
 static void plan_now(struct om_pool *pool, uint64_t cursor)
 {
-    int rc = om_pool_plan_start(pool);
-    if (rc == 0) {
-        pool->phase = PLAN;
-        pool->cursor = cursor;
-        pool->plan_wait = 0;
-        return;
+    /* Most plans meet their lower bound at once: those serve from the next request. The
+     * search for the others would hold up the request (OPTMEM_PLAN_THREAD). */
+    int rc = om_cfg.plan_thread < 0    ? om_pool_plan(pool, PLAN_INLINE_MS)
+             : om_cfg.plan_thread == 0 ? om_pool_plan(pool, 0)
+                                       : -EAGAIN;
+    if (rc == -EAGAIN) {
+        rc = om_pool_plan_start(pool);
+        if (rc == 0) {
+            pool->phase = PLAN;
+            pool->cursor = cursor;
+            pool->plan_wait = 0;
+            return;
+        }
+        if (rc != -ENOENT)
+            rc = om_pool_plan(pool, 0);
     }
-    if (rc != -ENOENT)
-        rc = om_pool_plan(pool);
     if (rc != 0) {
         plan_failed(pool, rc);
         return;

@@ -271,7 +271,8 @@ static int install_plan(struct om_pool *pool, om_rp_block *in, size_t n, uint64_
     return 0;
 }
 
-static int build_plan(struct om_pool *pool, size_t scratch_from, size_t scratch_to)
+static int build_plan(struct om_pool *pool, size_t scratch_from, size_t scratch_to,
+                      uint32_t budget_ms)
 {
     struct om_arena *a = &pool->arena;
     size_t page = a->page;
@@ -296,15 +297,20 @@ static int build_plan(struct om_pool *pool, size_t scratch_from, size_t scratch_
         goto out;
     }
     char err[256] = "";
-    om_rp_options opt = {.period = pool->period,
-                         .budget_ms = om_pool_search_budget_ms(pool, PLAN_BUDGET_MIN_MS),
-                         .alloc = alloc,
-                         .err = err,
-                         .errlen = sizeof err};
+    om_rp_options opt = {
+        .period = pool->period,
+        .budget_ms = budget_ms ? budget_ms : om_pool_search_budget_ms(pool, PLAN_BUDGET_MIN_MS),
+        .alloc = alloc,
+        .err = err,
+        .errlen = sizeof err};
     om_rp_result res;
     rc = om_rp_plan(in, n, &opt, offsets, &res);
     if (rc != 0) {
         om_info("plan of %zu blocks failed: %s", n, err);
+        goto out;
+    }
+    if (budget_ms && !res.optimal && res.peak > res.lower_bound) {
+        rc = -EAGAIN; /* a longer search may find a lower plan */
         goto out;
     }
     rc = install_plan(pool, in, n, offsets, spare, &opt, &res, 0);
@@ -371,13 +377,14 @@ void om_pool_release_block(struct om_pool *pool, size_t off, size_t len, int mov
     om_pool_release_uncovered(pool, from, to);
 }
 
-int om_pool_plan(struct om_pool *pool)
+int om_pool_plan(struct om_pool *pool, uint32_t budget_ms)
 {
     /* The replanner's memory lies on the free pages above every live block (the host's):
      * resident, and given back after unless the plan lies there too. */
     struct om_arena *a = &pool->arena;
     size_t touched = om_arena_touched_end(a);
-    int rc = build_plan(pool, om_arena_taken_end(a), touched < a->top ? touched : a->top);
+    int rc =
+        build_plan(pool, om_arena_taken_end(a), touched < a->top ? touched : a->top, budget_ms);
     if (rc == 0)
         om_pool_lay_out_pages(pool);
     return rc;

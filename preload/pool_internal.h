@@ -172,8 +172,9 @@ uint32_t om_pool_search_budget_ms(const struct om_pool *pool, uint32_t least_ms)
 
 /* Plans the iteration in records and lays the plan over the arena's free pages: slots,
  * plan_end and the plan's counters set. 0, or -errno with nothing served from it: -ENOENT
- * when no block of the iteration dies within it. */
-int om_pool_plan(struct om_pool *pool);
+ * when no block of the iteration dies within it. With budget_ms, the search stops then, and
+ * a plan above its lower bound is not laid (-EAGAIN); 0: the whole budget. */
+int om_pool_plan(struct om_pool *pool, uint32_t budget_ms);
 
 /* The search for a plan of the iteration in records starts on the optmem-plan thread,
  * from a copy of the arcs: 0 (job set), -ENOENT when no block of the iteration dies within

@@ -1,4 +1,5 @@
-"""Checks plan mode's search on the optmem-plan thread around fork and exit.
+"""Checks plan mode's search on the optmem-plan thread around fork and exit
+(OPTMEM_PLAN_THREAD=1: every search runs there).
 
 fork: train_drift fork_each forks at each of its first iterations and waits for the child,
 which trains on alone; one fork comes while the parent's plan is being made. That child
@@ -46,7 +47,8 @@ def fork_case(args):
         sys.exit(f"FAIL: the program fails without optmem ({rc}):\n{plain_err}")
     with tempfile.TemporaryDirectory() as tmp:
         env = dict(plain_env(), LD_PRELOAD=args.preload, OPTMEM_MODE="plan", OPTMEM_VERIFY="1",
-                   OPTMEM_LOG="debug", OPTMEM_REPORT=f"{tmp}/report.%p.json")
+                   OPTMEM_LOG="debug", OPTMEM_PLAN_THREAD="1",
+                   OPTMEM_REPORT=f"{tmp}/report.%p.json")
         err, failures = run_under_optmem(cmd, env, plain_out)
         reports = reports_of(tmp, failures)
     if len(reports) != 25:
@@ -83,6 +85,7 @@ def exit_case(args):
             plan = f"{tmp}/plan.bin"
             env = dict(plain_env(), LD_PRELOAD=args.preload, OPTMEM_MODE="plan",
                        OPTMEM_VERIFY="1", OPTMEM_LOG="info", OPTMEM_PLAN_FILE=plan,
+                       OPTMEM_PLAN_THREAD="1",
                        OPTMEM_REPORT=f"{tmp}/report.%p.json")
             err, fails = run_under_optmem(cmd, env, plain_out)
             failures += [f"{iterations} iterations: {f}" for f in fails]
