@@ -208,6 +208,15 @@ static int parse_hugepages(const char *text, struct om_config *cfg)
     return parse_flag(text, &cfg->hugepages);
 }
 
+static int parse_plan_thread(const char *text, struct om_config *cfg)
+{
+    if (strcasecmp(text, "auto") == 0) {
+        cfg->plan_thread = -1;
+        return 0;
+    }
+    return parse_flag(text, &cfg->plan_thread);
+}
+
 /* OPTMEM_LOG comes first so that it governs the error lines of the others. */
 static const struct om_env_var om_env_table[] = {
     {"OPTMEM_LOG", "warn", parse_log, "quiet, warn, info or debug"},
@@ -220,6 +229,7 @@ static const struct om_env_var om_env_table[] = {
     {"OPTMEM_DEVICES", "cpu", parse_devices, "cpu, cuda or cpu,cuda"},
     {"OPTMEM_VERIFY", "0", parse_verify, "0 or 1"},
     {"OPTMEM_HUGEPAGES", "0", parse_hugepages, "0 or 1"},
+    {"OPTMEM_PLAN_THREAD", "auto", parse_plan_thread, "auto, 0 or 1"},
 };
 
 int om_config_load(struct om_config *cfg, om_getenv_fn getenv_fn)

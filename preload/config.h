@@ -21,7 +21,8 @@ struct om_config {
     unsigned devices;
     int log_level;
     int verify;
-    int hugepages; /* the plan's region on transparent huge pages (host) */
+    int hugepages;   /* the plan's region on transparent huge pages (host) */
+    int plan_thread; /* -1 (auto): a search not done within 1 ms goes on a thread */
 };
 
 /* Reads a variable; getenv in the library, a fake in the tests. */

@@ -2,6 +2,7 @@
  * iterations served. */
 #include "pool_internal.h"
 
+#include "config.h"
 #include "log.h"
 
 #include <errno.h>
@@ -11,6 +12,7 @@
 
 void om_pool_learn(struct om_pool *pool)
 {
+    om_pool_plan_abandon(pool);
     pool->phase = LEARN;
     pool->generation++;
     pool->ring_first = pool->learnt;
@@ -128,22 +130,66 @@ void om_pool_end_of_served_iteration(struct om_pool *pool)
     pool->failing = 0;
 }
 
-/* Plans the iteration in records; serving goes on at the slot of the next request. */
+/* How long a request may search for a plan: beyond it, the search goes on a thread. */
+#define PLAN_INLINE_MS 1
+
+static void plan_failed(struct om_pool *pool, int rc)
+{
+    if (rc == -ENOENT) /* no block died within the period: a layer inside a step */
+        remember_failed_period(pool);
+    om_pool_learn(pool);
+}
+
+/* Plans the iteration in records; serving goes on at the slot of the next request. The
+ * search runs on the optmem-plan thread where it can, best fit serving meanwhile: its plan
+ * serves from the next iteration boundary after it ends (the request whose slot is cursor,
+ * a multiple of period requests on). */
 static void plan_now(struct om_pool *pool, uint64_t cursor)
 {
-    int rc = om_pool_plan(pool);
+    /* Most plans meet their lower bound at once: those serve from the next request. The
+     * search for the others would hold up the request (OPTMEM_PLAN_THREAD). */
+    int rc = om_cfg.plan_thread < 0    ? om_pool_plan(pool, PLAN_INLINE_MS)
+             : om_cfg.plan_thread == 0 ? om_pool_plan(pool, 0)
+                                       : -EAGAIN;
+    if (rc == -EAGAIN) {
+        rc = om_pool_plan_start(pool);
+        if (rc == 0) {
+            pool->phase = PLAN;
+            pool->cursor = cursor;
+            pool->plan_wait = 0;
+            return;
+        }
+        if (rc != -ENOENT)
+            rc = om_pool_plan(pool, 0);
+    }
     if (rc != 0) {
-        if (rc == -ENOENT) /* no block died within the period: a layer inside a step */
-            remember_failed_period(pool);
-        om_pool_learn(pool);
+        plan_failed(pool, rc);
         return;
     }
     pool->kept_from = 0;
     om_pool_serve(pool, cursor);
 }
 
+/* A request while the search runs: at each iteration boundary, its plan serves if it is
+ * done (a program that changed meanwhile misses it, and is learnt again as from any plan). */
+static void await_plan(struct om_pool *pool)
+{
+    if (++pool->plan_wait % pool->period != 0)
+        return;
+    int rc = om_pool_plan_take(pool);
+    if (rc == -EINPROGRESS)
+        return;
+    if (rc != 0) {
+        plan_failed(pool, rc);
+        return;
+    }
+    pool->kept_from = 0;
+    om_pool_serve(pool, pool->cursor);
+}
+
 void om_pool_serve(struct om_pool *pool, uint64_t cursor)
 {
+    om_pool_plan_abandon(pool);
     pool->phase = SERVE;
     pool->cursor = cursor;
     pool->iteration_misses = pool->window_requests = pool->served_iterations = 0;
@@ -296,6 +342,10 @@ void om_pool_after_cycle_request(struct om_pool *pool, struct om_block *b, uint6
     pool->tracer_evidence = info->periodic;
     if (pool->phase == PROLOGUE)
         return;
+    if (pool->phase == PLAN) {
+        await_plan(pool);
+        return;
+    }
     if (pool->phase == SERVE) {
         /* A plan that misses: the program may have come back to a kept plan's phase. */
         if (pool->iteration_misses)

@@ -2,10 +2,14 @@
  * arena's free pages, the pages it does not cover given back. */
 #include "pool_internal.h"
 
+#include "engine.h"
 #include "log.h"
 #include "replanner.h"
+#include "tracer.h"
 
 #include <errno.h>
+#include <pthread.h>
+#include <signal.h>
 #include <string.h>
 #include <sys/mman.h>
 
@@ -143,7 +147,7 @@ static void place_plan(const struct om_pool *pool, om_rp_block *in, size_t narcs
         }
     }
     pl->base = align_to(end, max_align);
-    if (om_pool_pages_move(pool)) /* onto the plan, wherever it lies */
+    if (om_pool_pages_move(pool) || !spare) /* onto the plan, wherever it lies */
         return;
     size_t free_above = 0;
     for (size_t i = nholes; i-- > 0;) {
@@ -193,25 +197,12 @@ static const char *gap_owner(const om_rp_result *res)
     return "the gap is not settled by the search";
 }
 
-static int build_plan(struct om_pool *pool, size_t scratch_from, size_t scratch_to)
+/* The recorded iteration's arcs into in (room for nrecords): their count. */
+static size_t gather_arcs(const struct om_pool *pool, om_rp_block *in)
 {
-    struct om_arena *a = &pool->arena;
-    size_t page = a->page;
-    struct scratch scratch = {a->base + align_to(scratch_from, page), NULL,
-                              a->base + (scratch_to & ~(page - 1))};
-    if (scratch.end < scratch.start || !pool->host)
-        scratch.end = scratch.start;
-    scratch.next = scratch.start;
-    om_rp_allocator alloc = {scratch_alloc, scratch_release, &scratch};
-    size_t n = 0, cap = pool->nrecords + a->free.n + 1;
-    om_rp_block *in = alloc.alloc(&scratch, cap * sizeof *in);
-    uint64_t *offsets = alloc.alloc(&scratch, cap * sizeof *offsets);
-    uint64_t *spare = alloc.alloc(&scratch, cap * sizeof *spare);
-    int rc = -ENOMEM;
-    if (!in || !offsets || !spare)
-        goto out;
+    size_t n = 0;
     for (size_t r = 0; r < pool->nrecords; r++) {
-        struct record *rec = &pool->records[r];
+        const struct record *rec = &pool->records[r];
         if (om_record_periods(rec, pool->period) != 0)
             continue;
         in[n++] = (om_rp_block){.id = r,
@@ -220,31 +211,27 @@ static int build_plan(struct om_pool *pool, size_t scratch_from, size_t scratch_
                                 .size = rec->len,
                                 .align = rec->alignment};
     }
-    if (n == 0) { /* every block outlives the period: nothing to serve */
-        om_debug("plan: none of the %llu-request iteration's blocks dies within it",
-                 (unsigned long long)pool->period);
-        rc = -ENOENT;
-        goto out;
-    }
-    char err[256] = "";
-    om_rp_options opt = {.period = pool->period,
-                         .budget_ms = om_pool_search_budget_ms(pool, PLAN_BUDGET_MIN_MS),
-                         .alloc = alloc,
-                         .err = err,
-                         .errlen = sizeof err};
-    struct placement pl = {.offsets = offsets};
-    rc = om_rp_plan(in, n, &opt, offsets, &pl.res);
-    if (rc != 0) {
-        om_info("plan of %zu blocks failed: %s", n, err);
-        goto out;
-    }
-    pl.peak = pl.res.peak;
-    place_plan(pool, in, n, &opt, &pl, spare);
+    return n;
+}
+
+/* The arcs' offsets, packed alone, laid over the arena as it is now: slots, plan_end and the
+ * plan's counters set. With spare (room for a plan), a placement around live blocks may be
+ * searched for as well; without, the plan goes where it fits as packed. */
+static int install_plan(struct om_pool *pool, om_rp_block *in, size_t n, uint64_t *offsets,
+                        uint64_t *spare, const om_rp_options *opt, const om_rp_result *res,
+                        int on_thread)
+{
+    struct om_arena *a = &pool->arena;
+    size_t page = a->page;
+    struct placement pl = {.offsets = offsets, .res = *res, .peak = res->peak};
+    if (spare)
+        place_plan(pool, in, n, opt, &pl, spare);
+    else
+        place_plan(pool, in, n, NULL, &pl, NULL);
     size_t base = pl.base;
     if (base > a->reserved || a->reserved - base < pl.peak) {
         om_warn("the arena has no room left for a plan of %.1f MiB", pl.peak / 1048576.0);
-        rc = -ENOMEM;
-        goto out;
+        return -ENOMEM;
     }
     memset(pool->slots, 0, pool->period * sizeof *pool->slots);
     for (size_t i = 0; i < n; i++) {
@@ -252,9 +239,9 @@ static int build_plan(struct om_pool *pool, size_t scratch_from, size_t scratch_
         pool->slots[in[i].id] =
             (struct om_slot){rec->token, base + offsets[i], rec->len, rec->alignment};
     }
-    rc = om_slot_index_build(&pool->plan_index, pool->slots, pool->period);
+    int rc = om_slot_index_build(&pool->plan_index, pool->slots, pool->period);
     if (rc != 0)
-        goto out;
+        return rc;
     pool->plan_end = base + pl.peak;
     /* The region is dense and every iteration reuses it: huge pages make its first touch
      * a few hundred faults instead of one per page, and cost at most one partly used huge
@@ -274,12 +261,59 @@ static int build_plan(struct om_pool *pool, size_t scratch_from, size_t scratch_
     pool->stats.plan_slots = n;
     pool->stats.plans++;
     om_info("plan: %zu slots of a %llu-request iteration (packed around %zu live blocks), "
-            "peak %.1f MiB (%.3f of its lower bound, greedy by size %.3f; %s) in %.1f ms, "
-            "budget %u ms",
+            "peak %.1f MiB (%.3f of its lower bound, greedy by size %.3f; %s) in %.1f ms "
+            "(%s), budget %u ms",
             n, (unsigned long long)pool->period, pl.nfixed, pl.peak / 1048576.0,
             pl.res.lower_bound ? (double)pl.peak / (double)pl.res.lower_bound : 1.0,
             pl.res.lower_bound ? (double)pl.res.greedy_peak / (double)pl.res.lower_bound : 1.0,
-            gap_owner(&pl.res), pl.res.elapsed_ns / 1e6, opt.budget_ms);
+            gap_owner(&pl.res), pl.res.elapsed_ns / 1e6,
+            on_thread ? "on the optmem-plan thread" : "inline", opt->budget_ms);
+    return 0;
+}
+
+static int build_plan(struct om_pool *pool, size_t scratch_from, size_t scratch_to,
+                      uint32_t budget_ms)
+{
+    struct om_arena *a = &pool->arena;
+    size_t page = a->page;
+    struct scratch scratch = {a->base + align_to(scratch_from, page), NULL,
+                              a->base + (scratch_to & ~(page - 1))};
+    if (scratch.end < scratch.start || !pool->host)
+        scratch.end = scratch.start;
+    scratch.next = scratch.start;
+    om_rp_allocator alloc = {scratch_alloc, scratch_release, &scratch};
+    size_t n = 0, cap = pool->nrecords + a->free.n + 1;
+    om_rp_block *in = alloc.alloc(&scratch, cap * sizeof *in);
+    uint64_t *offsets = alloc.alloc(&scratch, cap * sizeof *offsets);
+    uint64_t *spare = alloc.alloc(&scratch, cap * sizeof *spare);
+    int rc = -ENOMEM;
+    if (!in || !offsets || !spare)
+        goto out;
+    n = gather_arcs(pool, in);
+    if (n == 0) { /* every block outlives the period: nothing to serve */
+        om_debug("plan: none of the %llu-request iteration's blocks dies within it",
+                 (unsigned long long)pool->period);
+        rc = -ENOENT;
+        goto out;
+    }
+    char err[256] = "";
+    om_rp_options opt = {
+        .period = pool->period,
+        .budget_ms = budget_ms ? budget_ms : om_pool_search_budget_ms(pool, PLAN_BUDGET_MIN_MS),
+        .alloc = alloc,
+        .err = err,
+        .errlen = sizeof err};
+    om_rp_result res;
+    rc = om_rp_plan(in, n, &opt, offsets, &res);
+    if (rc != 0) {
+        om_info("plan of %zu blocks failed: %s", n, err);
+        goto out;
+    }
+    if (budget_ms && !res.optimal && res.peak > res.lower_bound) {
+        rc = -EAGAIN; /* a longer search may find a lower plan */
+        goto out;
+    }
+    rc = install_plan(pool, in, n, offsets, spare, &opt, &res, 0);
 out:
     if (spare)
         alloc.release(&scratch, spare, cap * sizeof *spare);
@@ -343,13 +377,14 @@ void om_pool_release_block(struct om_pool *pool, size_t off, size_t len, int mov
     om_pool_release_uncovered(pool, from, to);
 }
 
-int om_pool_plan(struct om_pool *pool)
+int om_pool_plan(struct om_pool *pool, uint32_t budget_ms)
 {
     /* The replanner's memory lies on the free pages above every live block (the host's):
      * resident, and given back after unless the plan lies there too. */
     struct om_arena *a = &pool->arena;
     size_t touched = om_arena_touched_end(a);
-    int rc = build_plan(pool, om_arena_taken_end(a), touched < a->top ? touched : a->top);
+    int rc =
+        build_plan(pool, om_arena_taken_end(a), touched < a->top ? touched : a->top, budget_ms);
     if (rc == 0)
         om_pool_lay_out_pages(pool);
     return rc;
@@ -359,4 +394,138 @@ void om_pool_lay_out_pages(struct om_pool *pool)
 {
     release_unplanned(pool);
     pool->stats.released_bytes += om_arena_release_tail(&pool->arena, pool->plan_end);
+}
+
+/* ---- the search on a thread of optmem's ---- */
+
+enum { JOB_RUNNING, JOB_DONE, JOB_ABANDONED };
+
+/* A search handed to the optmem-plan thread: its input and its result, values in one
+ * mapping of their own. The thread owns it while it runs; whoever comes second (the pool
+ * taking or abandoning it, the thread finishing) unmaps it. */
+struct om_plan_job {
+    int state;
+    size_t bytes, n;
+    int rc;
+    om_rp_options opt;
+    om_rp_result res;
+    char err[256];
+    om_rp_block *in;
+    uint64_t *offsets;
+};
+
+static void *plan_thread(void *arg)
+{
+    struct om_plan_job *job = arg;
+    om_engine_enter(); /* what this thread allocates is none of the program's */
+    struct scratch none = {NULL, NULL, NULL};
+    job->opt.alloc = (om_rp_allocator){scratch_alloc, scratch_release, &none};
+    job->opt.err = job->err;
+    job->opt.errlen = sizeof job->err;
+    job->rc = om_rp_plan(job->in, job->n, &job->opt, job->offsets, &job->res);
+    int running = JOB_RUNNING;
+    if (!__atomic_compare_exchange_n(&job->state, &running, JOB_DONE, 0, __ATOMIC_ACQ_REL,
+                                     __ATOMIC_ACQUIRE))
+        om_sys_unmap(job, job->bytes); /* abandoned while it ran */
+    return NULL;
+}
+
+/* Detached, every signal blocked (none meant for the program is delivered to it). It ends
+ * when the search does, within its budget: the process outlives its own threads by that at
+ * most. */
+static int start_thread(struct om_plan_job *job)
+{
+    pthread_attr_t attr;
+    int rc = pthread_attr_init(&attr);
+    if (rc != 0)
+        return -rc;
+    pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+    sigset_t all, old;
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, &old);
+    pthread_t thread;
+    rc = pthread_create(&thread, &attr, plan_thread, job);
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    pthread_attr_destroy(&attr);
+    if (rc != 0)
+        return -rc;
+    pthread_setname_np(thread, "optmem-plan");
+    return 0;
+}
+
+void om_pool_plan_abandon(struct om_pool *pool)
+{
+    struct om_plan_job *job = pool->job;
+    if (!job)
+        return;
+    pool->job = NULL;
+    int running = JOB_RUNNING;
+    if (!__atomic_compare_exchange_n(&job->state, &running, JOB_ABANDONED, 0, __ATOMIC_ACQ_REL,
+                                     __ATOMIC_ACQUIRE))
+        om_sys_unmap(job, job->bytes); /* done: nobody else holds it */
+}
+
+void om_pool_plan_atfork_child(struct om_pool *pool)
+{
+    /* The thread did not come along: the child's copy of the search is nobody's. */
+    if (pool->job) {
+        om_sys_unmap(pool->job, pool->job->bytes);
+        pool->job = NULL;
+        om_debug("plan: the search under way at fork stays the parent's; learning again");
+        om_pool_learn(pool);
+    }
+}
+
+int om_pool_plan_start(struct om_pool *pool)
+{
+    /* Where a plan may be packed around live blocks (pages that do not move: a device, huge
+     * pages), that search needs the arena as it is: it stays inline. */
+    if (!pool->host || !om_pool_pages_move(pool))
+        return -ENOTSUP;
+    size_t cap = pool->nrecords;
+    size_t bytes = align_to(sizeof(struct om_plan_job), 64) + cap * sizeof(om_rp_block) +
+                   cap * sizeof(uint64_t);
+    struct om_plan_job *job = om_sys_map(bytes);
+    if (!job)
+        return -ENOMEM;
+    *job = (struct om_plan_job){.state = JOB_RUNNING, .bytes = bytes};
+    job->in = (om_rp_block *)((unsigned char *)job + align_to(sizeof *job, 64));
+    job->offsets = (uint64_t *)(job->in + cap);
+    job->n = gather_arcs(pool, job->in);
+    if (job->n == 0) {
+        om_sys_unmap(job, bytes);
+        om_debug("plan: none of the %llu-request iteration's blocks dies within it",
+                 (unsigned long long)pool->period);
+        return -ENOENT;
+    }
+    job->opt = (om_rp_options){.period = pool->period,
+                               .budget_ms = om_pool_search_budget_ms(pool, PLAN_BUDGET_MIN_MS)};
+    int rc = start_thread(job);
+    if (rc != 0) {
+        om_sys_unmap(job, bytes);
+        om_info("plan: no optmem-plan thread (%s): planning inline", strerror(-rc));
+        return -EAGAIN;
+    }
+    pool->job = job;
+    om_debug("plan: the search for a plan of %zu blocks runs on the optmem-plan thread", job->n);
+    return 0;
+}
+
+int om_pool_plan_take(struct om_pool *pool)
+{
+    struct om_plan_job *job = pool->job;
+    if (!job)
+        return -ENOENT;
+    if (__atomic_load_n(&job->state, __ATOMIC_ACQUIRE) != JOB_DONE)
+        return -EINPROGRESS;
+    pool->job = NULL;
+    int rc = job->rc;
+    if (rc != 0)
+        om_info("plan of %zu blocks failed: %s", job->n, job->err);
+    else
+        rc = install_plan(pool, job->in, job->n, job->offsets, NULL, &job->opt, &job->res, 1);
+    om_sys_unmap(job, job->bytes);
+    if (rc == 0)
+        om_pool_lay_out_pages(pool);
+    return rc;
 }

@@ -523,6 +523,10 @@ void om_pool_save_plan(struct om_pool *pool)
     struct om_saved_plan plan = {0};
     char err[256] = "";
     int rc = -ENOENT;
+    if (pool->phase == PLAN) { /* its search is abandoned with the process */
+        snprintf(err, sizeof err, "the plan was still being made at exit");
+        goto out;
+    }
     if (pool->phase != SERVE || n0 == UINT64_MAX || n0 >= pool->log.n) {
         snprintf(err, sizeof err, "no steady iteration of the main thread was learnt");
         goto out;
@@ -568,5 +572,6 @@ void om_pool_atfork_child(struct om_pool *pool)
 {
     fork_generation++;
     pool->plan_file[0] = '\0'; /* the parent saves the plan; a child's run is another */
+    om_pool_plan_atfork_child(pool);
     pthread_mutex_unlock(&pool->lock);
 }

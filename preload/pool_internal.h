@@ -33,9 +33,12 @@
 
 /* Learn: waiting for the tracer to find a period, the ring keeping the requests. Record:
  * one iteration's requests, for a period too long for the ring. Observe: the next
- * iteration, to see when the last blocks die. Serve. Prologue: a saved plan serves the
- * main thread's requests before the iteration. */
-enum phase { LEARN, RECORD, OBSERVE, SERVE, PROLOGUE };
+ * iteration, to see when the last blocks die. Plan: the optmem-plan thread searches for a
+ * plan of the iteration in records while best fit goes on. Serve. Prologue: a saved plan
+ * serves the main thread's requests before the iteration. */
+enum phase { LEARN, RECORD, OBSERVE, PLAN, SERVE, PROLOGUE };
+
+struct om_plan_job; /* plan.c */
 
 struct record {
     uint64_t token, lower, upper; /* in the ring: indices among the requests learnt */
@@ -127,6 +130,10 @@ struct om_pool {
     struct om_extents covered; /* the bytes the iteration's slots cover */
     size_t moves_left;         /* page moves onto them the plan may still make */
     uint64_t main_requests, log_cycle_start;
+    /* PLAN: the search under way; requests since it began (a multiple of period is where
+     * the iteration planned begins again, and the plan can serve from cursor). */
+    struct om_plan_job *job;
+    uint64_t plan_wait;
     struct om_kept_plan kept[KEPT_PLANS];
     unsigned kept_from; /* the kept plan serving now + 1; 0: a plan made for this phase */
     uint64_t kept_clock;
@@ -165,8 +172,27 @@ uint32_t om_pool_search_budget_ms(const struct om_pool *pool, uint32_t least_ms)
 
 /* Plans the iteration in records and lays the plan over the arena's free pages: slots,
  * plan_end and the plan's counters set. 0, or -errno with nothing served from it: -ENOENT
- * when no block of the iteration dies within it. */
-int om_pool_plan(struct om_pool *pool);
+ * when no block of the iteration dies within it. With budget_ms, the search stops then, and
+ * a plan above its lower bound is not laid (-EAGAIN); 0: the whole budget. */
+int om_pool_plan(struct om_pool *pool, uint32_t budget_ms);
+
+/* The search for a plan of the iteration in records starts on the optmem-plan thread,
+ * from a copy of the arcs: 0 (job set), -ENOENT when no block of the iteration dies within
+ * it, -ENOTSUP where the plan may be packed around live blocks (a device, huge pages), or
+ * -EAGAIN / -ENOMEM where no thread or no memory could be had: then the plan is made
+ * inline (om_pool_plan). */
+int om_pool_plan_start(struct om_pool *pool);
+
+/* The search's plan laid over the arena as it is now, as om_pool_plan does: 0, -EINPROGRESS
+ * while it runs (nothing changed), or -errno with the search gone and nothing served from
+ * it. */
+int om_pool_plan_take(struct om_pool *pool);
+
+/* The search under way, if any, is dropped: the thread unmaps it when it ends. */
+void om_pool_plan_abandon(struct om_pool *pool);
+
+/* In a fork child: the search under way was the parent's thread's; learning starts again. */
+void om_pool_plan_atfork_child(struct om_pool *pool);
 
 /* A served iteration ended: once a period's requests at least were served since the last
  * judgement, a replan when they missed too often. */

@@ -11,9 +11,10 @@ PYTHON = "/usr/bin/python3"
 WORKLOADS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "workloads")
 
 
-def run_plan_mode(test, preload, workload, steps, plan_file=None, args=()):
+def run_plan_mode(test, preload, workload, steps, plan_file=None, args=(), env_extra=None):
     """Runs tests/workloads/WORKLOAD.py for steps steps under preload in plan mode (with
-    OPTMEM_PLAN_FILE=plan_file if given, and the workload's own args). Returns its
+    OPTMEM_PLAN_FILE=plan_file if given, the OPTMEM_* settings of env_extra, and the
+    workload's own args). Returns its
     OPTMEM_RESULT dict, the report, and the process's peak RSS over its whole life in bytes
     (its rusage, exit included); exits naming test if the workload fails."""
     with tempfile.TemporaryDirectory() as tmp:
@@ -23,6 +24,7 @@ def run_plan_mode(test, preload, workload, steps, plan_file=None, args=()):
                    OPTMEM_REPORT=report)
         if plan_file:
             env["OPTMEM_PLAN_FILE"] = plan_file
+        env.update(env_extra or {})
         out_path, err_path = os.path.join(tmp, "out"), os.path.join(tmp, "err")
         with open(out_path, "w") as out, open(err_path, "w") as err:
             proc = subprocess.Popen([PYTHON, os.path.join(WORKLOADS, workload + ".py"),

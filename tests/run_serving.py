@@ -70,6 +70,8 @@ def main():
                     help="the search budget the last plan states on stderr: a plan may search "
                          "as long as an iteration took")
     ap.add_argument("--verify", type=int, default=1)
+    ap.add_argument("--optmem-env", action="append", default=[], metavar="KEY=VAL",
+                    help="an OPTMEM_* setting for the run under optmem")
     ap.add_argument("cmd", nargs=argparse.REMAINDER)
     args = ap.parse_args()
     cmd = command(args)
@@ -82,6 +84,7 @@ def main():
         env = dict(base, LD_PRELOAD=args.preload, OPTMEM_MODE="plan",
                    OPTMEM_VERIFY=str(args.verify), OPTMEM_LOG="info",
                    OPTMEM_REPORT=f"{tmp}/report.%p.json")
+        env.update(kv.split("=", 1) for kv in args.optmem_env)
         err, failures = run_under_optmem(cmd, env, plain_out)
         reports = sorted(glob.glob(f"{tmp}/report.*.json"), key=os.path.getmtime)
         if not reports:

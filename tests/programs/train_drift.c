@@ -2,8 +2,9 @@
  * cross-thread frees, realloc, calloc, fork, a change of shapes, a weight replaced by a new
  * array each iteration, a request that moves to another call site for good, layers whose
  * requests repeat within a step and outlive the layer, evaluation phases between training
- * phases), or takes its time (slow, slow_wide). Every buffer's contents are checked before
- * it is freed; the printed checksum must not depend on the allocator.
+ * phases), forks at each of its first iterations (fork_each: one fork comes while plan mode
+ * makes a plan), or takes its time (slow, slow_wide). Every buffer's contents are checked
+ * before it is freed; the printed checksum must not depend on the allocator.
  * usage: train_drift SCENARIO [ITERATIONS]; TRAIN_DRIFT_EXTRA_FIRST=1 adds one request first */
 #include <pthread.h>
 #include <stdint.h>
@@ -157,6 +158,7 @@ int main(int argc, char **argv)
     alloc_activation(&params[0], 64 * 1024, 1);
     alloc_activation(&params[1], 192 * 1024, 2);
     pid_t child = 0;
+    int in_child = 0; /* fork_each */
     for (long it = 0; it < iterations; it++) {
         uint32_t seed = (uint32_t)it * 16;
         size_t scale = is("phase_change") && it >= iterations / 2 ? 3 : 2;
@@ -248,6 +250,18 @@ int main(int argc, char **argv)
             if (child == 0) /* the child trains on alone, then reports its own checks */
                 iterations = it + 10;
         }
+        if (is("fork_each") && !in_child && it < 24) {
+            fflush(stdout);
+            pid_t c = fork();
+            if (c == 0) { /* the child trains on alone, long enough to plan on its own */
+                in_child = 1;
+                iterations = it + 100;
+            } else {
+                int status = 0;
+                corruptions += c < 0 || waitpid(c, &status, 0) != c || !WIFEXITED(status) ||
+                               WEXITSTATUS(status) != 0;
+            }
+        }
     }
     check_and_free(&lingering);
     for (int i = 0; i < 2; i++) {
@@ -255,7 +269,7 @@ int main(int argc, char **argv)
         check_and_free(&state[i]);
         check_and_free(&params[i]);
     }
-    if (is("fork") && child == 0) {
+    if ((is("fork") && child == 0) || in_child) {
         printf("child corruptions %ld\n", corruptions);
         fflush(stdout);
         _exit(corruptions != 0);
