@@ -1,5 +1,5 @@
 /* optmem report --format html: one self-contained page (inline CSS and SVG, nothing fetched)
- * with the pictures and the tables of the text summary. */
+ * that opens with the answer, then the pictures, then the tables of the text summary. */
 #include "report_domain.h"
 
 #include <errno.h>
@@ -13,7 +13,10 @@ static const char style[] =
     "td.n{text-align:right;white-space:nowrap;font-variant-numeric:tabular-nums}"
     "th{background:#f0f0f0}"
     "ol.stack{margin:0;padding-left:20px;font-family:monospace;font-size:12px}"
-    ".inl{color:#777}.loc{color:#555}.note{color:#555;font-size:13px}";
+    ".inl{color:#777}.loc{color:#555}.note{color:#555;font-size:13px}"
+    "ol.stack li,b.site{overflow-wrap:anywhere}"
+    "#summary{background:#f7f7f7;border:1px solid #ccc;padding:4px 16px 10px}"
+    "#summary h2{margin-top:8px}";
 
 static void cell_bytes(FILE *out, uint64_t v)
 {
@@ -40,6 +43,104 @@ static void cell_u64(FILE *out, uint64_t v)
         fprintf(out, "<td class=\"n\">%llu</td>", (unsigned long long)v);
 }
 
+/* The plan search's saving: greedy by size's peak against the plan's, both from the
+ * report's serving record (reports that predate the greedy figure, and saved plans, lack it). */
+static void cell_saved(FILE *out, const struct om_rserving *v)
+{
+    char hb[3][32];
+    if (!v->present || !v->plans || !v->plan_greedy_bytes) {
+        fputs("<td class=\"n\">&ndash;</td>", out);
+        return;
+    }
+    if (v->plan_peak_bytes >= v->plan_greedy_bytes) {
+        fprintf(out, "<td>nothing: plan peak %s, greedy by size %s</td>",
+                om_human_bytes(v->plan_peak_bytes, hb[0], sizeof hb[0]),
+                om_human_bytes(v->plan_greedy_bytes, hb[1], sizeof hb[1]));
+        return;
+    }
+    fprintf(out, "<td>%s (%.1f %%): plan peak %s, greedy by size %s</td>",
+            om_human_bytes(v->plan_greedy_bytes - v->plan_peak_bytes, hb[0], sizeof hb[0]),
+            100.0 * (double)(v->plan_greedy_bytes - v->plan_peak_bytes) /
+                (double)v->plan_greedy_bytes,
+            om_human_bytes(v->plan_peak_bytes, hb[1], sizeof hb[1]),
+            om_human_bytes(v->plan_greedy_bytes, hb[2], sizeof hb[2]));
+}
+
+static void command(FILE *out, const struct om_report *r)
+{
+    for (size_t k = 0; k < r->argc; k++) {
+        fputs(k ? " " : "", out);
+        om_xml_escape(out, r->argv[k]);
+    }
+    if (r->argc == 0)
+        om_xml_escape(out, r->exe ? r->exe : "?");
+}
+
+/* The answer first: the headline figures of every process, then the biggest sites by name. */
+static void summary(FILE *out, const struct om_merged *m, const struct om_render *o)
+{
+    bool any_saved = false;
+    for (size_t i = 0; i < m->nreports; i++)
+        any_saved |= m->reports[i].serving.plan_greedy_bytes != 0;
+    fputs("<section id=\"summary\">\n<h2>Summary</h2>\n<table><tr><th>pid</th><th>command</th>"
+          "<th>peak live</th><th>lower bound</th><th>plan peak</th><th>plan efficiency</th>"
+          "<th>served from plan</th>",
+          out);
+    if (any_saved)
+        fputs("<th>the plan search saved</th>", out);
+    fputs("</tr>\n", out);
+    for (size_t i = 0; i < m->nreports; i++) {
+        const struct om_report *r = &m->reports[i];
+        const struct om_rserving *v = &r->serving;
+        fprintf(out, "<tr><td class=\"n\">%lld</td><td>", (long long)r->pid);
+        command(out, r);
+        fputs("</td>", out);
+        cell_bytes(out, r->peak_live);
+        cell_bytes(out, r->lower_bound);
+        if (v->present && v->plans)
+            cell_bytes(out, v->plan_peak_bytes);
+        else
+            fputs("<td class=\"n\">&ndash;</td>", out);
+        cell_ratio(out, om_plan_efficiency(r), false);
+        cell_ratio(out, om_served_fraction(r), true);
+        if (any_saved)
+            cell_saved(out, v);
+        fputs("</tr>\n", out);
+    }
+    if (m->nreports > 1) {
+        fputs("<tr><th colspan=\"2\">total (sums)</th>", out);
+        cell_bytes(out, m->peak_live);
+        cell_bytes(out, m->lower_bound);
+        fprintf(out, "<td colspan=\"%d\"></td></tr>\n", any_saved ? 4 : 3);
+    }
+    fputs("</table>\n<p class=\"note\">Peak live: the most bytes the allocator held at once; "
+          "lower bound: the most bytes live at once (no placement uses less); plan efficiency: "
+          "the plan's peak over its lower bound.",
+          out);
+    if (any_saved)
+        fputs(" The plan search saved: greedy by size's peak minus the plan's peak.", out);
+    fputs("</p>\n", out);
+
+    char buf[512];
+    size_t top = o->top < 10 ? o->top : 10;
+    fputs("<table class=\"top\"><tr><th>#</th><th>call site at the peak</th><th>bytes</th>"
+          "<th>share</th><th>blocks</th></tr>\n",
+          out);
+    for (size_t i = 0; i < m->nsites && i < top; i++) {
+        const struct om_msite *s = &m->sites[i];
+        fprintf(out, "<tr><td class=\"n\">%zu</td><td><b class=\"site\">", i + 1);
+        om_xml_escape(out, om_site_name(o->sym, s->site, o->full_names, buf, sizeof buf));
+        fputs("</b></td>", out);
+        cell_bytes(out, s->bytes);
+        cell_ratio(out, m->lower_bound ? (double)s->bytes / (double)m->lower_bound : -1, true);
+        cell_u64(out, s->blocks);
+        fputs("</tr>\n", out);
+    }
+    if (m->nsites == 0)
+        fputs("<tr><td colspan=\"5\">no call site was live at the peak</td></tr>\n", out);
+    fputs("</table>\n</section>\n", out);
+}
+
 static void processes(FILE *out, const struct om_merged *m)
 {
     fputs("<h2>Processes</h2>\n<table><tr><th>pid</th><th>rank</th><th>command</th><th>mode</th>"
@@ -50,10 +151,7 @@ static void processes(FILE *out, const struct om_merged *m)
         const struct om_report *r = &m->reports[i];
         fprintf(out, "<tr><td class=\"n\">%lld</td><td class=\"n\">%lld</td><td>",
                 (long long)r->pid, (long long)r->rank);
-        for (size_t k = 0; k < r->argc; k++) {
-            fputs(k ? " " : "", out);
-            om_xml_escape(out, r->argv[k]);
-        }
+        command(out, r);
         fputs("</td><td>", out);
         om_xml_escape(out, r->mode);
         fputs("</td>", out);
@@ -244,19 +342,23 @@ int om_render_html_in(const struct om_merged *m, const struct om_render *o,
         om_xml_escape(out, v->shown);
         fputs("</b>: every figure and picture below is this domain's.</p>\n", out);
     }
-    processes(out, m);
-    devices(out, m, v);
-    serving(out, m);
-    int rc = sites(out, m, o);
-    if (rc != 0)
-        return rc;
-    categories(out, m);
+    summary(out, m, o);
     fputs("<h2>Lifetimes</h2>\n<p class=\"note\">Offset against time (request numbers) in the "
           "sampled iterations: one rectangle per block at its arena offset, coloured by call "
           "site; the black line is the live bytes, the red dashed line the lower bound.</p>\n",
           out);
+    int rc = 0;
     for (size_t i = 0; i < m->nreports && rc == 0; i++)
         rc = om_svg_panel_in(out, &m->reports[i], o, false, v->shown);
+    if (rc != 0)
+        return rc;
+    processes(out, m);
+    devices(out, m, v);
+    serving(out, m);
+    rc = sites(out, m, o);
+    if (rc != 0)
+        return rc;
+    categories(out, m);
     fputs("</body></html>\n", out);
-    return rc ? rc : ferror(out) ? -EIO : 0;
+    return ferror(out) ? -EIO : 0;
 }

@@ -11,6 +11,7 @@ import subprocess
 import sys
 import tempfile
 import xml.etree.ElementTree as ET
+from html import escape as html_escape
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "tracer"))
@@ -163,6 +164,30 @@ def html(args, rest, tmp):
                    "Call sites live at the peak", "persistent"):
         expect(needle in dom, "the rendered page lacks %r" % needle)
     expect(dom.count("<tr>") >= 6, "the rendered page has few table rows")
+    # The answer comes first: the summary, with the lower bound and the top site's short
+    # name (the text report's), before the first picture.
+    start, end = dom.find('<section id="summary">'), dom.find("</section>")
+    expect(0 <= start < end < dom.find("<svg"), "the summary does not come before the pictures")
+    block = dom[start:end]
+    text, _ = rep(args, [LOOP, DRIFT, "--top", "1"])
+    lines = text.splitlines()
+    top = lines[[i for i, l in enumerate(lines) if l.lstrip().startswith("#1 ")][0] + 1].strip()
+    expect('<b class="site">%s</b>' % html_escape(top) in block,
+           "the summary lacks the top site %r" % top)
+    expect("lower bound" in block and 'title="1703936 bytes"' in block,
+           "the summary lacks the total lower bound")
+    expect("the plan search saved" not in block, "a saving shown without the greedy figure")
+    # With the greedy figure recorded, the saving is the two named numbers' difference.
+    with open(DRIFT) as f:
+        drift = json.load(f)
+    drift["serving"]["plan_greedy_bytes"] = 1376256
+    greedy = os.path.join(tmp, "greedy.json")
+    with open(greedy, "w") as f:
+        json.dump(drift, f)
+    page, _ = rep(args, [greedy, "--format", "html"])
+    block = page[page.find('<section id="summary">'):page.find("</section>")]
+    expect("224.0 KiB (16.7 %): plan peak 1.1 MiB, greedy by size 1.3 MiB" in block,
+           "the summary's saving: %s" % block[-1500:])
 
 
 def errors(args, rest, tmp):
