@@ -91,10 +91,10 @@ static void pool_put(pool *p, iv *a, uint8_t cls)
     p->free[cls] = l;
 }
 
-/* The first range that ends above y. */
-static uint32_t first_above(const ivset *s, uint64_t y)
+/* The first range from index lo on that ends above y. */
+static uint32_t first_above(const ivset *s, uint32_t lo, uint64_t y)
 {
-    uint32_t lo = 0, hi = s->n;
+    uint32_t hi = s->n;
 
     while (lo < hi) {
         uint32_t mid = lo + (hi - lo) / 2;
@@ -116,18 +116,8 @@ static uint64_t clear_of(const ivset *s, uint32_t *at, uint64_t y, uint64_t size
 {
     uint32_t x = *at;
 
-    if (x < s->n && s->v[x].hi <= y && ++x < s->n && s->v[x].hi <= y) {
-        uint32_t lo = x + 1, hi = s->n;
-
-        while (lo < hi) {
-            uint32_t mid = lo + (hi - lo) / 2;
-            if (s->v[mid].hi <= y)
-                lo = mid + 1;
-            else
-                hi = mid;
-        }
-        x = lo;
-    }
+    if (x < s->n && s->v[x].hi <= y && ++x < s->n && s->v[x].hi <= y)
+        x = first_above(s, x + 1, y);
     while (x < s->n && s->v[x].lo < y + size) {
         y = rp_align_up(s->v[x].hi, align);
         while (x < s->n && s->v[x].hi <= y)
@@ -139,7 +129,7 @@ static uint64_t clear_of(const ivset *s, uint32_t *at, uint64_t y, uint64_t size
 
 static int ivset_add(pool *p, ivset *s, uint64_t lo, uint64_t hi)
 {
-    uint32_t x = first_above(s, lo ? lo - 1 : 0), j = x;
+    uint32_t x = first_above(s, 0, lo ? lo - 1 : 0), j = x;
 
     /* ranges that overlap or touch [lo, hi) merge into it */
     while (j < s->n && s->v[j].lo <= hi) {
