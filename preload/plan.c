@@ -185,18 +185,6 @@ uint32_t om_pool_search_budget_ms(const struct om_pool *pool, uint32_t least_ms)
 
 /* The recorded iteration's arcs, planned and placed; the replanner works on the free pages
  * in [scratch_from, scratch_to). */
-/* Whose the gap between a plan's peak and its lower bound is, as far as the search knows. */
-static const char *gap_owner(const om_rp_result *res)
-{
-    if (res->peak <= res->lower_bound)
-        return "no gap";
-    if (res->proven_bound >= res->peak)
-        return "the gap is the bound's: no plan is lower";
-    if (res->proven_bound > res->lower_bound)
-        return "the gap is partly the bound's (proven), the rest not settled by the search";
-    return "the gap is not settled by the search";
-}
-
 /* The recorded iteration's arcs into in (room for nrecords): their count. */
 static size_t gather_arcs(const struct om_pool *pool, om_rp_block *in)
 {
@@ -266,8 +254,9 @@ static int install_plan(struct om_pool *pool, om_rp_block *in, size_t n, uint64_
             n, (unsigned long long)pool->period, pl.nfixed, pl.peak / 1048576.0,
             pl.res.lower_bound ? (double)pl.peak / (double)pl.res.lower_bound : 1.0,
             pl.res.lower_bound ? (double)pl.res.greedy_peak / (double)pl.res.lower_bound : 1.0,
-            gap_owner(&pl.res), pl.res.elapsed_ns / 1e6,
-            on_thread ? "on the optmem-plan thread" : "inline", opt->budget_ms);
+            om_rp_gap_owner(pl.res.peak, pl.res.lower_bound, pl.res.proven_bound),
+            pl.res.elapsed_ns / 1e6, on_thread ? "on the optmem-plan thread" : "inline",
+            opt->budget_ms);
     return 0;
 }
 

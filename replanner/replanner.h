@@ -109,6 +109,10 @@ uint64_t om_rp_peak(const om_rp_block *blocks, size_t n, const uint64_t *offsets
 int om_rp_algo_parse(const char *name, int *algo);
 const char *om_rp_algo_name(int algo);
 
+/* Whose the gap between a plan's peak and its lower bound is, as far as the search proved:
+ * a phrase for logs and reports ("no gap", "the gap is the bound's: no plan is lower", ...). */
+const char *om_rp_gap_owner(uint64_t peak, uint64_t lower_bound, uint64_t proven_bound);
+
 /*
  * MiniMalloc's CSV: header naming at least id,lower,upper,size in any order, optional
  * alignment, other columns (offset) ignored; one block per line, unsigned decimal integers.

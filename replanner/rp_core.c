@@ -664,6 +664,17 @@ const char *om_rp_algo_name(int algo)
     return algo >= 0 && algo < 4 ? names[algo] : "?";
 }
 
+const char *om_rp_gap_owner(uint64_t peak, uint64_t lower_bound, uint64_t proven_bound)
+{
+    if (peak <= lower_bound)
+        return "no gap";
+    if (proven_bound >= peak)
+        return "the gap is the bound's: no plan is lower";
+    if (proven_bound > lower_bound)
+        return "the gap is partly the bound's (proven), the rest not settled by the search";
+    return "the gap is not settled by the search";
+}
+
 static void finish(const rp_inst *in, const rp_best *best, uint64_t *offsets, om_rp_result *res)
 {
     for (size_t i = 0; i < in->n; i++)

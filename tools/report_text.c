@@ -1,4 +1,5 @@
 /* optmem report: the terminal summary (the default format). */
+#include "replanner.h"
 #include "report_domain.h"
 
 #include <errno.h>
@@ -56,19 +57,12 @@ static void print_plan_gap(FILE *out, const struct om_rserving *v)
 {
     if (!v->present || !v->plans || !v->plan_greedy_bytes || !v->plan_lower_bound_bytes)
         return;
-    char hb[2][32];
+    char hb[1][32];
     double lb = (double)v->plan_lower_bound_bytes;
-    fprintf(out, "  plan search        %.1f ms; greedy by size %s (%.3f of the bound); ",
-            v->plan_time_us / 1e3, HB(v->plan_greedy_bytes, 0), v->plan_greedy_bytes / lb);
-    if (v->plan_peak_bytes <= v->plan_lower_bound_bytes)
-        fputs("the plan is at its bound\n", out);
-    else if (v->plan_proven_bound_bytes >= v->plan_peak_bytes)
-        fputs("the gap is the bound's (no plan is lower)\n", out);
-    else if (v->plan_proven_bound_bytes > v->plan_lower_bound_bytes)
-        fprintf(out, "%s of the gap is the bound's (proven), the rest not settled by the search\n",
-                HB(v->plan_proven_bound_bytes - v->plan_lower_bound_bytes, 1));
-    else
-        fputs("the gap is not settled by the search\n", out);
+    fprintf(
+        out, "  plan search        %.1f ms; greedy by size %s (%.3f of the bound); %s\n",
+        v->plan_time_us / 1e3, HB(v->plan_greedy_bytes, 0), v->plan_greedy_bytes / lb,
+        om_rp_gap_owner(v->plan_peak_bytes, v->plan_lower_bound_bytes, v->plan_proven_bound_bytes));
 }
 
 static void print_process(FILE *out, const struct om_report *r)
