@@ -118,7 +118,11 @@ void om_pool_end_of_served_iteration(struct om_pool *pool)
         om_pool_release_free(pool, 0, SIZE_MAX);
         om_pool_learn(pool);
     } else {
-        pool->stats.released_bytes += om_arena_release_tail(&pool->arena, pool->plan_end);
+        /* Pages above the plan that this iteration's fallbacks used are used again by the
+         * next one's: giving them back would fault them in again every iteration (and on a
+         * device, synchronize it and remap them). */
+        size_t keep = pool->fallback_end > pool->plan_end ? pool->fallback_end : pool->plan_end;
+        pool->stats.released_bytes += om_arena_release_tail(&pool->arena, keep);
         if (++pool->served_iterations == STEADY_ITERATIONS)
             pool->nfailed = 0;
     }
@@ -127,6 +131,7 @@ void om_pool_end_of_served_iteration(struct om_pool *pool)
         pool->stats.iteration_served = pool->stats.served_from_plan;
     }
     pool->iteration_misses = pool->window_requests = pool->window_turned_away = 0;
+    pool->fallback_end = 0;
     pool->failing = 0;
 }
 

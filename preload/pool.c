@@ -248,6 +248,13 @@ static void release_failing_plan(struct om_pool *pool)
         om_pool_release_free(pool, pool->covered.v[0].off, pool->plan_end);
 }
 
+static int take_best_fit(struct om_pool *pool, size_t len, size_t alignment, size_t floor,
+                         size_t *off)
+{
+    int rc = om_arena_best_fit(&pool->arena, len, alignment, floor, off);
+    return rc == 0 ? om_arena_take(&pool->arena, *off, len) : rc;
+}
+
 /* Picks the offset of a request: the expected slot, a slot found by token, or best fit. */
 static int place(struct om_pool *pool, size_t len, size_t alignment, uintptr_t stream,
                  uint64_t token, int cycle_thread, int main_thread, size_t *off, int *flags)
@@ -299,12 +306,19 @@ static int place(struct om_pool *pool, size_t len, size_t alignment, uintptr_t s
             return 0;
         }
     }
-    size_t floor = pool->phase == SERVE || pool->phase == PROLOGUE ? pool->plan_end : 0;
-    int rc = om_arena_best_fit(&pool->arena, len, alignment, floor, off);
-    if (rc == 0)
-        rc = om_arena_take(&pool->arena, *off, len);
-    if (rc == 0)
-        pool->stats.fallbacks += pool->phase == SERVE || pool->phase == PROLOGUE;
+    int serving = pool->phase == SERVE || pool->phase == PROLOGUE;
+    int rc = take_best_fit(pool, len, alignment, serving ? pool->plan_end : 0, off);
+    if (rc == -ENOMEM && !pool->host) {
+        /* The device is full, and pages the arena holds idle may be why: give them back and
+         * try once more, as a caching allocator empties its cache before it fails. */
+        om_pool_release_free(pool, 0, SIZE_MAX);
+        rc = take_best_fit(pool, len, alignment, serving ? pool->plan_end : 0, off);
+    }
+    if (rc == 0 && serving) {
+        pool->stats.fallbacks++;
+        if (*off + len > pool->fallback_end)
+            pool->fallback_end = *off + len;
+    }
     return rc;
 }
 
@@ -313,7 +327,9 @@ static int place(struct om_pool *pool, size_t len, size_t alignment, uintptr_t s
 /* Best fit before a plan holds pages that no live block uses; once they exceed a small
  * share of the peak of live bytes, the holes freed longest ago, where still free, give
  * theirs back. A program whose holes fit its next requests keeps its pages and faults
- * nothing in again, where releasing every hole would refault each iteration. */
+ * nothing in again, where releasing every hole would refault each iteration. On the host
+ * only: a device's release synchronizes the device and its remapping costs more than a
+ * fault, so a device arena keeps its pages until a plan trims them or the device is full. */
 static void release_idle(struct om_pool *pool)
 {
     size_t released = 0;
@@ -344,7 +360,7 @@ void *om_pool_alloc(struct om_pool *pool, size_t size, size_t alignment, int zer
     int flags;
     if (place(pool, len, alignment, stream, token, cycle_thread, main_thread, &off, &flags) != 0)
         goto fail;
-    if (pool->phase != SERVE && om_arena_resident(&pool->arena) > resident)
+    if (pool->phase != SERVE && pool->host && om_arena_resident(&pool->arena) > resident)
         release_idle(pool);
     struct om_block b = {off, len, size, 0, pool->generation, 0, flags};
     /* A saved plan needs the run's main-thread requests from the start until a plan has

@@ -98,7 +98,8 @@ struct om_pool {
     int unrolled;          /* the plan's iteration is two of the tracer's */
     struct om_slot *slots; /* the plan: one per request of the iteration */
     struct om_slot_index plan_index;
-    size_t plan_end; /* the plan's region ends here; fallbacks go above */
+    size_t plan_end;     /* the plan's region ends here; fallbacks go above */
+    size_t fallback_end; /* the highest end of a fallback in this served iteration */
     struct om_serving_stats stats;
     uint64_t iteration_misses, served_iterations;
     uint64_t window_requests;    /* requests served since the misses were last judged */

@@ -200,7 +200,11 @@ static void write_iterations(struct om_json *w, const struct om_tracer_config *c
         om_json_null(w);
     } else {
         om_json_begin(w, '{');
-        kv_u64(w, "thread", st->threads.det_tid);
+        om_json_key(w, "thread");
+        if (st->threads.det_tid == OM_ALL_THREADS)
+            om_json_null(w);
+        else
+            om_json_u64(w, st->threads.det_tid);
         kv_u64(w, "thread_requests", st->det.n);
         om_json_key(w, "thread_period_requests");
         if (st->det.p)

@@ -45,6 +45,17 @@ static uint32_t current_tid(void)
     return tls_tid;
 }
 
+/* Whose requests a domain's iterations are found in. A device orders work by its streams,
+ * not by the CPU thread that asks for memory: PyTorch makes a step's forward requests on
+ * the main thread and its backward's on the autograd engine's thread for the device, one
+ * after the other. A device domain's requests are therefore one sequence, whichever
+ * thread makes them (OM_ALL_THREADS); the host's follow the busiest thread, since helper
+ * threads interleave their requests with the loop's differently every time. */
+static uint32_t sequence_of(unsigned domain)
+{
+    return domain == OM_TRACER_HOST ? current_tid() : OM_ALL_THREADS;
+}
+
 static uint64_t token_of(uint32_t site, uint64_t size)
 {
     uint64_t h = ((uint64_t)site << 40) ^ size;
@@ -363,7 +374,7 @@ const struct om_domain *om_tracer_domain(unsigned domain)
 int om_tracer_on_cycle_thread(unsigned domain)
 {
     const struct om_domain *d = domain_at(domain);
-    return d && (cfg.warmup || current_tid() == d->threads.det_tid);
+    return d && (cfg.warmup || sequence_of(domain) == d->threads.det_tid);
 }
 
 void om_tracer_set_serving(unsigned domain, const struct om_serving_stats *stats)
@@ -397,7 +408,7 @@ void om_tracer_on_alloc(unsigned domain, void *ptr, size_t size, size_t usable, 
     if (!d)
         return;
     uint64_t now = mono_ns() - cfg.t0_ns;
-    uint32_t tid = current_tid();
+    uint32_t tid = current_tid(), seq_tid = sequence_of(domain);
     pthread_mutex_lock(&lock);
     uint32_t known_sites = d->sites.count;
     struct om_site *site = om_sites_intern(&d->sites, stack);
@@ -410,11 +421,11 @@ void om_tracer_on_alloc(unsigned domain, void *ptr, size_t size, size_t usable, 
     }
     uint64_t seq = d->seq;
     if (cfg.warmup == 0) {
-        if (om_threads_note(&d->threads, tid)) {
+        if (om_threads_note(&d->threads, seq_tid)) {
             om_debug("%s: iterations are now detected on thread %u", d->name, d->threads.det_tid);
             om_period_reset(&d->det);
         }
-        if (tid == d->threads.det_tid) {
+        if (seq_tid == d->threads.det_tid) {
             d->start_now = 0;
             d->det_live += size;
             om_period_push(&d->det, token_of(site->id, size), seq, d->det_live, size,
@@ -447,7 +458,7 @@ void om_tracer_on_alloc(unsigned domain, void *ptr, size_t size, size_t usable, 
             d->det_live -= e->size;
     }
     *e = (struct om_live){(uintptr_t)ptr,  size, usable, alignment, seq, now,
-                          d->acct.iter_no, site, tid};
+                          d->acct.iter_no, site, seq_tid};
 
     site_change(d, site, (int64_t)size, 1);
     site->count++;

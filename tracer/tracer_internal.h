@@ -144,6 +144,9 @@ uint64_t om_period_covered(const struct om_period *d);
 
 /* Which thread's requests feed the detector: the one that makes most of them. */
 #define OM_THREADS 64 /* threads whose requests are counted */
+/* The one sequence of a device domain's requests, whichever thread makes them (no thread
+ * has this id: Linux's thread ids stay below 2^22). */
+#define OM_ALL_THREADS UINT32_MAX
 struct om_threads {
     uint32_t det_tid;
     uint64_t total, switches;
@@ -220,7 +223,7 @@ struct om_live {
     uint64_t size, usable, alignment;
     uint64_t birth_seq, birth_ns, birth_iter;
     struct om_site *site;
-    uint32_t tid;
+    uint32_t tid; /* the sequence it joined: a thread's id, or OM_ALL_THREADS */
 };
 
 /* One request of the sample ring, by birth sequence number modulo OM_SAMPLE_RECORDS. */

@@ -11,12 +11,18 @@
  * STREAM" (allocated in each iteration) and "f ID" (freed), in the order they happen; '#'
  * starts a comment line.
  *
- * usage: replay FILE [ITERATIONS [sync|async|pluggable [STEADY]]] */
+ * With `handoff`, the second half of each iteration's events runs on a second thread while
+ * the first waits, as PyTorch's backward pass runs on the autograd engine's thread for the
+ * device. From iteration STEADY on, stderr also counts the fake driver's VMM calls
+ * (cuMemCreate, cuMemMap, cuMemUnmap): a steady iteration should need none.
+ *
+ * usage: replay FILE [ITERATIONS [sync|async|pluggable [STEADY [handoff]]]] */
 #include "cuda_test.h"
 
 #include <dlfcn.h>
 #include <errno.h>
 #include <inttypes.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -226,14 +232,64 @@ static void give(uint32_t k)
     b->p = NULL;
 }
 
-static void iterate(int it)
+static void play(int it, size_t from, size_t to)
 {
-    for (size_t i = 0; i < nevents; i++) {
+    for (size_t i = from; i < to; i++) {
         const struct event *e = &events[i];
         if (e->kind == 'a')
             take(e->id, e->size, e->stream, (unsigned char)(e->id * 31u + (unsigned)it * 7u + 1u));
         else if (e->kind == 'f')
             give(e->id);
+    }
+}
+
+/* The second thread of `handoff`: plays the events it is handed, one range at a time. */
+static struct {
+    pthread_mutex_t lock;
+    pthread_cond_t cond;
+    int it, pending; /* pending: a range handed over and not yet played */
+    size_t from, to;
+} hand = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0, 0, 0, 0};
+static int handoff;
+
+static void *second_thread(void *arg)
+{
+    (void)arg;
+    pthread_mutex_lock(&hand.lock);
+    for (;;) {
+        while (!hand.pending)
+            pthread_cond_wait(&hand.cond, &hand.lock);
+        if (hand.it < 0)
+            break;
+        play(hand.it, hand.from, hand.to);
+        hand.pending = 0;
+        pthread_cond_broadcast(&hand.cond);
+    }
+    pthread_mutex_unlock(&hand.lock);
+    return NULL;
+}
+
+/* Hands [from, to) of iteration it (< 0: stop) to the second thread and waits for it. */
+static void hand_over(int it, size_t from, size_t to)
+{
+    pthread_mutex_lock(&hand.lock);
+    hand.it = it;
+    hand.from = from;
+    hand.to = to;
+    hand.pending = 1;
+    pthread_cond_broadcast(&hand.cond);
+    while (hand.pending && it >= 0)
+        pthread_cond_wait(&hand.cond, &hand.lock);
+    pthread_mutex_unlock(&hand.lock);
+}
+
+static void iterate(int it)
+{
+    if (handoff) {
+        play(it, 0, nevents / 2);
+        hand_over(it, nevents / 2, nevents);
+    } else {
+        play(it, 0, nevents);
     }
     /* Buffers live when the recording ended die with the iteration. */
     for (uint32_t k = 0; k < nids; k++)
@@ -241,15 +297,23 @@ static void iterate(int it)
             give(k);
 }
 
+static unsigned long vmm_calls(void)
+{
+    return fakeCudaCalls("cuMemCreate") + fakeCudaCalls("cuMemMap") + fakeCudaCalls("cuMemUnmap");
+}
+
 int main(int argc, char **argv)
 {
-    if (argc < 2 || argc > 5)
-        ct_die("usage: replay FILE [ITERATIONS [sync|async|pluggable [STEADY]]]");
+    if (argc < 2 || argc > 6)
+        ct_die("usage: replay FILE [ITERATIONS [sync|async|pluggable [STEADY [handoff]]]]");
     int iterations = argc > 2 ? atoi(argv[2]) : 6;
     const char *mode = argc > 3 ? argv[3] : "sync";
     int steady = argc > 4 ? atoi(argv[4]) : 2;
     if (iterations < 1 || steady < 0 || steady >= iterations)
         ct_die("replay: want ITERATIONS >= 1 and 0 <= STEADY < ITERATIONS");
+    if (argc > 5 && strcmp(argv[5], "handoff") != 0)
+        ct_die("replay: unknown threading %s (handoff)", argv[5]);
+    handoff = argc > 5;
     if (strcmp(mode, "sync") == 0) {
         api = API_SYNC;
     } else if (strcmp(mode, "async") == 0) {
@@ -289,13 +353,24 @@ int main(int argc, char **argv)
     size_t *peaks = calloc((size_t)iterations + 1, sizeof *peaks), steady_peak = 0, run_peak;
     if (!peaks)
         ct_die("out of memory");
+    pthread_t second;
+    if (handoff && pthread_create(&second, NULL, second_thread, NULL) != 0)
+        ct_die("replay: no second thread");
+    unsigned long steady_vmm = 0;
     for (int it = 0; it < iterations; it++) {
         peaks[it] = fakeCudaPeakBytes(0, 1);
+        if (it == steady + 1)
+            steady_vmm = vmm_calls();
         iterate(it);
         if (api != API_SYNC)
             CT_CHECK(cudaDeviceSynchronize());
     }
     peaks[iterations] = fakeCudaPeakBytes(0, 1);
+    steady_vmm = vmm_calls() - steady_vmm;
+    if (handoff) {
+        hand_over(-1, 0, 0);
+        pthread_join(second, NULL);
+    }
     run_peak = peaks[0];
     for (int it = 1; it <= iterations; it++) {
         if (peaks[it] > run_peak)
@@ -319,7 +394,8 @@ int main(int argc, char **argv)
      * output. */
     for (int it = 0; it < iterations; it++)
         fprintf(stderr, "iteration %d peak_bytes %zu\n", it, peaks[it + 1]);
-    fprintf(stderr, "device_peak_bytes %zu\nsteady_peak_bytes %zu\n", run_peak, steady_peak);
+    fprintf(stderr, "device_peak_bytes %zu\nsteady_peak_bytes %zu\nsteady_vmm_calls %lu\n",
+            run_peak, steady_peak, steady_vmm);
     free(peaks);
     free(events);
     free(bufs);

@@ -9,7 +9,8 @@ serving_requests); OP is ==, >= or <=; VALUE is a number, or @NAME for the numbe
 printed on a line "NAME NUMBER". "DOMAIN present" and "DOMAIN absent" check that a domain is
 or is not reported; "devices == N" counts the device domains. "%NAME OP FACTOR DOMAIN PATH"
 compares a number the optmem run printed on stderr as "NAME NUMBER" (what the device held,
-which differs from the plain run's) with FACTOR times the domain's PATH."""
+which differs from the plain run's) with FACTOR times the domain's PATH; "%NAME OP VALUE"
+with a number."""
 import argparse
 import glob
 import json
@@ -60,10 +61,13 @@ def check(expr, main, children, printed, printed_err):
     """Returns the failures of one check expression."""
     words = expr.split()
     if words[:1] and words[0].startswith("%"):
-        if len(words) != 5 or words[1] not in OPS:
+        if len(words) not in (3, 5) or words[1] not in OPS:
             return [f"bad check expression: {expr}"]
         if words[0][1:] not in printed_err:
             return [f"{expr}: the optmem run printed no line '{words[0][1:]} N' on stderr"]
+        got = printed_err[words[0][1:]]
+        if len(words) == 3:
+            return [] if OPS[words[1]](got, int(words[2])) else [f"{expr}: got {got}"]
         dom = domain_of(main, words[3])
         if dom is None:
             return [f"{expr}: no domain {words[3]} in the report"]

@@ -140,7 +140,8 @@ def _domain(r, c, forked):
                                         "locks", "thread_switches",
                                         "iterations_in_reported_lock"))
         for key in d:
-            _uint(d[key], "iterations.detector." + key, nullable=key == "thread_period_requests")
+            _uint(d[key], "iterations.detector." + key,
+                  nullable=key in ("thread", "thread_period_requests"))
     m = it["marks"]
     _obj(m, "iterations.marks", ("count", "requests"))
     _uint(m["count"], "iterations.marks.count")
