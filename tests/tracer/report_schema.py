@@ -72,7 +72,7 @@ SERVING_KEYS = ("serving_requests", "hits", "misses", "served_from_plan", "fallb
 
 
 DOMAIN_KEYS = ("counters", "lower_bound_bytes", "peak_live_bytes", "peak", "iterations",
-               "categories", "sites", "sample", "timeline")
+               "categories", "sites", "sample", "timeline", "resident")
 
 
 def _domain(r, c, forked):
@@ -226,6 +226,20 @@ def _domain(r, c, forked):
         if (death is None) != (dns is None) or (death is not None and (death <= birth or dns < bns)):
             _fail(path, "inconsistent death")
         _uint(lb[i], "sample.live_bytes[%d]" % i)
+    rs = r["resident"]
+    _obj(rs, "resident", ("blocks", "omitted_blocks", "omitted_bytes"))
+    _uint(rs["omitted_blocks"], "resident.omitted_blocks")
+    _uint(rs["omitted_bytes"], "resident.omitted_bytes")
+    for i, rec in enumerate(_list(rs["blocks"], "resident.blocks")):
+        path = "resident.blocks[%d]" % i
+        if not isinstance(rec, list) or len(rec) != 3:
+            _fail(path, "expected 3 fields")
+        for v in rec:
+            _uint(v, path)
+        if rec[0] >= nsites:
+            _fail(path, "no such site")
+        if rec[2] >= sm["first_request"]:
+            _fail(path, "born inside the sample")
     tl = r["timeline"]
     _obj(tl, "timeline", ("first_request", "requests_per_point", "max_live_bytes"))
     _uint(tl["first_request"], "timeline.first_request")
