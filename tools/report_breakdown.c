@@ -86,20 +86,36 @@ static void match_parameters(struct bd_block **grads, size_t ngrads, struct bd_b
     }
 }
 
-static bool is_grad_size(struct bd_block **grads, size_t ngrads, uint64_t size)
+/* Optimizer state: resident blocks of a parameter's size born after the last parameter. An
+ * optimizer keeps the same number of state tensors for every parameter (Adam two, SGD with
+ * momentum one), so that number is the fewest any parameter size has, and of each size only
+ * the latest-born that many per parameter are state: a data set born after the model whose
+ * size happens to be a parameter's stays other. res is sorted by size then birth. */
+static void find_state(struct bd_block **res, size_t nr, uint64_t last_param)
 {
-    size_t lo = 0, hi = ngrads;
-    while (lo < hi) {
-        size_t mid = lo + (hi - lo) / 2;
-        if (grads[mid]->size < size)
-            lo = mid + 1;
-        else
-            hi = mid;
+    uint64_t per_param = UINT64_MAX;
+    for (int pass = 0; pass < 2; pass++) {
+        for (size_t k = 0; k < nr;) {
+            size_t end = k, params = 0, cands = 0;
+            while (end < nr && res[end]->size == res[k]->size) {
+                params += res[end]->cls == OM_BD_PARAMETERS;
+                cands += res[end]->cls == OM_BD_OTHER && res[end]->birth > last_param;
+                end++;
+            }
+            if (params && pass == 0 && cands / params < per_param)
+                per_param = cands / params;
+            for (size_t i = end, keep = params * per_param; pass == 1 && params && i-- > k;)
+                if (keep && res[i]->cls == OM_BD_OTHER && res[i]->birth > last_param) {
+                    res[i]->cls = OM_BD_OPTIMIZER;
+                    keep--;
+                }
+            k = end;
+        }
+        if (per_param == UINT64_MAX || per_param == 0)
+            return;
     }
-    return lo < ngrads && grads[lo]->size == size && grads[lo]->cls == OM_BD_GRADIENTS;
 }
 
-/* grads and res have room for n pointers each. */
 static void classify(struct bd_block *v, size_t n, struct bd_block **grads, struct bd_block **res,
                      const struct om_breakdown *b)
 {
@@ -135,10 +151,8 @@ static void classify(struct bd_block *v, size_t n, struct bd_block **grads, stru
             struct bd_block *x = grads[g];
             x->cls = x->birth <= M && x->death > M ? OM_BD_ACTIVATIONS : OM_BD_TEMPORARIES;
         }
-    for (size_t k = 0; k < nr; k++)
-        if (res[k]->cls == OM_BD_OTHER && last_param != NEVER && res[k]->birth > last_param &&
-            is_grad_size(grads, ng, res[k]->size))
-            res[k]->cls = OM_BD_OPTIMIZER;
+    if (last_param != NEVER)
+        find_state(res, nr, last_param);
 }
 
 static int tally(const struct bd_block *v, size_t n, struct om_breakdown *b)
