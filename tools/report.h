@@ -152,6 +152,7 @@ struct om_breakdown {
     uint64_t first, end;   /* the iteration: births [first, end), from a low point */
     uint64_t peak_request; /* its highest point: live bytes just after this request */
     uint64_t peak_bytes;   /* live then */
+    uint64_t turn_request; /* forward to backward: the first gradient's birth, else the peak */
     uint64_t at_peak[OM_NBD], blocks_at_peak[OM_NBD];
     uint64_t max_live[OM_NBD]; /* each class's own maximum over the iteration */
     uint64_t born[OM_NBD];     /* bytes requested during the iteration */

@@ -117,7 +117,7 @@ static void find_state(struct bd_block **res, size_t nr, uint64_t last_param)
 }
 
 static void classify(struct bd_block *v, size_t n, struct bd_block **grads, struct bd_block **res,
-                     const struct om_breakdown *b)
+                     struct om_breakdown *b)
 {
     uint64_t q0 = b->first, qe = b->end, M = b->peak_request;
     /* The last birth of the iteration whose block also died in it: the end of the step. A
@@ -138,7 +138,7 @@ static void classify(struct bd_block *v, size_t n, struct bd_block **grads, stru
                 x->cls = OM_BD_GRADIENTS;
                 grads[ng++] = x;
             } else if (x->death <= qe) {
-                x->cls = x->birth <= M && x->death > M ? OM_BD_ACTIVATIONS : OM_BD_TEMPORARIES;
+                x->cls = OM_BD_TEMPORARIES; /* or an activation: after the turn is known */
             }
         }
     }
@@ -146,13 +146,24 @@ static void classify(struct bd_block *v, size_t n, struct bd_block **grads, stru
     qsort(res, nr, sizeof *res, by_size_birth);
     uint64_t last_param = NEVER;
     match_parameters(grads, ng, res, nr, &last_param);
-    for (size_t g = 0; g < ng; g++)
-        if (grads[g]->cls < 0) {
-            struct bd_block *x = grads[g];
-            x->cls = x->birth <= M && x->death > M ? OM_BD_ACTIVATIONS : OM_BD_TEMPORARIES;
-        }
+    /* The turn from forward to backward: the first gradient's birth, or without gradients
+     * the iteration's peak. Blocks of the iteration born by then and freed after it, in it,
+     * were kept for the backward. */
+    uint64_t turn = NEVER;
+    for (size_t g = 0; g < ng; g++) {
+        if (grads[g]->cls < 0)
+            grads[g]->cls = OM_BD_TEMPORARIES;
+        else if (grads[g]->birth < turn)
+            turn = grads[g]->birth;
+    }
+    if (turn == NEVER)
+        turn = M;
+    for (size_t i = 0; i < n; i++)
+        if (v[i].cls == OM_BD_TEMPORARIES && v[i].birth <= turn && v[i].death > turn)
+            v[i].cls = OM_BD_ACTIVATIONS;
     if (last_param != NEVER)
         find_state(res, nr, last_param);
+    b->turn_request = turn;
 }
 
 static int tally(const struct bd_block *v, size_t n, struct om_breakdown *b)
