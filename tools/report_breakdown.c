@@ -34,7 +34,8 @@ static int find_cycle(const struct om_report *r, struct om_breakdown *b)
 {
     uint64_t T = r->period;
     uint64_t s = r->nstarts ? r->starts[0] : r->sample_first;
-    if (s < r->sample_first || r->sample_end - s < 2 * T) {
+    if (s < r->sample_first || s > r->sample_end || r->sample_end - s < T ||
+        r->sample_end - s - T < T) {
         b->why = "the sample holds less than two iterations";
         return -1;
     }
@@ -169,7 +170,8 @@ static void classify(struct bd_block *v, size_t n, struct bd_block **grads, stru
 static int tally(const struct bd_block *v, size_t n, struct om_breakdown *b)
 {
     uint64_t q0 = b->first, qe = b->end, T = qe - q0, M = b->peak_request;
-    int64_t *diff = calloc((size_t)T + 1, sizeof *diff * OM_NBD);
+    /* Unsigned: the levels are sums of sizes, exact modulo 2^64 whatever the order. */
+    uint64_t *diff = calloc((size_t)T + 1, sizeof *diff * OM_NBD);
     if (!diff)
         return -ENOMEM;
     for (size_t i = 0; i < n; i++) {
@@ -182,16 +184,16 @@ static int tally(const struct bd_block *v, size_t n, struct om_breakdown *b)
             b->born[x->cls] += x->size;
         uint64_t from = x->birth > q0 ? x->birth : q0, to = x->death < qe ? x->death : qe;
         if (from < to) {
-            diff[(from - q0) * OM_NBD + (size_t)x->cls] += (int64_t)x->size;
-            diff[(to - q0) * OM_NBD + (size_t)x->cls] -= (int64_t)x->size;
+            diff[(from - q0) * OM_NBD + (size_t)x->cls] += x->size;
+            diff[(to - q0) * OM_NBD + (size_t)x->cls] -= x->size;
         }
     }
-    int64_t level[OM_NBD] = {0};
+    uint64_t level[OM_NBD] = {0};
     for (uint64_t q = 0; q < T; q++)
         for (int c = 0; c < OM_NBD; c++) {
             level[c] += diff[q * OM_NBD + (size_t)c];
-            if (level[c] > 0 && (uint64_t)level[c] > b->max_live[c])
-                b->max_live[c] = (uint64_t)level[c];
+            if (level[c] > b->max_live[c])
+                b->max_live[c] = level[c];
         }
     free(diff);
     /* What the records cannot show (requests not recorded) is other. */
