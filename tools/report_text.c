@@ -132,14 +132,17 @@ static void print_categories(FILE *out, const uint64_t *bytes, const uint64_t *b
 #define BAR_WIDTH 60
 
 /* The inferred breakdown: a table and a bar of letters, one letter per 1/60 of the peak. */
-static int print_breakdown(FILE *out, const struct om_report *r)
+static int print_breakdown(FILE *out, const struct om_report *r, bool several)
 {
     char hb[3][32];
     struct om_breakdown b;
     int rc = om_breakdown(r, &b);
     if (rc != 0)
         return rc;
-    fputs("\nbreakdown, inferred from lifetimes and sizes (rules: docs/report-formats.md, "
+    fputs("\nbreakdown", out);
+    if (several)
+        fprintf(out, " of pid %lld", (long long)r->pid);
+    fputs(", inferred from lifetimes and sizes (rules: docs/report-formats.md, "
           "\"Breakdown\"):\n",
           out);
     if (!b.found) {
@@ -261,14 +264,13 @@ int om_render_text_in(const struct om_merged *m, const struct om_render *o,
         snprintf(where, sizeof where, "the last complete iteration, requests %llu..%llu",
                  (unsigned long long)r->cat_iter[0], (unsigned long long)r->cat_iter[1]);
         print_categories(out, r->cat_bytes, r->cat_blocks, where);
-        int rc = print_breakdown(out, r);
-        if (rc != 0)
-            return rc;
     } else if (m->nreports > 1) {
         print_categories(out, m->cat_bytes, NULL, "last complete iterations, all processes");
     } else {
         fputs("\nbytes by category: no complete iteration was recorded\n", out);
-        int rc = m->nreports == 1 ? print_breakdown(out, &m->reports[0]) : 0;
+    }
+    for (size_t i = 0; i < m->nreports; i++) {
+        int rc = print_breakdown(out, &m->reports[i], m->nreports > 1);
         if (rc != 0)
             return rc;
     }
