@@ -209,7 +209,8 @@ int om_breakdown(const struct om_report *r, struct om_breakdown *b)
 {
     memset(b, 0, sizeof *b);
     if (!r->have_resident) {
-        b->why = "the report has no \"resident\" section (an older optmem wrote it)";
+        b->why = "the report has no \"resident\" section (optmem before 2026-11-26 wrote it, or it "
+                 "was read from a PyTorch snapshot)";
         return 0;
     }
     if (!r->found || r->period == OM_NO_VALUE || r->period == 0) {
