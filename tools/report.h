@@ -39,6 +39,11 @@ struct om_rlife {
     uint64_t site, size, birth, death, birth_ns, death_ns, offset;
 };
 
+/* A block live at the sample's first request and born before it ("resident"). */
+struct om_rresident {
+    uint64_t site, size, birth, death; /* death OM_NO_VALUE: live at the report */
+};
+
 struct om_rserving {
     bool present;
     uint64_t serving_requests; /* OM_NO_VALUE in reports that predate it */
@@ -82,6 +87,11 @@ struct om_report {
     uint64_t timeline_first, timeline_width;
     uint64_t *timeline;
     size_t ntimeline;
+    /* Reports that predate the section have none (have_resident false). */
+    bool have_resident, resident_complete;
+    struct om_rresident *resident;
+    size_t nresident;
+    uint64_t resident_omitted_bytes;
 };
 
 /* Loads and validates one report; on failure writes one line naming the file into err. */
@@ -121,6 +131,36 @@ const char *om_site_name(struct om_symbolizer *sym, const struct om_rsite *site,
                          char *buf, size_t len);
 /* The index, in om_sym_site's frames, of the frame a site is named by. */
 size_t om_site_where(struct om_symbolizer *sym, const struct om_rsite *site);
+
+/* The inferred breakdown (report_breakdown.c; the rules are docs/report-formats.md's
+ * "Breakdown"): one steady iteration's blocks sorted by what they likely are. */
+enum {
+    OM_BD_PARAMETERS,
+    OM_BD_GRADIENTS,
+    OM_BD_OPTIMIZER,
+    OM_BD_ACTIVATIONS,
+    OM_BD_TEMPORARIES,
+    OM_BD_OTHER,
+    OM_NBD
+};
+extern const char *const om_bd_keys[OM_NBD];   /* JSON keys: "parameters", ... */
+extern const char *const om_bd_labels[OM_NBD]; /* for people: "optimizer state", ... */
+
+struct om_breakdown {
+    bool found;
+    const char *why;       /* when not found: why, one phrase */
+    uint64_t first, end;   /* the iteration: births [first, end), from a low point */
+    uint64_t peak_request; /* its highest point: live bytes just after this request */
+    uint64_t peak_bytes;   /* live then */
+    uint64_t turn_request; /* forward to backward: the first gradient's birth, else the peak */
+    uint64_t at_peak[OM_NBD], blocks_at_peak[OM_NBD];
+    uint64_t max_live[OM_NBD]; /* each class's own maximum over the iteration */
+    uint64_t born[OM_NBD];     /* bytes requested during the iteration */
+    bool complete;             /* false: some resident blocks were not in the report */
+};
+extern const char om_bd_letters[OM_NBD]; /* the text bar's: "PGOAT." */
+/* Fills b from r; b->found false (and b->why) when r cannot tell. Returns 0 or -ENOMEM. */
+int om_breakdown(const struct om_report *r, struct om_breakdown *b);
 
 /* Call sites merged over several reports by their module+offset stack. */
 struct om_msite {

@@ -16,7 +16,15 @@ static const char style[] =
     ".inl{color:#777}.loc{color:#555}.note{color:#555;font-size:13px}"
     "ol.stack li,b.site{overflow-wrap:anywhere}"
     "#summary{background:#f7f7f7;border:1px solid #ccc;padding:4px 16px 10px}"
-    "#summary h2{margin-top:8px}";
+    "#summary h2{margin-top:8px}"
+    ".bdbar{display:flex;width:100%;max-width:900px;height:22px;border:1px solid #888;"
+    "margin:6px 0}.bdbar span{display:block;height:100%;min-width:0}"
+    ".sw{display:inline-block;width:12px;height:12px;border:1px solid #888;margin-right:6px;"
+    "vertical-align:middle}";
+
+/* One colour per class of the breakdown, in om_bd_keys' order. */
+static const char *const bd_colour[OM_NBD] = {"#4e79a7", "#f28e2b", "#e15759",
+                                              "#76b7b2", "#59a14f", "#bab0ac"};
 
 static void cell_bytes(FILE *out, uint64_t v)
 {
@@ -66,6 +74,64 @@ static void cell_saved(FILE *out, const struct om_rserving *v)
             om_human_bytes(v->plan_greedy_bytes, hb[2], sizeof hb[2]));
 }
 
+/* The inferred breakdown of one process: a stacked bar of the iteration's peak and its
+ * legend, a table (docs/report-formats.md, "Breakdown"). */
+static int breakdown(FILE *out, const struct om_report *r, bool several)
+{
+    char hb[32];
+    struct om_breakdown b;
+    int rc = om_breakdown(r, &b);
+    if (rc != 0)
+        return rc;
+    fputs("<div class=\"breakdown\"><h3>", out);
+    if (several)
+        fprintf(out, "pid %lld: ", (long long)r->pid);
+    fputs("What the memory is, inferred</h3>\n", out);
+    if (!b.found) {
+        fputs("<p class=\"note\">Not available: ", out);
+        om_xml_escape(out, b.why);
+        fputs(".</p></div>\n", out);
+        return 0;
+    }
+    fprintf(out,
+            "<p class=\"note\">Inferred from lifetimes and sizes, not measured (rules: "
+            "docs/report-formats.md, &ldquo;Breakdown&rdquo;): one steady iteration, requests "
+            "%llu..%llu, at its peak (request %llu, %s live).",
+            (unsigned long long)b.first, (unsigned long long)b.end,
+            (unsigned long long)b.peak_request, om_human_bytes(b.peak_bytes, hb, sizeof hb));
+    if (!b.complete)
+        fputs(" Some blocks born before the sample were not in the report: counted as other.", out);
+    fputs("</p>\n<div class=\"bdbar\" role=\"img\" aria-label=\"inferred breakdown at the "
+          "peak\">",
+          out);
+    uint64_t total = 0;
+    for (int c = 0; c < OM_NBD; c++)
+        total += b.at_peak[c];
+    for (int c = 0; c < OM_NBD && total; c++)
+        if (b.at_peak[c])
+            fprintf(out,
+                    "<span class=\"bd-%s\" style=\"width:%.3f%%;background:%s\" "
+                    "title=\"%s (inferred): %s\"></span>",
+                    om_bd_keys[c], 100.0 * (double)b.at_peak[c] / (double)total, bd_colour[c],
+                    om_bd_labels[c], om_human_bytes(b.at_peak[c], hb, sizeof hb));
+    fputs("</div>\n<table class=\"bd\"><tr><th>inferred class</th><th>at the peak</th>"
+          "<th>share</th><th>blocks</th><th>most live in the iteration</th><th>requested in "
+          "the iteration</th></tr>\n",
+          out);
+    for (int c = 0; c < OM_NBD; c++) {
+        fprintf(out, "<tr><td><span class=\"sw\" style=\"background:%s\"></span>%s</td>",
+                bd_colour[c], om_bd_labels[c]);
+        cell_bytes(out, b.at_peak[c]);
+        cell_ratio(out, b.peak_bytes ? (double)b.at_peak[c] / (double)b.peak_bytes : -1, true);
+        cell_u64(out, b.blocks_at_peak[c]);
+        cell_bytes(out, b.max_live[c]);
+        cell_bytes(out, b.born[c]);
+        fputs("</tr>\n", out);
+    }
+    fputs("</table></div>\n", out);
+    return 0;
+}
+
 static void command(FILE *out, const struct om_report *r)
 {
     for (size_t k = 0; k < r->argc; k++) {
@@ -76,8 +142,9 @@ static void command(FILE *out, const struct om_report *r)
         om_xml_escape(out, r->exe ? r->exe : "?");
 }
 
-/* The answer first: the headline figures of every process, then the biggest sites by name. */
-static void summary(FILE *out, const struct om_merged *m, const struct om_render *o)
+/* The answer first: the headline figures of every process, what the memory is, then the
+ * biggest sites by name. */
+static int summary(FILE *out, const struct om_merged *m, const struct om_render *o)
 {
     bool any_saved = false;
     for (size_t i = 0; i < m->nreports; i++)
@@ -120,6 +187,11 @@ static void summary(FILE *out, const struct om_merged *m, const struct om_render
     if (any_saved)
         fputs(" The plan search saved: greedy by size's peak minus the plan's peak.", out);
     fputs("</p>\n", out);
+    for (size_t i = 0; i < m->nreports; i++) {
+        int rc = breakdown(out, &m->reports[i], m->nreports > 1);
+        if (rc != 0)
+            return rc;
+    }
 
     char buf[512];
     size_t top = o->top < 10 ? o->top : 10;
@@ -139,6 +211,7 @@ static void summary(FILE *out, const struct om_merged *m, const struct om_render
     if (m->nsites == 0)
         fputs("<tr><td colspan=\"5\">no call site was live at the peak</td></tr>\n", out);
     fputs("</table>\n</section>\n", out);
+    return 0;
 }
 
 static void processes(FILE *out, const struct om_merged *m)
@@ -342,12 +415,13 @@ int om_render_html_in(const struct om_merged *m, const struct om_render *o,
         om_xml_escape(out, v->shown);
         fputs("</b>: every figure and picture below is this domain's.</p>\n", out);
     }
-    summary(out, m, o);
+    int rc = summary(out, m, o);
+    if (rc != 0)
+        return rc;
     fputs("<h2>Lifetimes</h2>\n<p class=\"note\">Offset against time (request numbers) in the "
           "sampled iterations: one rectangle per block at its arena offset, coloured by call "
           "site; the black line is the live bytes, the red dashed line the lower bound.</p>\n",
           out);
-    int rc = 0;
     for (size_t i = 0; i < m->nreports && rc == 0; i++)
         rc = om_svg_panel_in(out, &m->reports[i], o, false, v->shown);
     if (rc != 0)

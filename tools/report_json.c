@@ -65,8 +65,38 @@ static json_t *devices(const struct om_rdomains *d)
     return a;
 }
 
+/* The inferred breakdown (docs/report-formats.md, "Breakdown"). */
+static json_t *breakdown(const struct om_report *r)
+{
+    struct om_breakdown b;
+    if (om_breakdown(r, &b) != 0)
+        return NULL;
+    json_t *o = json_pack("{s:b,s:s,s:b}", "inferred", 1, "rules",
+                          "docs/report-formats.md#breakdown", "found", b.found);
+    if (!b.found) {
+        json_object_set_new(o, "why", json_string(b.why));
+        return o;
+    }
+    json_t *classes = json_object();
+    for (int c = 0; c < OM_NBD; c++)
+        json_object_set_new(
+            classes, om_bd_keys[c],
+            json_pack("{s:I,s:I,s:I,s:I}", "at_peak_bytes", (json_int_t)b.at_peak[c],
+                      "blocks_at_peak", (json_int_t)b.blocks_at_peak[c], "max_live_bytes",
+                      (json_int_t)b.max_live[c], "requested_bytes", (json_int_t)b.born[c]));
+    json_object_set_new(o, "iteration", json_pack("[I,I]", (json_int_t)b.first, (json_int_t)b.end));
+    json_object_set_new(o, "peak_request", json_integer((json_int_t)b.peak_request));
+    json_object_set_new(o, "peak_bytes", json_integer((json_int_t)b.peak_bytes));
+    json_object_set_new(o, "complete", json_boolean(b.complete));
+    json_object_set_new(o, "classes", classes);
+    return o;
+}
+
 static json_t *process(const struct om_report *r, const struct om_rdomains *devs)
 {
+    json_t *bd = breakdown(r);
+    if (!bd)
+        return NULL;
     json_t *cat = json_null();
     if (r->have_categories) {
         cat = categories(r->cat_bytes, r->cat_blocks);
@@ -76,7 +106,7 @@ static json_t *process(const struct om_report *r, const struct om_rdomains *devs
         json_object_set_new(cat, "lower_bound_bytes", json_integer((json_int_t)r->cat_lower_bound));
     }
     return json_pack("{s:s,s:I,s:I,s:I,s:s?,s:o,s:s,s:I,s:I,s:I,s:I,s:o,s:o,s:{s:s,s:b,s:o,s:o},"
-                     "s:o,s:o,s:o}",
+                     "s:o,s:o,s:o,s:o}",
                      "file", r->path, "pid", (json_int_t)r->pid, "ppid", (json_int_t)r->ppid,
                      "rank", (json_int_t)r->rank, "exe", r->exe, "argv", strings(r->argv, r->argc),
                      "mode", r->mode, "managed_requests", (json_int_t)r->managed_requests,
@@ -85,7 +115,7 @@ static json_t *process(const struct om_report *r, const struct om_rdomains *devs
                      "plan_efficiency", ratio(om_plan_efficiency(r)), "served_from_plan_fraction",
                      ratio(om_served_fraction(r)), "iterations", "method", r->method, "found",
                      r->found, "period_requests", num_or_null(r->period), "first_steady_request",
-                     num_or_null(r->first_steady), "categories", cat, "serving",
+                     num_or_null(r->first_steady), "categories", cat, "breakdown", bd, "serving",
                      serving(&r->serving), "device_domains", devices(devs));
 }
 
@@ -129,9 +159,10 @@ int om_render_json_in(const struct om_merged *m, const struct om_render *o,
     int rc = 0;
     /* Device domains are listed on the host's summary only, as in the text. */
     bool host = om_domain_is_host(v->shown);
-    for (size_t i = 0; i < m->nreports; i++)
-        json_array_append_new(procs,
-                              process(&m->reports[i], host && v->devices ? &v->devices[i] : NULL));
+    for (size_t i = 0; i < m->nreports && rc == 0; i++)
+        if (json_array_append_new(
+                procs, process(&m->reports[i], host && v->devices ? &v->devices[i] : NULL)) != 0)
+            rc = -ENOMEM;
     for (size_t i = 0; i < m->nsites && i < o->top && rc == 0; i++) {
         json_t *s = NULL;
         rc = site(o->sym, &m->sites[i], m->lower_bound, o->full_names, &s);

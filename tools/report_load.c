@@ -367,6 +367,49 @@ static void load_sample(struct loader *l, json_t *root, struct om_report *r)
     r->timeline = u64_array(l, pts, "timeline.max_live_bytes", &r->ntimeline);
 }
 
+/* The blocks born before the sample and live at its start; reports that predate the section
+ * have none, and the breakdown says so. */
+static void load_resident(struct loader *l, json_t *root, struct om_report *r)
+{
+    json_t *s = json_object_get(root, "resident");
+    if (!s)
+        return;
+    json_t *blocks = json_is_object(s) ? get(l, s, "resident.", "blocks", JSON_ARRAY) : NULL;
+    json_t *complete = blocks ? get(l, s, "resident.", "complete", JSON_TRUE) : NULL;
+    if (!complete) {
+        fail(l, "not a valid optmem report: resident is not {blocks, complete, ...}");
+        return;
+    }
+    r->resident_omitted_bytes = get_u64(l, s, "resident.", "omitted_bytes", false);
+    r->resident_complete = json_is_true(complete) && r->resident_omitted_bytes == 0;
+    r->nresident = json_array_size(blocks);
+    r->resident = calloc(r->nresident ? r->nresident : 1, sizeof *r->resident);
+    if (!r->resident) {
+        fail(l, "out of memory");
+        return;
+    }
+    for (size_t i = 0; i < r->nresident && !l->failed; i++) {
+        json_t *rec = json_array_get(blocks, i);
+        uint64_t v[4];
+        if (!json_is_array(rec) || json_array_size(rec) != 4) {
+            fail(l,
+                 "not a valid optmem report: resident.blocks[%zu] is not [site, size, birth, "
+                 "death]",
+                 i);
+            return;
+        }
+        for (size_t k = 0; k < 4; k++)
+            v[k] = as_u64(l, json_array_get(rec, k), "resident.blocks[].", "field");
+        if (v[0] >= r->nsites || v[1] == OM_NO_VALUE || v[2] >= r->sample_first ||
+            (v[3] != OM_NO_VALUE && v[3] <= v[2])) {
+            fail(l, "not a valid optmem report: resident.blocks[%zu] is inconsistent", i);
+            return;
+        }
+        r->resident[i] = (struct om_rresident){v[0], v[1], v[2], v[3]};
+    }
+    r->have_resident = !l->failed;
+}
+
 bool om_domain_is_host(const char *name)
 {
     return !name || strcmp(name, OM_HOST_DOMAIN) == 0;
@@ -483,6 +526,8 @@ static void load_root(struct loader *l, json_t *root, const char *domain, struct
     load_iterations(l, sec, r);
     load_sites(l, sec, r);
     load_sample(l, sec, r);
+    if (!l->failed)
+        load_resident(l, sec, r);
 }
 
 int om_report_load_domain(const char *path, const char *domain, struct om_report *r,
@@ -555,6 +600,7 @@ void om_report_free(struct om_report *r)
     free(r->live_after);
     free(r->starts);
     free(r->timeline);
+    free(r->resident);
     memset(r, 0, sizeof *r);
 }
 

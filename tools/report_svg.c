@@ -161,10 +161,13 @@ static void strip(FILE *out, const struct om_report *r)
     fputs("</g>\n", out);
 }
 
+#define LEGEND_CHARS 27
+
 static void legend(FILE *out, const struct om_report *r, const struct om_render *o)
 {
     char buf[512];
     int x = LEFT, y = PANEL_H - 14;
+    fputs("<g class=\"legend\">", out);
     for (size_t i = 0; i < r->npeak && i < 6; i++) {
         const char *label =
             om_site_name(o->sym, &r->sites[r->peak[i].site], o->full_names, buf, sizeof buf);
@@ -172,12 +175,15 @@ static void legend(FILE *out, const struct om_report *r, const struct om_render 
                 "<rect x=\"%d\" y=\"%d\" width=\"10\" height=\"10\" fill=\"hsl(%u,65%%,60%%)\"/>"
                 "<text x=\"%d\" y=\"%d\" font-size=\"11\">site %llu ",
                 x, y - 9, hue(r->peak[i].site), x + 14, y, (unsigned long long)r->peak[i].site);
-        /* The legend has room for about 26 characters: a long name keeps its start, cut at a
-         * character boundary. */
-        char cut[64];
+        /* A legend entry has room for about 27 characters of 11 px text, "site N " included
+         * (tests/report/check_layout.py measures them in Chromium): a long name keeps its
+         * start, cut at a character boundary. */
+        char cut[64], id[32];
+        size_t room = LEGEND_CHARS - (size_t)snprintf(id, sizeof id, "site %llu ",
+                                                      (unsigned long long)r->peak[i].site);
         snprintf(cut, sizeof cut, "%s", label);
-        if (strlen(label) > 26) {
-            size_t at = 25;
+        if (strlen(label) > room) {
+            size_t at = room - 1;
             while (at > 0 && (cut[at] & 0xc0) == 0x80)
                 at--;
             memcpy(cut + at, "\xe2\x80\xa6", 4);
@@ -186,6 +192,7 @@ static void legend(FILE *out, const struct om_report *r, const struct om_render 
         fputs("</text>\n", out);
         x += 180;
     }
+    fputs("</g>\n", out);
 }
 
 int om_svg_panel(FILE *out, const struct om_report *r, const struct om_render *o, bool standalone)

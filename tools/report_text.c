@@ -129,6 +129,58 @@ static void print_categories(FILE *out, const uint64_t *bytes, const uint64_t *b
     }
 }
 
+#define BAR_WIDTH 60
+
+/* The inferred breakdown: a table and a bar of letters, one letter per 1/60 of the peak. */
+static int print_breakdown(FILE *out, const struct om_report *r, bool several)
+{
+    char hb[3][32];
+    struct om_breakdown b;
+    int rc = om_breakdown(r, &b);
+    if (rc != 0)
+        return rc;
+    fputs("\nbreakdown", out);
+    if (several)
+        fprintf(out, " of pid %lld", (long long)r->pid);
+    fputs(", inferred from lifetimes and sizes (rules: docs/report-formats.md, "
+          "\"Breakdown\"):\n",
+          out);
+    if (!b.found) {
+        fprintf(out, "  not available: %s\n", b.why);
+        return 0;
+    }
+    fprintf(out, "  one steady iteration, requests %llu..%llu; its peak: request %llu, %s live\n",
+            (unsigned long long)b.first, (unsigned long long)b.end,
+            (unsigned long long)b.peak_request, HB(b.peak_bytes, 0));
+    fprintf(out, "  %-30s %10s %6s %7s %12s %12s\n", "(inferred)", "at peak", "share", "blocks",
+            "max in iter", "requested");
+    for (int c = 0; c < OM_NBD; c++)
+        fprintf(out, "  %c %-28s %10s %5.1f%% %7llu %12s %12s\n", om_bd_letters[c], om_bd_labels[c],
+                HB(b.at_peak[c], 0),
+                b.peak_bytes ? 100.0 * (double)b.at_peak[c] / (double)b.peak_bytes : 0.0,
+                (unsigned long long)b.blocks_at_peak[c], HB(b.max_live[c], 1), HB(b.born[c], 2));
+    /* Largest remainders, so that the bar is always BAR_WIDTH letters and no class with
+     * bytes vanishes for rounding when it has at least half a letter's worth. */
+    char bar[BAR_WIDTH + 1];
+    size_t at = 0;
+    uint64_t total = 0;
+    for (int c = 0; c < OM_NBD; c++)
+        total += b.at_peak[c];
+    for (int c = 0; c < OM_NBD && total; c++) {
+        size_t n = (size_t)((double)b.at_peak[c] * BAR_WIDTH / (double)total + 0.5);
+        for (size_t k = 0; k < n && at < BAR_WIDTH; k++)
+            bar[at++] = om_bd_letters[c];
+    }
+    while (at < BAR_WIDTH && total)
+        bar[at++] = om_bd_letters[OM_BD_OTHER];
+    bar[at] = '\0';
+    fprintf(out, "  [%s]\n", bar);
+    if (!b.complete)
+        fputs("  (some blocks born before the sample were not in the report: counted as other)\n",
+              out);
+    return 0;
+}
+
 static void print_table(FILE *out, const struct om_merged *m)
 {
     char hb[2][32];
@@ -216,6 +268,11 @@ int om_render_text_in(const struct om_merged *m, const struct om_render *o,
         print_categories(out, m->cat_bytes, NULL, "last complete iterations, all processes");
     } else {
         fputs("\nbytes by category: no complete iteration was recorded\n", out);
+    }
+    for (size_t i = 0; i < m->nreports; i++) {
+        int rc = print_breakdown(out, &m->reports[i], m->nreports > 1);
+        if (rc != 0)
+            return rc;
     }
     return ferror(out) ? -EIO : 0;
 }

@@ -15,7 +15,7 @@ packages=(
     python3-sklearn python3-xgboost python3-skorch python3-torchaudio python3-fasttext
     fasttext darknet
     libjemalloc2 libtcmalloc-minimal4 libmimalloc2.0
-    clang-format chromium
+    clang-format chromium python3-pil
     cppcheck clang libclang-rt-14-dev
     dpkg-dev
 )

@@ -11,6 +11,7 @@
 #define PEAK_TOP 20
 #define WRITE_BUF (64u * 1024)
 #define CMDLINE_MAX (64u * 1024)
+#define RESIDENT_MAX (1u << 16) /* live blocks listed in "resident"; the rest only counted */
 
 /* The writer's buffers, mapped at the first report and kept: a report is rewritten every
  * few seconds (checkpoints), and mapping them anew each time cost the program about 70 page
@@ -272,6 +273,10 @@ static void write_frames(struct om_json *w, const struct om_site *s)
     om_json_end(w, ']');
 }
 
+struct om_resident_block {
+    uint64_t site, size, birth, death;
+};
+
 static void write_lifetime(struct om_json *w, const char *key, uint64_t min, uint64_t max,
                            uint64_t sum, uint64_t n)
 {
@@ -395,6 +400,76 @@ static void write_sample(struct om_json *w, const struct om_domain *st, uint64_t
     om_json_end(w, '}');
 }
 
+static int resident_add(struct om_json *w, uint64_t *listed, const struct om_resident_block *b)
+{
+    if (*listed == RESIDENT_MAX)
+        return 0;
+    ++*listed;
+    om_json_begin(w, '[');
+    om_json_u64(w, b->site);
+    om_json_u64(w, b->size);
+    om_json_u64(w, b->birth);
+    b->death == OM_NO_DEATH ? om_json_null(w) : om_json_u64(w, b->death);
+    om_json_end(w, ']');
+    return 1;
+}
+
+/* The blocks live at the sample's first request that were born before it: what the sample
+ * cannot show of the memory that each iteration finds in place (parameters, optimizer
+ * state), for optmem report's breakdown. They are live now, or died later with their
+ * record still in the ring, or died after their record had left it (old_deaths). */
+static void write_resident(struct om_json *w, const struct om_domain *st, uint64_t first)
+{
+    uint64_t listed = 0, omitted = 0, omitted_bytes = 0;
+    struct om_resident_block b;
+    om_json_key(w, "resident");
+    om_json_begin(w, '{');
+    om_json_key(w, "blocks");
+    om_json_begin(w, '[');
+    for (uint64_t k = 0; k < st->live_cap; k++) {
+        const struct om_live *e = &st->live[k];
+        if (!e->ptr || e->birth_seq >= first)
+            continue;
+        b = (struct om_resident_block){e->site->id, e->size, e->birth_seq, OM_NO_DEATH};
+        if (!resident_add(w, &listed, &b)) {
+            omitted++;
+            omitted_bytes += e->size;
+        }
+    }
+    uint64_t ring = st->seq > OM_SAMPLE_RECORDS ? st->seq - OM_SAMPLE_RECORDS : 0;
+    for (uint64_t q = ring > st->fork_seq ? ring : st->fork_seq; q < first; q++) {
+        const struct om_record *r = &st->records[q % OM_SAMPLE_RECORDS];
+        if (r->birth_seq != q || r->death_seq == OM_NO_DEATH || r->death_seq <= first)
+            continue;
+        b = (struct om_resident_block){r->site, r->size, q, r->death_seq};
+        if (!resident_add(w, &listed, &b)) {
+            omitted++;
+            omitted_bytes += r->size;
+        }
+    }
+    uint64_t kept = st->nold_deaths < OM_OLD_DEATHS ? st->nold_deaths : OM_OLD_DEATHS;
+    int complete = 1;
+    for (uint64_t k = st->nold_deaths - kept; k < st->nold_deaths; k++) {
+        const struct om_old_death *o = &st->old_deaths[k % OM_OLD_DEATHS];
+        if (o->death_seq <= first || o->birth_seq >= first)
+            continue;
+        /* Older deaths inside the sample were overwritten when the oldest kept is one. */
+        if (k == st->nold_deaths - kept && st->nold_deaths > OM_OLD_DEATHS)
+            complete = 0;
+        b = (struct om_resident_block){o->site, o->size, o->birth_seq, o->death_seq};
+        if (!resident_add(w, &listed, &b)) {
+            omitted++;
+            omitted_bytes += o->size;
+        }
+    }
+    om_json_end(w, ']');
+    kv_u64(w, "omitted_blocks", omitted);
+    kv_u64(w, "omitted_bytes", omitted_bytes);
+    om_json_key(w, "complete");
+    om_json_bool(w, complete);
+    om_json_end(w, '}');
+}
+
 /* What plan mode did: how many requests the plan served and what it cost. */
 static void write_serving(struct om_json *w, const struct om_serving_stats *v)
 {
@@ -448,6 +523,7 @@ static void write_domain(struct om_json *w, const struct om_tracer_config *cfg, 
     write_iterations(w, cfg, d, first);
     write_sites(w, d);
     write_sample(w, d, first);
+    write_resident(w, d, first);
 }
 
 static void write_report(struct om_json *w, const struct om_tracer_config *cfg,

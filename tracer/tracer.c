@@ -258,6 +258,7 @@ static void domain_unmap(struct om_domain *d)
 {
     om_period_unmap(&d->det);
     om_sys_unmap(d->records, OM_SAMPLE_RECORDS * sizeof *d->records);
+    om_sys_unmap(d->old_deaths, OM_OLD_DEATHS * sizeof *d->old_deaths);
     om_sys_unmap(d->live, d->live_cap * sizeof *d->live);
     om_sys_unmap(d, sizeof *d);
 }
@@ -272,8 +273,9 @@ static int domain_new(const char *name, size_t len, struct om_domain **out)
     d->live_cap = 1u << 12; /* grows by doubling: most programs keep few blocks live */
     d->live = om_sys_map(d->live_cap * sizeof *d->live);
     d->records = om_sys_map(OM_SAMPLE_RECORDS * sizeof *d->records);
+    d->old_deaths = om_sys_map(OM_OLD_DEATHS * sizeof *d->old_deaths);
     int rc = om_period_init(&d->det);
-    if (!d->live || !d->records || rc != 0)
+    if (!d->live || !d->records || !d->old_deaths || rc != 0)
         goto fail;
     d->timeline.width = 1;
     if (cfg.warmup)
@@ -531,6 +533,9 @@ int om_tracer_on_free(unsigned domain, void *ptr)
     if (r->birth_seq == b.birth_seq && d->seq - b.birth_seq <= OM_SAMPLE_RECORDS) {
         r->death_seq = d->seq;
         r->death_ns = now;
+    } else {
+        d->old_deaths[d->nold_deaths++ % OM_OLD_DEATHS] =
+            (struct om_old_death){b.birth_seq, d->seq, b.size, s->id};
     }
     pthread_mutex_unlock(&lock);
     return 1;

@@ -212,9 +212,10 @@ void om_json_ratio(struct om_json *w, uint64_t num, uint64_t den); /* 3 decimals
 /* Lifetimes of the most recent requests: several whole iterations of a training step (the
  * bundled transformer's is 1885 requests), in 1 MiB that fills as requests come. */
 #define OM_SAMPLE_RECORDS (1u << 14)
-#define OM_STARTS 4096  /* most recent iteration starts */
-#define OM_MARKS 4096   /* most recent optmem_step() marks */
-#define OM_TIMELINE 512 /* points of the whole-run live-bytes curve */
+#define OM_STARTS 4096           /* most recent iteration starts */
+#define OM_MARKS 4096            /* most recent optmem_step() marks */
+#define OM_OLD_DEATHS (1u << 14) /* most recent deaths of blocks older than the sample ring */
+#define OM_TIMELINE 512          /* points of the whole-run live-bytes curve */
 #define OM_NO_DEATH UINT64_MAX
 
 /* A live managed block. */
@@ -231,6 +232,13 @@ struct om_record {
     uint64_t birth_seq, size, death_seq, birth_ns, death_ns, live_after;
     uintptr_t ptr;
     uint32_t site, tid;
+};
+
+/* The death of a block whose record had left the sample ring: the report's "resident"
+ * section needs the blocks live at the sample's start that died since (at exit, most). */
+struct om_old_death {
+    uint64_t birth_seq, death_seq, size;
+    uint32_t site;
 };
 
 struct om_timeline {
@@ -321,6 +329,8 @@ struct om_domain {
     uint64_t best_first, best_starts, best_period, best_covered;
     struct om_iter_acct best_acct; /* accounting as of the best lock's last boundary */
     uint64_t marks[OM_MARKS], nmarks;
+    struct om_old_death *old_deaths; /* a ring of OM_OLD_DEATHS */
+    uint64_t nold_deaths;
 };
 
 /* The state of an open domain, NULL for one that is not open. Readers of its counters

@@ -72,7 +72,7 @@ SERVING_KEYS = ("serving_requests", "hits", "misses", "served_from_plan", "fallb
 
 
 DOMAIN_KEYS = ("counters", "lower_bound_bytes", "peak_live_bytes", "peak", "iterations",
-               "categories", "sites", "sample", "timeline")
+               "categories", "sites", "sample", "timeline", "resident")
 
 
 def _domain(r, c, forked):
@@ -227,6 +227,25 @@ def _domain(r, c, forked):
         if (death is None) != (dns is None) or (death is not None and (death <= birth or dns < bns)):
             _fail(path, "inconsistent death")
         _uint(lb[i], "sample.live_bytes[%d]" % i)
+    rs = r["resident"]
+    _obj(rs, "resident", ("blocks", "omitted_blocks", "omitted_bytes", "complete"))
+    _uint(rs["omitted_blocks"], "resident.omitted_blocks")
+    _uint(rs["omitted_bytes"], "resident.omitted_bytes")
+    if not isinstance(rs["complete"], bool):
+        _fail("resident.complete", "expected a boolean")
+    for i, rec in enumerate(_list(rs["blocks"], "resident.blocks")):
+        path = "resident.blocks[%d]" % i
+        if not isinstance(rec, list) or len(rec) != 4:
+            _fail(path, "expected [site, size, birth_request, death_request|null]")
+        site, size, birth, death = rec
+        for v in (site, size, birth):
+            _uint(v, path)
+        _uint(death, path, nullable=True)
+        if site >= nsites:
+            _fail(path, "no such site")
+        # Born before the sample, live at its first request.
+        if birth >= sm["first_request"] or (death is not None and death <= sm["first_request"]):
+            _fail(path, "not live at the sample's first request")
     tl = r["timeline"]
     _obj(tl, "timeline", ("first_request", "requests_per_point", "max_live_bytes"))
     _uint(tl["first_request"], "timeline.first_request")
