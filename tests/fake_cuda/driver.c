@@ -148,6 +148,7 @@ static struct {
     int devices;
     size_t memory, page;
     int no_vmm;
+    unsigned long long fail_every, creates; /* FAKE_CUDA_FAIL_CREATE_EVERY */
     size_t used[MAX_DEVICES];
     size_t peak[MAX_DEVICES]; /* most of used since cuInit or fakeCudaPeakBytes' restart */
     CUresult sticky;          /* a deferred write hit memory that was not the device's */
@@ -367,6 +368,7 @@ CUresult cuInit(unsigned int flags)
         g.memory = (size_t)env_size("FAKE_CUDA_MEMORY", (size_t)1 << 30);
         const char *no_vmm = getenv("FAKE_CUDA_NO_VMM");
         g.no_vmm = no_vmm && strcmp(no_vmm, "1") == 0;
+        g.fail_every = env_size("FAKE_CUDA_FAIL_CREATE_EVERY", 0);
         g.page = (size_t)sysconf(_SC_PAGESIZE);
         for (int d = 0; d < g.devices; d++) {
             contexts[d].device = d;
@@ -822,7 +824,8 @@ CUresult cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size,
     while (h < MAX_HANDLES && handles[h].used)
         h++;
     int fd = -1;
-    if (h == MAX_HANDLES || size > g.memory - g.used[dev] ||
+    int injected = g.fail_every && ++g.creates % g.fail_every == 0;
+    if (injected || h == MAX_HANDLES || size > g.memory - g.used[dev] ||
         (fd = memfd_create("fake-cuda-physical", MFD_CLOEXEC)) < 0 ||
         ftruncate(fd, (off_t)size) != 0) {
         if (fd >= 0)

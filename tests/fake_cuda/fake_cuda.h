@@ -9,7 +9,10 @@
  * freed in it stays mapped for good; a write queued on memory that is gone by the time it runs
  * is an illegal address that poisons the context, as on a device. Environment (read at
  * cuInit): FAKE_CUDA_DEVICES (default 1), FAKE_CUDA_MEMORY (bytes per device, default 1 GiB),
- * FAKE_CUDA_NO_VMM=1 (cuMemAddressReserve answers CUDA_ERROR_NOT_SUPPORTED). */
+ * FAKE_CUDA_NO_VMM=1 (cuMemAddressReserve answers CUDA_ERROR_NOT_SUPPORTED),
+ * FAKE_CUDA_FAIL_CREATE_EVERY=N (every Nth cuMemCreate answers CUDA_ERROR_OUT_OF_MEMORY, a
+ * driver failure on demand; allocations through cuMemAlloc are left alone, so a program that
+ * allocates plainly runs as without it). */
 #ifndef OPTMEM_FAKE_CUDA_H
 #define OPTMEM_FAKE_CUDA_H
 
