@@ -266,6 +266,15 @@ static int fence_passed(void *ctx, uintptr_t fence)
     return om_real_cuEventQuery()((CUevent)fence) == CUDA_SUCCESS;
 }
 
+/* The device orders the waiting stream's later work after the fence; the CPU does not wait
+ * (what the driver's own pools do for reuse across streams). */
+static int fence_wait(void *ctx, uintptr_t stream, uintptr_t fence)
+{
+    om_cuStreamWaitEvent_fn wait = om_real_cuStreamWaitEvent();
+    CUstream s = stream == om_cuda_thread_stream_key() ? OM_CU_STREAM_PER_THREAD : (CUstream)stream;
+    return wait && wait(s, (CUevent)fence, 0) == CUDA_SUCCESS ? 0 : -EIO;
+}
+
 static void fence_drop(void *ctx, uintptr_t fence)
 {
     keep_event(ctx, (CUevent)fence);
@@ -296,6 +305,7 @@ int om_cuda_backend_init(struct om_cuda_backend *b, int ordinal, const char *nam
     b->ops.release = release;
     b->ops.fence_record = fence_record;
     b->ops.fence_passed = fence_passed;
+    b->ops.fence_wait = fence_wait;
     b->ops.fence_drop = fence_drop;
     size_t page = granularity(b);
     b->vmm = page != 0;

@@ -101,6 +101,7 @@ typedef CUresult (*om_cuMemGetAllocationGranularity_fn)(size_t *granularity,
 typedef CUresult (*om_cuEventCreate_fn)(CUevent *event, unsigned int flags);
 typedef CUresult (*om_cuEventRecord_fn)(CUevent event, CUstream stream);
 typedef CUresult (*om_cuEventQuery_fn)(CUevent event);
+typedef CUresult (*om_cuStreamWaitEvent_fn)(CUstream stream, CUevent event, unsigned int flags);
 typedef CUresult (*om_cuEventDestroy_v2_fn)(CUevent event);
 typedef CUresult (*om_cuStreamIsCapturing_fn)(CUstream stream, int *status);
 

@@ -48,6 +48,7 @@ typedef void *(*om_dlsym_fn)(void *handle, const char *name);
     X(cuEventCreate, om_cuEventCreate_fn)                                                          \
     X(cuEventRecord, om_cuEventRecord_fn)                                                          \
     X(cuEventQuery, om_cuEventQuery_fn)                                                            \
+    X(cuStreamWaitEvent, om_cuStreamWaitEvent_fn)                                                  \
     X(cuEventDestroy_v2, om_cuEventDestroy_v2_fn)                                                  \
     X(cuStreamIsCapturing, om_cuStreamIsCapturing_fn)
 

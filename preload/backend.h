@@ -28,9 +28,11 @@ struct om_backend {
      * NULL where memory cannot move. 0 or -errno (then nothing moved). */
     int (*move)(void *ctx, uintptr_t from, uintptr_t to, size_t len);
     /* Stream order, NULL on the host: a fence recorded on stream where a block is freed
-     * asynchronously; the block goes to another stream only once the fence has passed. */
+     * asynchronously; the block goes to another stream once the fence has passed, or once
+     * that stream has been made to wait for it (fence_wait: 0 or -errno). */
     int (*fence_record)(void *ctx, uintptr_t stream, uintptr_t *fence);
     int (*fence_passed)(void *ctx, uintptr_t fence); /* 1 passed, 0 not yet */
+    int (*fence_wait)(void *ctx, uintptr_t stream, uintptr_t fence);
     void (*fence_drop)(void *ctx, uintptr_t fence);
 };
 

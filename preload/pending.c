@@ -1,4 +1,5 @@
-/* Stream-ordered frees of device blocks: queued behind fences, reused by their own stream. */
+/* Stream-ordered frees of device blocks: queued behind fences, reused at once by their own
+ * stream and by another once it waits for the fence. */
 #include "pending.h"
 #include "tracer.h"
 
@@ -87,18 +88,45 @@ static void keep_pending(struct om_pending *p, struct om_arena *a, size_t off, s
     }
 }
 
+int om_pending_best_fit(const struct om_pending *p, size_t len, size_t alignment, size_t floor,
+                        uintptr_t stream, size_t *off)
+{
+    size_t best_waste = SIZE_MAX;
+    for (size_t i = 0; i < p->n; i++) {
+        const struct om_pending_free *e = entry(p, i);
+        if (!e->len || e->stream != stream || e->off < floor)
+            continue;
+        size_t at = (e->off + alignment - 1) & ~(alignment - 1);
+        if (at - e->off > e->len || e->len - (at - e->off) < len)
+            continue;
+        size_t waste = e->len - len;
+        if (waste < best_waste) {
+            best_waste = waste;
+            *off = at;
+        }
+    }
+    return best_waste == SIZE_MAX ? -ENOENT : 0;
+}
+
 int om_pending_take(struct om_pending *p, struct om_arena *a, size_t off, size_t len,
                     uintptr_t stream)
 {
     size_t claimed = 0, n = p->n;
     for (size_t i = 0; i < n; i++) {
         struct om_pending_free *e = entry(p, i);
-        if (overlaps(e, off, len) && e->stream != stream)
+        if (overlaps(e, off, len) && e->stream != stream && !a->backend->fence_wait)
             return -EBUSY;
         claimed += overlaps(e, off, len);
     }
     if (claimed == 0)
         return om_arena_take(a, off, len);
+    /* Ranges freed on other streams: this stream waits for their fences on the device. */
+    for (size_t i = 0; i < n; i++) {
+        struct om_pending_free *e = entry(p, i);
+        if (overlaps(e, off, len) && e->stream != stream &&
+            a->backend->fence_wait(a->backend->ctx, stream, e->fence) != 0)
+            return -EBUSY;
+    }
     int rc = 0;
     size_t given = 0;
     for (; given < n && rc == 0; given++) {

@@ -248,9 +248,16 @@ static void release_failing_plan(struct om_pool *pool)
         om_pool_release_free(pool, pool->covered.v[0].off, pool->plan_end);
 }
 
+/* Best fit among the free bytes and, for a request in stream order, the blocks freed on its
+ * own stream whose fences have not passed: on a GPU the CPU runs ahead of the device, and a
+ * block freed in stream order would otherwise stay out of use for a step or more. */
 static int take_best_fit(struct om_pool *pool, size_t len, size_t alignment, size_t floor,
-                         size_t *off)
+                         uintptr_t stream, size_t *off)
 {
+    if (stream != OM_STREAM_NONE && pool->pending.live &&
+        om_pending_best_fit(&pool->pending, len, alignment, floor, stream, off) == 0 &&
+        om_pending_take(&pool->pending, &pool->arena, *off, len, stream) == 0)
+        return 0;
     int rc = om_arena_best_fit(&pool->arena, len, alignment, floor, off);
     return rc == 0 ? om_arena_take(&pool->arena, *off, len) : rc;
 }
@@ -307,12 +314,12 @@ static int place(struct om_pool *pool, size_t len, size_t alignment, uintptr_t s
         }
     }
     int serving = pool->phase == SERVE || pool->phase == PROLOGUE;
-    int rc = take_best_fit(pool, len, alignment, serving ? pool->plan_end : 0, off);
+    int rc = take_best_fit(pool, len, alignment, serving ? pool->plan_end : 0, stream, off);
     if (rc == -ENOMEM && !pool->host) {
         /* The device is full, and pages the arena holds idle may be why: give them back and
          * try once more, as a caching allocator empties its cache before it fails. */
         om_pool_release_free(pool, 0, SIZE_MAX);
-        rc = take_best_fit(pool, len, alignment, serving ? pool->plan_end : 0, off);
+        rc = take_best_fit(pool, len, alignment, serving ? pool->plan_end : 0, stream, off);
     }
     if (rc == 0 && serving) {
         pool->stats.fallbacks++;

@@ -1,9 +1,9 @@
 /* Stream-ordered allocation. "order": a block freed on stream A with a write still queued
- * there must not reach stream B before A's work ran (B's data would be overwritten when it
- * does). "same": a loop on one stream, where a freed block is reusable at once. "pluggable":
- * the same loop through optmem_cuda_malloc/optmem_cuda_free, PyTorch's pluggable-allocator
- * entry points (cudaMallocAsync/cudaFreeAsync where liboptmem.so is not loaded). Each
- * iteration makes at least three requests: optmem plans no shorter period.
+ * there reaches stream B only behind a wait for A's work (B's data would be overwritten
+ * when it runs). "same": a loop on one stream, where a freed block is reusable at once.
+ * "pluggable": the same loop through optmem_cuda_malloc/optmem_cuda_free, PyTorch's
+ * pluggable-allocator entry points (cudaMallocAsync/cudaFreeAsync where liboptmem.so is not
+ * loaded). Each iteration makes at least three requests: optmem plans no shorter period.
  * "sync_free": cudaFree of a block with work still queued on a stream.
  * usage: streams order|same|pluggable|sync_free [ITERATIONS] */
 #include "cuda_test.h"
@@ -53,7 +53,10 @@ static void release(void *p, size_t size, cudaStream_t s)
         CT_CHECK(cudaFreeAsync(p, s));
 }
 
-/* z, on x's stream, may take x's bytes at once: its fill is queued after x's. */
+/* y, on another stream than x's, may take x's bytes while x's fill is still queued only if
+ * its stream waits for that fill: y's own fill must land after x's, which a missing wait
+ * gets wrong once stream B runs before stream A. z, on x's stream, may take x's bytes at
+ * once: its fill is queued after x's. */
 static void order(int iterations)
 {
     const size_t size = 256 * KiB, zsize = 96 * KiB;
@@ -66,26 +69,21 @@ static void order(int iterations)
         CT_CHECK(fakeLaunchFill(x, size, 0xa0 | (it & 15), a));
         release(x, size, a);
         void *y = alloc(size, b, it);
-        if (ct_overlap(x, size, y, size) && fakeStreamPending(a) > 0) {
-            fprintf(stderr,
-                    "iteration %d: %p, freed on stream A with work pending, went to "
-                    "stream B as %p\n",
-                    it, x, y);
-            handed_over++;
-        }
+        handed_over += ct_overlap(x, size, y, size) && fakeStreamPending(a) > 0;
+        CT_CHECK(fakeLaunchFill(y, size, 0x50 | (it & 15), b));
         void *z = alloc(zsize, a, it);
         CT_CHECK(fakeLaunchFill(z, zsize, 0x30 | (it & 15), a));
-        ct_write(y, size, (uint32_t)it);
+        CT_CHECK(cudaStreamSynchronize(b));
         CT_CHECK(cudaStreamSynchronize(a));
-        corrupt += ct_check(y, size, (uint32_t)it, -1, &checksum);
+        corrupt += ct_check(y, size, 0, 0x50 | (it & 15), &checksum);
         corrupt += ct_check(z, zsize, 0, 0x30 | (it & 15), &checksum);
         release(y, size, b);
         release(z, zsize, a);
         CT_CHECK(cudaStreamSynchronize(b));
         CT_CHECK(cudaStreamSynchronize(a));
     }
-    CT_EXPECT(handed_over == 0, "%lu blocks went to another stream before their stream's work ran",
-              handed_over);
+    /* Not compared with the plain run: whether bytes went across depends on the allocator. */
+    fprintf(stderr, "handed_over %lu\n", handed_over);
     CT_CHECK(cudaStreamDestroy(a));
     CT_CHECK(cudaStreamDestroy(b));
 }

@@ -71,6 +71,7 @@
     X(cuEventQuery)                                                                                \
     X(cuEventSynchronize)                                                                          \
     X(cuEventDestroy_v2)                                                                           \
+    X(cuStreamWaitEvent)                                                                           \
     X(cuStreamCreate)                                                                              \
     X(cuStreamDestroy_v2)                                                                          \
     X(cuStreamSynchronize)                                                                         \
@@ -89,13 +90,17 @@ static const char *const entry_names[E_COUNT] = {ENTRY_POINTS(AS_NAME)};
 static atomic_ulong entry_calls[E_COUNT];
 #define COUNT(name) atomic_fetch_add_explicit(&entry_calls[E_##name], 1, memory_order_relaxed)
 
-enum op_kind { OP_FILL, OP_FREE };
+enum op_kind { OP_FILL, OP_CHECK, OP_FREE, OP_WAIT };
 
 struct op {
     enum op_kind kind;
     unsigned char byte;
     uintptr_t dst;
     size_t len;
+    /* OP_WAIT: the stream's work up to seq runs first, if the stream is still that one */
+    struct CUstream_st *wait;
+    unsigned wait_gen;
+    unsigned long long seq;
 };
 
 struct CUstream_st {
@@ -152,6 +157,7 @@ static struct {
     size_t used[MAX_DEVICES];
     size_t peak[MAX_DEVICES]; /* most of used since cuInit or fakeCudaPeakBytes' restart */
     CUresult sticky;          /* a deferred write hit memory that was not the device's */
+    unsigned long mismatches; /* bytes queued checks found changed */
 } g;
 static struct CUctx_st contexts[MAX_DEVICES];
 static struct CUstream_st streams[MAX_STREAMS];
@@ -316,11 +322,22 @@ static void direct_drop(struct direct *d, int unmap)
 static void run_one(struct CUstream_st *st)
 {
     struct op *op = &st->ring[st->done % QUEUE_LEN];
-    if (op->kind == OP_FILL) {
-        if (device_range(op->dst, op->len, 1))
-            memset((void *)op->dst, op->byte, op->len);
-        else
+    if (op->kind == OP_FILL || op->kind == OP_CHECK) {
+        if (!device_range(op->dst, op->len, 1)) {
             g.sticky = CUDA_ERROR_ILLEGAL_ADDRESS;
+        } else if (op->kind == OP_FILL) {
+            memset((void *)op->dst, op->byte, op->len);
+        } else {
+            const unsigned char *b = (const unsigned char *)op->dst;
+            for (size_t i = 0; i < op->len; i++)
+                g.mismatches += b[i] != op->byte;
+        }
+    } else if (op->kind == OP_WAIT) {
+        st->done++; /* before the other stream runs: it may wait on this one in turn */
+        if (op->wait->gen == op->wait_gen)
+            while (op->wait->done < op->seq)
+                run_one(op->wait);
+        return;
     } else {
         struct direct *d = direct_at(op->dst, 0);
         if (d && d->freeing)
@@ -632,7 +649,7 @@ static CUresult free_async(CUdeviceptr dptr, CUstream stream)
         direct_drop(d, 0);
     else {
         d->freeing = 1;
-        enqueue(st, (struct op){OP_FREE, 0, d->base, 0});
+        enqueue(st, (struct op){.kind = OP_FREE, .dst = d->base});
     }
     pthread_mutex_unlock(&lock);
     return rc;
@@ -702,7 +719,8 @@ CUresult cuMemsetD8_v2(CUdeviceptr dst, unsigned char value, size_t n)
     return rc;
 }
 
-static CUresult fill_async(uintptr_t dst, unsigned char value, size_t n, CUstream stream)
+static CUresult queue_bytes(enum op_kind kind, uintptr_t dst, unsigned char value, size_t n,
+                            CUstream stream)
 {
     CUresult rc = CUDA_SUCCESS;
     pthread_mutex_lock(&lock);
@@ -712,9 +730,14 @@ static CUresult fill_async(uintptr_t dst, unsigned char value, size_t n, CUstrea
     else if (!device_range(dst, n, 0))
         rc = CUDA_ERROR_INVALID_VALUE;
     else
-        enqueue(st, (struct op){OP_FILL, value, dst, n});
+        enqueue(st, (struct op){.kind = kind, .byte = value, .dst = dst, .len = n});
     pthread_mutex_unlock(&lock);
     return rc;
+}
+
+static CUresult fill_async(uintptr_t dst, unsigned char value, size_t n, CUstream stream)
+{
+    return queue_bytes(OP_FILL, dst, value, n, stream);
 }
 
 CUresult cuMemsetD8Async(CUdeviceptr dst, unsigned char value, size_t n, CUstream stream)
@@ -1031,6 +1054,26 @@ static CUresult event_record(CUevent event, CUstream stream)
     return rc;
 }
 
+/* Work queued on stream after this call runs only after the event's work: queued as an
+ * operation that runs the event's stream up to it. */
+CUresult cuStreamWaitEvent(CUstream stream, CUevent event, unsigned int flags)
+{
+    ENTER(cuStreamWaitEvent);
+    CUresult rc = CUDA_SUCCESS;
+    pthread_mutex_lock(&lock);
+    struct CUevent_st *ev = event_get(event);
+    struct CUstream_st *st = stream_get(stream);
+    if (!ev || flags)
+        rc = ev ? CUDA_ERROR_INVALID_VALUE : CUDA_ERROR_INVALID_HANDLE;
+    else if (!st)
+        rc = no_stream(stream);
+    else if (!event_done(ev) && ev->stream != st)
+        enqueue(st, (struct op){
+                        .kind = OP_WAIT, .wait = ev->stream, .wait_gen = ev->gen, .seq = ev->seq});
+    pthread_mutex_unlock(&lock);
+    return rc;
+}
+
 CUresult cuEventRecord(CUevent event, CUstream stream)
 {
     ENTER(cuEventRecord);
@@ -1291,6 +1334,7 @@ static const struct proc procs[] = {
     PROC("cuEventCreate", 2000, cuEventCreate),
     PROC_PTSZ("cuEventRecord", 2000, cuEventRecord),
     PROC("cuEventQuery", 2000, cuEventQuery),
+    PROC("cuStreamWaitEvent", 2000, cuStreamWaitEvent),
     PROC("cuEventSynchronize", 2000, cuEventSynchronize),
     PROC("cuEventDestroy", 4000, cuEventDestroy_v2),
     PROC("cuStreamCreate", 2000, cuStreamCreate),
@@ -1347,6 +1391,20 @@ CUresult fakeLaunchFill(void *dst, size_t len, int byte, CUstream stream)
 {
     CUresult rc = ready();
     return rc ? rc : fill_async((uintptr_t)dst, (unsigned char)byte, len, stream);
+}
+
+CUresult fakeLaunchCheck(const void *src, size_t len, int byte, CUstream stream)
+{
+    CUresult rc = ready();
+    return rc ? rc : queue_bytes(OP_CHECK, (uintptr_t)src, (unsigned char)byte, len, stream);
+}
+
+unsigned long fakeCudaMismatches(void)
+{
+    pthread_mutex_lock(&lock);
+    unsigned long n = g.mismatches;
+    pthread_mutex_unlock(&lock);
+    return n;
 }
 
 int fakeStreamRunOne(CUstream stream)

@@ -112,6 +112,7 @@ CUresult cuEventRecord_ptsz(CUevent event, CUstream stream);
 CUresult cuEventQuery(CUevent event);
 CUresult cuEventSynchronize(CUevent event);
 CUresult cuEventDestroy_v2(CUevent event);
+CUresult cuStreamWaitEvent(CUstream stream, CUevent event, unsigned int flags);
 CUresult cuStreamCreate(CUstream *stream, unsigned int flags);
 CUresult cuStreamDestroy_v2(CUstream stream);
 CUresult cuStreamSynchronize(CUstream stream);
@@ -130,6 +131,11 @@ CUresult cuGetProcAddress_v2(const char *symbol, void **pfn, int cudaVersion, cu
  * work runs (a synchronize, or fakeStreamRunOne). CUDA_ERROR_INVALID_VALUE when dst is not
  * device memory; work queued on a capturing stream goes into the graph and never runs. */
 CUresult fakeLaunchFill(void *dst, size_t len, int byte, CUstream stream);
+/* Queues a read of len bytes at src on stream that counts those not equal to `byte` when it
+ * runs (a kernel that reads the buffer late, as a device does): see fakeCudaMismatches. */
+CUresult fakeLaunchCheck(const void *src, size_t len, int byte, CUstream stream);
+/* Bytes that queued checks found not as expected, since cuInit. */
+unsigned long fakeCudaMismatches(void);
 /* Runs the oldest queued operation of stream: 1 if one ran, 0 if none was queued, -1 for a
  * stream that does not exist. */
 int fakeStreamRunOne(CUstream stream);
