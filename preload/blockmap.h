@@ -10,7 +10,7 @@ struct om_block {
     size_t off; /* key; SIZE_MAX marks an empty entry */
     size_t len; /* bytes taken in the arena, red zone included */
     size_t size;
-    uint32_t record;     /* index + 1 in the iteration being recorded, 0 for none */
+    uint32_t record;     /* index + 1 in the iteration being recorded or in the ring, 0 for none */
     uint32_t generation; /* of the recording that record refers to, or of the plan that
                             placed the block */
     uint32_t log;        /* index + 1 in the request log of a saved plan, 0 for none */
@@ -18,8 +18,9 @@ struct om_block {
 };
 
 enum {
-    OM_BLOCK_PLANNED = 1, /* placed at a planned offset */
-    OM_BLOCK_PROLOGUE = 2 /* at a saved plan's prologue slot */
+    OM_BLOCK_PLANNED = 1,  /* placed at a planned offset */
+    OM_BLOCK_PROLOGUE = 2, /* at a saved plan's prologue slot */
+    OM_BLOCK_RING = 4      /* record is an index in the ring of the requests learnt */
 };
 
 struct om_blockmap {

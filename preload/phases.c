@@ -15,7 +15,6 @@ void om_pool_learn(struct om_pool *pool)
     om_pool_plan_abandon(pool);
     pool->phase = LEARN;
     pool->generation++;
-    pool->ring_first = pool->learnt;
     pool->period = 0;
     pool->steady_from = UINT64_MAX;
     pool->plan_at = 0;
@@ -117,6 +116,7 @@ void om_pool_end_of_served_iteration(struct om_pool *pool)
         /* The plan's pages would stay resident beside the holes best fit fills again. */
         om_pool_release_free(pool, 0, SIZE_MAX);
         om_pool_learn(pool);
+        pool->outgrown_period = outgrown ? pool->tracer_period : 0;
     } else {
         /* Pages above the plan that this iteration's fallbacks used are used again by the
          * next one's: giving them back would fault them in again every iteration (and on a
@@ -282,17 +282,27 @@ static void unroll_twice(struct om_pool *pool)
     pool->unrolled = 1;
 }
 
-/* A request learnt: into the ring. Where the tracer knows the requests to repeat with a
- * period far enough back, the last iteration whose next one is past as well is planned:
- * every block it made has died, or lives longer than a period. */
-static void learn_request(struct om_pool *pool, struct om_block *b, uint64_t token,
-                          size_t alignment, const struct om_alloc_info *info)
+/* A request into the ring, its death to come. The ring goes on while a plan serves: a plan
+ * of a layer repeated inside the step serves until the tracer finds the whole step, and
+ * the step is then planned from the iterations just past rather than from two learnt from
+ * then on. */
+static uint64_t ring_put(struct om_pool *pool, struct om_block *b, uint64_t token, size_t alignment,
+                         const struct om_alloc_info *info)
 {
     uint64_t now = pool->learnt++;
     pool->ring[now % RING] =
         (struct record){token, now, NO_DEATH, b->size, b->len, alignment, b->log, info->ns};
     b->record = (uint32_t)now + 1;
-    b->generation = pool->generation;
+    b->flags |= OM_BLOCK_RING;
+    return now;
+}
+
+/* A request learnt. Where the tracer knows the requests to repeat with a period far
+ * enough back, the last iteration whose next one is past as well is planned: every block
+ * it made has died, or lives longer than a period. */
+static void learn_request(struct om_pool *pool, struct om_block *b, uint64_t now,
+                          const struct om_alloc_info *info)
+{
     uint64_t p = info->period;
     if (p < MIN_PERIOD || p > MAX_PERIOD || !info->periodic ||
         period_failed(pool, p, info->periodic)) {
@@ -326,13 +336,13 @@ static void learn_request(struct om_pool *pool, struct om_block *b, uint64_t tok
     pool->nrecords = p;
     /* first + p <= now: the next iteration's first request is in the ring too. */
     pool->iteration_ns = span_ns(pool->ring[first % RING].ns, pool->ring[(first + p) % RING].ns);
-    if (!pool->plan_at) {
+    if (!pool->plan_at && p != pool->outgrown_period) {
         uint64_t quiet = 3 * p > RING ? p - 1 : quietest_request(pool, p);
         pool->plan_at = now + 1 + (quiet + p - place) % p;
         if (now + 1 < pool->plan_at)
             return;
     }
-    pool->plan_at = 0;
+    pool->plan_at = pool->outgrown_period = 0;
     uint32_t log = pool->ring[first % RING].log;
     pool->log_cycle_start = log ? log - 1 : UINT64_MAX;
     pool->evidence = info->periodic;
@@ -345,6 +355,11 @@ void om_pool_after_cycle_request(struct om_pool *pool, struct om_block *b, uint6
 {
     pool->tracer_period = info->period;
     pool->tracer_evidence = info->periodic;
+    uint64_t now = pool->learnt;
+    if (pool->phase == LEARN || pool->phase == SERVE || pool->phase == PLAN)
+        now = ring_put(pool, b, token, alignment, info);
+    else
+        pool->ring_first = pool->learnt; /* a gap: the ring's iterations end here */
     if (pool->phase == PROLOGUE)
         return;
     if (pool->phase == PLAN) {
@@ -360,7 +375,7 @@ void om_pool_after_cycle_request(struct om_pool *pool, struct om_block *b, uint6
     if (om_pool_match_kept(pool, token, info))
         return;
     if (pool->phase == LEARN) {
-        learn_request(pool, b, token, alignment, info);
+        learn_request(pool, b, now, info);
         if (pool->phase != RECORD)
             return;
     }
@@ -368,6 +383,7 @@ void om_pool_after_cycle_request(struct om_pool *pool, struct om_block *b, uint6
         pool->records[pool->nrecords] =
             (struct record){token, pool->nrecords, NO_DEATH, b->size, b->len, alignment, 0, 0};
         b->record = (uint32_t)++pool->nrecords;
+        b->flags &= ~OM_BLOCK_RING;
         b->generation = pool->generation;
         if (pool->nrecords == pool->period) {
             pool->phase = OBSERVE;

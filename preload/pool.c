@@ -364,12 +364,14 @@ void *om_pool_alloc(struct om_pool *pool, size_t size, size_t alignment, int zer
     if (pool->pending.live)
         om_pending_settle(&pool->pending, &pool->arena, settled, pool);
     size_t touched = pool->arena.touched, resident = om_arena_resident(&pool->arena), off;
+    /* The plan's that places the block: a request that ends a window may leave the plan. */
+    uint32_t generation = pool->generation;
     int flags;
     if (place(pool, len, alignment, stream, token, cycle_thread, main_thread, &off, &flags) != 0)
         goto fail;
     if (pool->phase != SERVE && pool->host && om_arena_resident(&pool->arena) > resident)
         release_idle(pool);
-    struct om_block b = {off, len, size, 0, pool->generation, 0, flags};
+    struct om_block b = {off, len, size, 0, generation, 0, flags};
     /* A saved plan needs the run's main-thread requests from the start until a plan has
      * held (a plan for a wrong period may serve an iteration or two before it misses):
      * logged by index, so logging stops for good at the first gap. */
@@ -427,16 +429,15 @@ static struct om_block take_block(struct om_pool *pool, void *p, int *found)
     if (pool->redzone)
         check_redzone(pool, b);
     om_tracer_on_free(pool->domain, p);
-    if (b->record && b->generation == pool->generation) {
-        if (pool->phase == RECORD || pool->phase == OBSERVE) {
-            pool->records[b->record - 1].upper =
-                pool->phase == RECORD ? pool->nrecords : pool->period + pool->observed;
-        } else if (pool->phase == LEARN) {
-            /* Unless a later request took its place in the ring. */
-            struct record *e = &pool->ring[(b->record - 1) % RING];
-            if ((uint32_t)e->lower == b->record - 1 && e->upper == NO_DEATH)
-                e->upper = pool->learnt;
-        }
+    if (b->flags & OM_BLOCK_RING) {
+        /* Unless a later request took its place in the ring. */
+        struct record *e = &pool->ring[(b->record - 1) % RING];
+        if ((uint32_t)e->lower == b->record - 1 && e->upper == NO_DEATH)
+            e->upper = pool->learnt;
+    } else if (b->record && b->generation == pool->generation &&
+               (pool->phase == RECORD || pool->phase == OBSERVE)) {
+        pool->records[b->record - 1].upper =
+            pool->phase == RECORD ? pool->nrecords : pool->period + pool->observed;
     }
     gone = *b;
     if (gone.log)

@@ -20,12 +20,12 @@
 #define FAILED_PERIODS 8
 /* A plan that serves this many iterations proves the program steady again. */
 #define STEADY_ITERATIONS 3
-/* While learning, the iteration-defining thread's last requests: once a period is known, the
- * plan is made from an iteration already past whose next one is past too, rather than from
- * one recorded and one observed from then on, two iterations later. Periods up to a third
- * of it are planned at once, up to half of it at the end of an iteration; longer ones
- * (detected ones reach 32767) are recorded as they come. Its pages are touched only as far
- * as it is used. */
+/* The iteration-defining thread's last requests, while learning and while a plan serves:
+ * once a period is known, the plan is made from an iteration already past whose next one is
+ * past too, rather than from one recorded and one observed from then on, two iterations
+ * later. Periods up to a third of it are planned at once, up to half of it at the end of an
+ * iteration; longer ones (detected ones reach 32767) are recorded as they come. Its pages
+ * are touched only as far as it is used. */
 #define RING (1u << 15)
 /* Page moves a plan may make: each may split the arena's mapping in up to four, and the
  * kernel caps a process's mappings (vm.max_map_count, 65530 by default). */
@@ -92,7 +92,7 @@ struct om_pool {
     size_t nrecords;
     struct record *ring;
     uint64_t learnt;       /* requests put in the ring: the index of the next */
-    uint64_t ring_first;   /* the first of the current learning; those before are stale */
+    uint64_t ring_first;   /* the first after the last gap (requests not learnt) */
     uint64_t steady_from;  /* the first known to repeat with period; UINT64_MAX: none */
     uint64_t plan_at;      /* the request after which to plan, + 1; 0: not chosen yet */
     int unrolled;          /* the plan's iteration is two of the tracer's */
@@ -107,6 +107,9 @@ struct om_pool {
     /* The period the tracer knew at the last request of the cycle thread, and over how many
      * requests it had repeated then. */
     uint64_t tracer_period, tracer_evidence;
+    /* The tracer's period whose iterations a plan of a part of them served, just left: the
+     * ring holds them, and it is planned at once rather than at its quietest request. */
+    uint64_t outgrown_period;
     int failing; /* the plan missed too often in this window: its pages went */
     /* Requests of the iteration with a token the plan has no slot for; iterations in a row
      * that had such; whether a plan was already dropped for them. */

@@ -130,11 +130,21 @@ static void propose(struct om_period *d, uint64_t p, uint64_t created)
     } else {
         d->ncand++;
     }
+    /* The repeat's evidence reaches back over the exact matches before the k-gram: a
+     * period whose every k-gram recurs within it (identical layers, the step made of them)
+     * is first proposed one period after it began, when the step's seam recurs, and has
+     * been repeating all along. Far enough to be believed, no further: the walk is paid
+     * for on the request that proposes. */
+    uint64_t oldest = d->n > H ? d->n - H : 0;
+    uint64_t reach = UNBALANCED_PERIODS * p + OM_PERIOD_MIN_EVIDENCE;
+    while (created >= p + oldest + 1 && d->n - created < reach &&
+           at(d, created - 1) == at(d, created - 1 - p))
+        created--;
     d->cand[slot].p = p;
     d->cand[slot].created = created;
-    d->cand[slot].mismatch = 0; /* the k-gram matched */
+    d->cand[slot].mismatch = 0; /* the k-gram matched, and so did the comparisons before it */
     d->cand[slot].unbalanced = 0;
-    for (uint64_t j = created; j < d->n; j++)
+    for (uint64_t j = d->n - created > p ? d->n - p : created; j < d->n; j++)
         d->cand[slot].unbalanced += unbalanced(d, j, p);
 }
 
@@ -175,6 +185,7 @@ void om_period_push(struct om_period *d, uint64_t token, uint64_t tag, uint64_t 
         d->next_start += d->p;
     }
 
+    int locked_noisy = 0;
     for (unsigned k = 0; k < d->ncand;) {
         struct om_period_candidate *c = &d->cand[k];
         uint64_t p = c->p;
@@ -190,6 +201,8 @@ void om_period_push(struct om_period *d, uint64_t token, uint64_t tag, uint64_t 
             drop(d, k);
             continue;
         }
+        if (p == d->p)
+            locked_noisy = c->mismatch != 0;
         k++;
     }
 
@@ -210,19 +223,22 @@ void om_period_push(struct om_period *d, uint64_t token, uint64_t tag, uint64_t 
         }
     }
 
-    if (!d->p) {
-        int best = -1;
-        for (unsigned k = 0; k < d->ncand; k++) {
-            const struct om_period_candidate *c = &d->cand[k];
-            if (!confirmed(d, c))
-                continue;
-            if (best < 0 || c->created < d->cand[best].created ||
-                (c->created == d->cand[best].created && c->p < d->cand[best].p))
-                best = (int)k;
-        }
-        if (best >= 0)
-            lock(d, &d->cand[best], fn, ctx);
+    /* Unlocked: the candidate believed over the most requests. Locked on one that repeats
+     * with substitutions: a longer one believed to repeat exactly takes over (a step of
+     * identical layers whose seam the layer's period tolerates as a substitution). */
+    if (d->p && !locked_noisy)
+        return;
+    int best = -1;
+    for (unsigned k = 0; k < d->ncand; k++) {
+        const struct om_period_candidate *c = &d->cand[k];
+        if (!confirmed(d, c) || (d->p && (c->p <= d->p || c->mismatch)))
+            continue;
+        if (best < 0 || c->created < d->cand[best].created ||
+            (c->created == d->cand[best].created && c->p < d->cand[best].p))
+            best = (int)k;
     }
+    if (best >= 0)
+        lock(d, &d->cand[best], fn, ctx);
 }
 
 /* Detection follows the thread that makes most managed requests: the main sequence of a

@@ -159,6 +159,54 @@ static void test_sub_period_gives_way(void **state)
     assert_int_equal(det.p, LAYER * LAYERS + TAIL);
 }
 
+/* A step made only of identical layers and a short seam: every k-gram but the seam's
+ * recurs within the step, so the step is first proposed when its seam recurs, at the end
+ * of step 1; it has repeated exactly since the start, and is locked there, not a step later. */
+static void test_step_of_layers_at_second_seam(void **state)
+{
+    enum { LAYER = 6, LAYERS = 12, SEAM = 2, STEPS = 5 };
+    enum { STEP = LAYER * LAYERS + SEAM };
+    uint64_t layer[LAYER], seam[SEAM], i = 0;
+    for (int k = 0; k < LAYER; k++)
+        layer[k] = rnd();
+    for (int k = 0; k < SEAM; k++)
+        seam[k] = rnd();
+    for (int step = 0; step < STEPS; step++) {
+        for (int l = 0; l < LAYERS; l++)
+            for (int k = 0; k < LAYER; k++)
+                push(layer[k], i++);
+        for (int k = 0; k < SEAM; k++)
+            push(seam[k], i++);
+        if (step >= 1)
+            assert_int_equal(det.p, STEP);
+    }
+    assert_int_equal(det.s0, 0);
+    assert_starts(0, STEP, i);
+}
+
+/* Layers long enough that the step's one odd request is a substitution the layer's period
+ * tolerates: the layer stays locked through the seam, and the step, which repeats exactly,
+ * takes over from it once believed. */
+static void test_exact_step_replaces_noisy_layer(void **state)
+{
+    enum { LAYER = 48, LAYERS = 6, STEPS = 6 };
+    enum { STEP = LAYER * LAYERS };
+    _Static_assert(2 <= LAYER / 16, "the odd request is a tolerated substitution");
+    uint64_t layer[LAYER], odd = rnd(), i = 0;
+    for (int k = 0; k < LAYER; k++)
+        layer[k] = rnd();
+    for (int step = 0; step < STEPS; step++) {
+        for (int l = 0; l < LAYERS; l++)
+            for (int k = 0; k < LAYER; k++)
+                push(l == LAYERS - 1 && k == LAYER - 1 ? odd : layer[k], i++);
+        if (step == 0)
+            assert_int_equal(det.p, LAYER);
+        if (step >= 2)
+            assert_int_equal(det.p, STEP);
+    }
+    assert_int_equal(det.locks, 2);
+}
+
 /* An exact repeat is believed as soon as one whole period has been compared: a steady
  * step is found at the end of the second one. */
 static void test_locks_after_one_period(void **state)
@@ -533,6 +581,8 @@ int main(void)
         cmocka_unit_test_setup(test_random_never_locks, setup_det),
         cmocka_unit_test_setup(test_sub_period_gives_way, setup_det),
         cmocka_unit_test_setup(test_locks_after_one_period, setup_det),
+        cmocka_unit_test_setup(test_step_of_layers_at_second_seam, setup_det),
+        cmocka_unit_test_setup(test_exact_step_replaces_noisy_layer, setup_det),
         cmocka_unit_test_setup(test_first_step_extra_tail, setup_det),
         cmocka_unit_test_setup(test_training_layers_not_locked, setup_det),
         cmocka_unit_test_setup(test_leaky_step_locks_late, setup_det),
