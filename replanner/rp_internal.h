@@ -117,13 +117,17 @@ typedef struct rp_best {
     uint32_t *order; /* a decoder order (positions in mov) that yields off, for the local search */
     uint64_t peak;
     uint64_t greedy_peak; /* greedy by size's, which the plan never exceeds */
+    int greedy_cut;       /* the deadline stopped greedy by size: greedy_peak is the first plan's */
     uint64_t proven;      /* no plan has a lower peak: floor_lb, or more where a search proved it */
     const char *stage;
 } rp_best;
 
 /* rp_bysize.c: greedy by size (largest first, ties by birth, each at the lowest offset
- * where it fits): off per movable block, *peak with the fixed blocks. */
-int rp_greedy_size(const rp_inst *in, rp_mem *m, uint64_t *off, uint64_t *peak);
+ * where it fits). order: the size order (positions in mov); off per movable block, for
+ * the first *placed blocks of the order: all unless clk's deadline came first (clk may be
+ * NULL); *peak with the fixed blocks. */
+int rp_greedy_size(const rp_inst *in, rp_mem *m, const rp_clock *clk, uint32_t *order,
+                   uint64_t *off, uint64_t *peak, uint32_t *placed);
 
 /* rp_greedy.c: greedy by size as the first plan, then other orders through the skyline. */
 int rp_greedy(const rp_inst *in, rp_mem *m, rp_best *best, const rp_clock *clk);

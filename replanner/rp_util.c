@@ -69,8 +69,7 @@ static void sift(rp_kv *a, size_t root, size_t n)
     }
 }
 
-/* Heapsort: glibc's qsort may call malloc, which the preload library must not reach. */
-void rp_sort_kv(rp_kv *a, size_t n)
+static void heapsort_kv(rp_kv *a, size_t n)
 {
     for (size_t i = n / 2; i-- > 0;)
         sift(a, i, n);
@@ -80,6 +79,75 @@ void rp_sort_kv(rp_kv *a, size_t n)
         a[end - 1] = t;
         sift(a, 0, end - 1);
     }
+}
+
+static void swap_kv(rp_kv *a, rp_kv *b)
+{
+    rp_kv t = *a;
+    *a = *b;
+    *b = t;
+}
+
+/*
+ * Introsort: quicksort on the median of three, insertion sort for short ranges, heapsort
+ * past a depth of 2 log n (so n log n at worst). In place: glibc's qsort may call malloc,
+ * which the preload library must not reach. Heapsort alone took most of the setup of
+ * 50,000-block plans: it jumps across the whole array at every step. Keys are unique (v
+ * breaks ties), so the order is the same whatever the sort.
+ */
+static void introsort(rp_kv *a, size_t n, int depth)
+{
+    while (n > 16) {
+        size_t i = 0, j = n - 1, mid = n / 2;
+
+        if (depth-- == 0) {
+            heapsort_kv(a, n);
+            return;
+        }
+        if (kv_less(&a[mid], &a[0]))
+            swap_kv(&a[mid], &a[0]);
+        if (kv_less(&a[n - 1], &a[0]))
+            swap_kv(&a[n - 1], &a[0]);
+        if (kv_less(&a[n - 1], &a[mid]))
+            swap_kv(&a[n - 1], &a[mid]);
+        /* a[0] <= pivot <= a[n - 1]: both scans stop inside the range. */
+        rp_kv pivot = a[mid];
+        for (;;) {
+            while (kv_less(&a[i], &pivot))
+                i++;
+            while (kv_less(&pivot, &a[j]))
+                j--;
+            if (i >= j)
+                break;
+            swap_kv(&a[i++], &a[j--]);
+        }
+        /* [0, j] <= pivot <= [j + 1, n): recurse into the smaller side, loop on the larger. */
+        if (j + 1 < n - j - 1) {
+            introsort(a, j + 1, depth);
+            a += j + 1;
+            n -= j + 1;
+        } else {
+            introsort(a + j + 1, n - j - 1, depth);
+            n = j + 1;
+        }
+    }
+    for (size_t x = 1; x < n; x++) {
+        rp_kv t = a[x];
+        size_t y = x;
+
+        for (; y > 0 && kv_less(&t, &a[y - 1]); y--)
+            a[y] = a[y - 1];
+        a[y] = t;
+    }
+}
+
+void rp_sort_kv(rp_kv *a, size_t n)
+{
+    int depth = 0;
+
+    for (size_t m = n; m > 1; m >>= 1)
+        depth += 2;
+    introsort(a, n, depth);
 }
 
 int rp_maxtree_init(rp_maxtree *t, rp_mem *m, uint32_t n)
