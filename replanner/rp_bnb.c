@@ -464,6 +464,27 @@ static void add_total(rp_search *s, uint32_t c, int64_t d)
  * totals only shrink, so checking the sections of each bumped block keeps this true at
  * every node; a section needs its members scanned only when the bumped block alone breaks it.
  */
+/* Whether section x's unplaced bytes fit above some unplaced member's lowest offset, given
+ * that one member has lowest offset lo. */
+static int section_fits(rp_search *s, uint32_t x, uint64_t lo)
+{
+    uint64_t room = s->cap - s->total[x];
+    uint32_t w = s->wit[x], z, e;
+
+    if (lo <= room)
+        return 1;
+    /* The member that passed this test last time usually passes it again. */
+    if (w != UINT32_MAX && s->off[w] == RP_NONE && s->minoff[w] <= room)
+        return 1;
+    for (z = s->sc_start[x], e = s->sc_start[x + 1]; z < e; z++)
+        if (s->off[s->sc[z]] == RP_NONE && s->minoff[s->sc[z]] <= room)
+            break;
+    if (z == e)
+        return 0;
+    s->wit[x] = s->sc[z];
+    return 1;
+}
+
 static int sections_fit(rp_search *s, uint32_t y)
 {
     const rp_inst *in = s->in;
@@ -474,40 +495,28 @@ static int sections_fit(rp_search *s, uint32_t y)
     /* No section of y ever holds more than at the start (totals only shrink from there). */
     if (in->secmax[y] <= s->cap - lo)
         return 1;
-    /* Every section passes when the fullest does: one query instead of a scan of all the
-     * sections a long-lived block spans, which was most of the time on large traces. */
+    /* Every section passes when the fullest does; else the tree finds the sections that
+     * the block alone breaks, without a scan of all the sections a long-lived block spans
+     * (that scan was most of the time on traces of 20,000 blocks). */
     if (s->tree.n) {
         uint32_t i = in->mov[y];
-        int64_t mx;
+        int64_t thr = (int64_t)(s->cap - lo);
 
-        if ((uint64_t)s->tree.mx[1] <= s->cap - lo) /* the fullest of all, at the root */
+        if (s->tree.mx[1] <= thr) /* the fullest of all, at the root */
             return 1;
-        mx = rp_maxtree_max(&s->tree, in->s0[i], in->s1[i]);
+        for (int r = 0; r < 2; r++) {
+            uint32_t a = r ? in->w0[i] : in->s0[i], e = r ? in->w1[i] : in->s1[i];
 
-        if (in->w0[i] < in->w1[i]) {
-            int64_t w = rp_maxtree_max(&s->tree, in->w0[i], in->w1[i]);
-            mx = w > mx ? w : mx;
+            for (uint32_t x = rp_maxtree_first_above(&s->tree, a, e, thr); x < e;
+                 x = rp_maxtree_first_above(&s->tree, x + 1, e, thr))
+                if (!section_fits(s, x, lo))
+                    return 0;
         }
-        if ((uint64_t)mx <= s->cap - lo)
-            return 1;
+        return 1;
     }
     FOR_SECTIONS(in, in->mov[y], x)
-    {
-        uint64_t room = s->cap - s->total[x];
-        uint32_t w = s->wit[x], z, e;
-
-        if (lo <= room)
-            continue;
-        /* The member that passed this test last time usually passes it again. */
-        if (w != UINT32_MAX && s->off[w] == RP_NONE && s->minoff[w] <= room)
-            continue;
-        for (z = s->sc_start[x], e = s->sc_start[x + 1]; z < e; z++)
-            if (s->off[s->sc[z]] == RP_NONE && s->minoff[s->sc[z]] <= room)
-                break;
-        if (z == e)
-            return 0;
-        s->wit[x] = s->sc[z];
-    }
+    if (!section_fits(s, x, lo))
+        return 0;
     return 1;
 }
 
@@ -702,35 +711,25 @@ static inline uint64_t at_or_after(uint64_t o, uint32_t r, uint64_t off, uint32_
 }
 
 /*
- * *mh: the lowest top of n members; *lo: the lowest offset of those at or after (off, rank).
- * Four chains of minima side by side: one chain waits on each compare before the next.
+ * *mh: the lowest top of n members; *at: the place of the first of them in (offset, rank)
+ * order at or after (off, rank), n if none. A new first is rare, so its branch costs
+ * little; mh's chain of minima has no branch.
  */
 static void lowest(const uint64_t *mo, const uint64_t *top, const uint32_t *rk, size_t n,
-                   uint64_t off, uint32_t rank, uint64_t *mh, uint64_t *lo)
+                   uint64_t off, uint32_t rank, uint64_t *mh, size_t *at)
 {
-    uint64_t h[4] = {RP_NONE, RP_NONE, RP_NONE, RP_NONE},
-             l[4] = {RP_NONE, RP_NONE, RP_NONE, RP_NONE};
-    size_t x = 0;
+    uint64_t h = RP_NONE, lo = RP_NONE;
+    uint32_t lo_rank = UINT32_MAX;
 
-    for (; x + 4 <= n; x += 4)
-        for (int j = 0; j < 4; j++) {
-            uint64_t v = at_or_after(mo[x + j], rk[x + j], off, rank);
-
-            h[j] = top[x + j] < h[j] ? top[x + j] : h[j];
-            l[j] = v < l[j] ? v : l[j];
-        }
-    for (; x < n; x++) {
+    *at = n;
+    for (size_t x = 0; x < n; x++) {
         uint64_t v = at_or_after(mo[x], rk[x], off, rank);
 
-        h[0] = top[x] < h[0] ? top[x] : h[0];
-        l[0] = v < l[0] ? v : l[0];
+        h = top[x] < h ? top[x] : h;
+        if (v < lo || (v == lo && v != RP_NONE && rk[x] < lo_rank))
+            lo = v, lo_rank = rk[x], *at = x;
     }
-    for (int j = 1; j < 4; j++) {
-        h[0] = h[j] < h[0] ? h[j] : h[0];
-        l[0] = l[j] < l[0] ? l[j] : l[0];
-    }
-    *mh = h[0];
-    *lo = l[0];
+    *mh = h;
 }
 
 /*
@@ -746,25 +745,24 @@ static int search(rp_search *s, const part *p, uint64_t min_off, uint32_t min_ra
     const uint32_t *mem;
     const uint64_t *mo = s->pmo + p->first, *top = s->ptop + p->first;
     const uint32_t *rk = s->prk + p->first;
-    uint64_t mh = RP_NONE, lo = RP_NONE;
-    uint32_t first = UINT32_MAX, lo_rank = UINT32_MAX;
-    size_t base = s->cands.top, cnt = 0, first_at = 0;
+    uint64_t mh, lo;
+    uint32_t first, lo_rank;
+    size_t base = s->cands.top, cnt = 0, first_at;
     int r, flags;
 
     /*
      * The members are all unplaced (each child moves its block out of the range), and
-     * their lowest offsets, tops and ranks sit in a row by place: one pass for mh and the
-     * lowest offset a candidate has, without branches, then one for the lowest rank there.
-     * Reading them through the block numbers was most of the time of a dive over 20,000.
+     * their lowest offsets, tops and ranks sit in a row by place: one pass finds mh and
+     * the first candidate. Reading them through the block numbers was most of the time of
+     * a dive over 20,000 blocks.
      */
-    lowest(mo, top, rk, p->count, min_off, min_rank, &mh, &lo);
+    lowest(mo, top, rk, p->count, min_off, min_rank, &mh, &first_at);
     if (mh == RP_NONE)
         return RP_FOUND;
-    if (lo >= mh)
+    if (first_at == p->count || mo[first_at] >= mh)
         return RP_NOTFOUND;
-    for (size_t x = 0; x < p->count; x++)
-        if (mo[x] == lo && rk[x] < lo_rank && (lo > min_off || rk[x] >= min_rank))
-            lo_rank = rk[x], first_at = x;
+    lo = mo[first_at];
+    lo_rank = rk[first_at];
     first = s->parts.v[p->first + first_at];
     r = child(s, p, first, first_at, &flags);
     if (r != RP_NOTFOUND || (flags & 1))

@@ -45,6 +45,8 @@ void rp_maxtree_build(rp_maxtree *t, const uint64_t *v, uint32_t n);
 void rp_maxtree_add(rp_maxtree *t, uint32_t lo, uint32_t hi, int64_t d);
 /* The max over [lo, hi), which must not be empty. */
 int64_t rp_maxtree_max(const rp_maxtree *t, uint32_t lo, uint32_t hi);
+/* The first index in [lo, hi) whose value is above thr, or hi if none. */
+uint32_t rp_maxtree_first_above(const rp_maxtree *t, uint32_t lo, uint32_t hi, int64_t thr);
 
 /* splitmix64: deterministic and stateless apart from the caller's word. */
 uint64_t rp_rand(uint64_t *state);

@@ -220,6 +220,28 @@ int64_t rp_maxtree_max(const rp_maxtree *t, uint32_t lo, uint32_t hi)
     return tree_max(t, 1, 0, t->n, lo, hi);
 }
 
+/* acc: what the node's ancestors add to every value below them. */
+static uint32_t tree_first_above(const rp_maxtree *t, size_t node, uint32_t nlo, uint32_t nhi,
+                                 uint32_t lo, uint32_t hi, int64_t thr, int64_t acc)
+{
+    uint32_t mid = nlo + (nhi - nlo) / 2, r;
+
+    if (hi <= nlo || nhi <= lo || t->mx[node] + acc <= thr)
+        return UINT32_MAX;
+    if (nhi - nlo == 1)
+        return nlo;
+    acc += t->add[node];
+    r = tree_first_above(t, 2 * node, nlo, mid, lo, hi, thr, acc);
+    return r != UINT32_MAX ? r : tree_first_above(t, 2 * node + 1, mid, nhi, lo, hi, thr, acc);
+}
+
+uint32_t rp_maxtree_first_above(const rp_maxtree *t, uint32_t lo, uint32_t hi, int64_t thr)
+{
+    uint32_t r = lo < hi ? tree_first_above(t, 1, 0, t->n, lo, hi, thr, 0) : UINT32_MAX;
+
+    return r < hi ? r : hi;
+}
+
 uint64_t rp_rand(uint64_t *state)
 {
     uint64_t z = (*state += UINT64_C(0x9e3779b97f4a7c15));
