@@ -50,7 +50,13 @@ struct rp_search {
     uint32_t nm, nsec;
     uint64_t cap; /* C */
     uint64_t *size;
-    uint32_t *ov_start, *ov; /* blocks meeting each block in time */
+    /* The blocks each block k meets in time: ov from ov_start[k] to ov_start[k + 1], and on
+     * a line also bys (blocks by start) from r0[k] to r1[k], those starting after k before
+     * it ends; so the list holds only the earlier starters that are live when k starts.
+     * k's list ends at ov_end[k]. */
+    uint32_t *ov_start, *ov_end, *ov;
+    uint32_t *bys, *r0, *r1;
+    uint32_t *deg;           /* how many blocks each block meets */
     uint32_t *sc_start, *sc; /* blocks live in each section */
     const rp_ranking *rk;    /* the ranking of this run */
     uint32_t *rank;          /* its ranks, redone within each part after a split */
@@ -283,7 +289,7 @@ int rp_bnb_setup_size(const rp_inst *in, rp_mem *m, uint64_t *entries)
 {
     uint32_t *starts = rp_alloc(m, (size_t)in->nsec + 2, sizeof(uint32_t));
     uint32_t *ends = rp_alloc(m, (size_t)in->nsec + 2, sizeof(uint32_t));
-    uint64_t nends = 0, sum = 0;
+    uint64_t nends = 0, sum = 0, line = 0;
 
     if (!starts || !ends)
         return -ENOMEM;
@@ -305,16 +311,66 @@ int rp_bnb_setup_size(const rp_inst *in, rp_mem *m, uint64_t *entries)
     for (uint32_t k = 0; k < in->nm; k++) {
         uint32_t i = in->mov[k];
 
-        if (!covers_end(in, i))
+        if (!in->period) /* each pair once: half the sum */
+            line += starts[in->s1[i]] - ends[in->s0[i]] - 1;
+        else if (!covers_end(in, i))
             sum += starts[in->s1[i]] - ends[in->s0[i]] - 1;
         else
             sum += 2 * ((uint64_t)starts[in->w1[i]] + starts[in->nsec + 1] - ends[in->s0[i]]);
     }
-    *entries = sum;
+    *entries = sum + line / 2;
     return 0;
 }
 
-/* The blocks each block meets in time, in ov from ov_start[k] to ov_start[k + 1]. */
+/*
+ * On a line, by a sweep in start order: the blocks live when k starts that started before
+ * it, copied from a set of live blocks (remove by swapping with the last). The other half
+ * of each block's pairs, the later starters, are a range of bys and need no list: listing
+ * every pair twice, scattered, was most of the setup on traces of 20,000 blocks.
+ */
+static int build_line_overlaps(rp_search *s, uint32_t *scratch)
+{
+    const rp_inst *in = s->in;
+    uint32_t *by_end = scratch, *count = scratch + s->nm, *live = count + s->nsec + 2;
+    uint32_t *at = live + s->nm;
+    size_t total = 0;
+
+    sort_line(s, in->s1, count, by_end);
+    sort_line(s, in->s0, count, s->bys);
+    /* count[x] is now where blocks starting at x end in bys: the ranges' ends. */
+    for (int fill = 0; fill < 2; fill++) {
+        uint32_t nlive = 0, e = 0;
+
+        total = 0;
+        for (uint32_t x = 0; x < s->nm; x++) {
+            uint32_t k = s->bys[x], start = in->s0[in->mov[k]];
+
+            for (; e < s->nm && in->s1[in->mov[by_end[e]]] <= start; e++) {
+                uint32_t gone = by_end[e], last = live[--nlive];
+
+                live[at[gone]] = last;
+                at[last] = at[gone];
+            }
+            if (fill) {
+                s->ov_start[k] = (uint32_t)total;
+                s->ov_end[k] = (uint32_t)total + nlive;
+                memcpy(s->ov + total, live, nlive * sizeof(uint32_t));
+                s->r0[k] = x + 1;
+                s->r1[k] = in->s1[in->mov[k]] ? count[in->s1[in->mov[k]] - 1] : 0;
+                s->deg[k] = nlive + s->r1[k] - s->r0[k];
+            }
+            total += nlive;
+            at[k] = nlive;
+            live[nlive++] = k;
+        }
+        if (!fill &&
+            (total > UINT32_MAX - 1 || !(s->ov = rp_alloc(s->m, total + 1, sizeof(uint32_t)))))
+            return -ENOMEM;
+    }
+    return 0;
+}
+
+/* The blocks each block meets in time (see rp_search): on a circle all in ov. */
 static int build_overlaps(rp_search *s)
 {
     uint32_t *scratch = rp_alloc(s->m, 3 * (size_t)s->nm + s->nsec + 2, sizeof(uint32_t));
@@ -322,6 +378,8 @@ static int build_overlaps(rp_search *s)
 
     if (!scratch)
         return -ENOMEM;
+    if (!s->in->period)
+        return build_line_overlaps(s, scratch);
     memset(s->ov_start, 0, ((size_t)s->nm + 1) * sizeof(uint32_t));
     for_pairs(s, scratch, count_pair);
     for (uint32_t k = 0; k < s->nm; k++)
@@ -333,6 +391,11 @@ static int build_overlaps(rp_search *s)
     /* Now ov_start[k + 1] is where k's list starts. */
     memmove(s->ov_start, s->ov_start + 1, s->nm * sizeof(uint32_t));
     s->ov_start[s->nm] = total;
+    for (uint32_t k = 0; k < s->nm; k++) {
+        s->ov_end[k] = s->ov_start[k + 1];
+        s->r0[k] = s->r1[k] = 0;
+        s->deg[k] = s->ov_end[k] - s->ov_start[k];
+    }
     return 0;
 }
 
@@ -357,7 +420,7 @@ static int find_bottom(rp_search *s)
         if (in->b[in->mov[k]].align > amax)
             amax = in->b[in->mov[k]].align;
     for (uint32_t k = 0; k < s->nm; k++)
-        if (s->ov_start[k + 1] - s->ov_start[k] == s->nm - 1 && s->size[k] % amax == 0)
+        if (s->deg[k] == s->nm - 1 && s->size[k] % amax == 0)
             s->pre[s->npre++] = k;
     return 0;
 }
@@ -376,6 +439,13 @@ static int setup(rp_search *s)
     s->total = rp_alloc(s->m, s->nsec + 1, sizeof(uint64_t));
     s->stamp = rp_alloc(s->m, s->nsec + 1, sizeof(uint32_t));
     s->ov_start = rp_alloc(s->m, s->nm + 1, sizeof(uint32_t));
+    s->ov_end = rp_alloc(s->m, s->nm + 1, sizeof(uint32_t));
+    s->bys = rp_alloc(s->m, s->nm + 1, sizeof(uint32_t));
+    s->r0 = rp_alloc(s->m, s->nm + 1, sizeof(uint32_t));
+    s->r1 = rp_alloc(s->m, s->nm + 1, sizeof(uint32_t));
+    s->deg = rp_alloc(s->m, s->nm + 1, sizeof(uint32_t));
+    if (!s->ov_end || !s->bys || !s->r0 || !s->r1 || !s->deg)
+        return -ENOMEM;
     s->sc_start = rp_alloc(s->m, s->nsec + 2, sizeof(uint32_t));
     s->sol = rp_alloc(s->m, s->nm, sizeof(uint64_t));
     s->cuts = rp_alloc(s->m, s->nsec + 1, sizeof(uint32_t));
@@ -422,7 +492,7 @@ int rp_search_new(const rp_inst *in, rp_mem *m, rp_best *best, rp_clock *clk, rp
 
 void rp_search_rank(rp_search *s, const rp_ranking *r, uint32_t *out)
 {
-    rp_rank(s->in, s->ov_start, r->keys, NULL, NULL, NULL, 0, r->factor, s->kv, out);
+    rp_rank(s->in, s->deg, r->keys, NULL, NULL, NULL, 0, r->factor, s->kv, out);
 }
 
 /* A part of the problem: its unplaced blocks (in parts) and its sections [lo, hi). */
@@ -536,19 +606,24 @@ static int place(rp_search *s, uint32_t c, uint64_t o)
         for (uint32_t x = in->s0[i]; x + 1 < in->s1[i]; x++)
             if (--s->cuts[x] == 0)
                 flags |= 2;
-    for (uint32_t x = s->ov_start[c]; x < s->ov_start[c + 1]; x++) {
-        uint32_t y = s->ov[x];
+    for (int half = 0; half < 2; half++) {
+        const uint32_t *list = half ? s->bys : s->ov;
+        uint32_t from = half ? s->r0[c] : s->ov_start[c], to = half ? s->r1[c] : s->ov_end[c];
 
-        if (s->off[y] != RP_NONE)
-            continue;
-        flags &= ~1;
-        if (s->minoff[y] >= height)
-            continue;
-        if (trail_push(s, &s->tmin, y, s->minoff[y]) < 0)
-            return -ENOMEM;
-        set_minoff(s, y, rp_bump_fixed(in, y, height));
-        if (!sections_fit(s, y))
-            return flags | 4;
+        for (uint32_t x = from; x < to; x++) {
+            uint32_t y = list[x];
+
+            if (s->off[y] != RP_NONE)
+                continue;
+            flags &= ~1;
+            if (s->minoff[y] >= height)
+                continue;
+            if (trail_push(s, &s->tmin, y, s->minoff[y]) < 0)
+                return -ENOMEM;
+            set_minoff(s, y, rp_bump_fixed(in, y, height));
+            if (!sections_fit(s, y))
+                return flags | 4;
+        }
     }
     return flags;
 }
@@ -592,7 +667,7 @@ static int solve_part(rp_search *s, const part *q)
         return -ENOMEM;
     for (size_t x = 0; x < q->count; x++)
         s->saved.v[s->saved.top++] = s->rank[s->parts.v[q->first + x]];
-    rp_rank(s->in, s->ov_start, s->rk->keys, s->total, s->tree.n ? &s->tree : NULL,
+    rp_rank(s->in, s->deg, s->rk->keys, s->total, s->tree.n ? &s->tree : NULL,
             s->parts.v + q->first, (uint32_t)q->count, s->rk->factor, s->kv, s->rank);
     for (size_t x = q->first; x < q->first + q->count; x++)
         s->prk[x] = s->rank[s->parts.v[x]];

@@ -141,7 +141,7 @@ int rp_local(const rp_inst *in, rp_mem *m, rp_best *best, rp_clock *clk, uint64_
  * tree: if not NULL, a max tree holding total, which answers T without a scan.
  * factor: if not NULL, the first key of block k is scaled by factor[k] (randomized rankings).
  */
-void rp_rank(const rp_inst *in, const uint32_t *ov_start, const char *keys, const uint64_t *total,
+void rp_rank(const rp_inst *in, const uint32_t *deg, const char *keys, const uint64_t *total,
              const rp_maxtree *tree, const uint32_t *members, uint32_t count, const double *factor,
              rp_kv *kv, uint32_t *out);
 
@@ -173,9 +173,9 @@ int rp_bnb(const rp_inst *in, rp_mem *m, rp_best *best, rp_clock *clk, uint64_t 
 
 /*
  * What the branch and bound's setup would build, in list entries, bounded from above in
- * O(n + sections) before building any of it: both ends of every pair of blocks that meet in
- * time, and every block's sections. The pairs are what grows: a 20,000-block trace has 45
- * million of them, which took 480 ms and 360 MB to list.
+ * O(n + sections) before building any of it: every pair of blocks that meet in time (once
+ * on a line, both ends on a circle), and every block's sections. The pairs are what grows:
+ * a 20,000-block trace has 45 million of them.
  */
 int rp_bnb_setup_size(const rp_inst *in, rp_mem *m, uint64_t *entries);
 

@@ -264,7 +264,7 @@ uint64_t rp_now_ns(void)
  * O blocks met, T the most unplaced bytes in a section the block spans, U death, W length,
  * Z size; a lower case letter ranks smaller first.
  */
-static uint64_t rank_key(const rp_inst *in, const uint32_t *ov_start, const uint64_t *total,
+static uint64_t rank_key(const rp_inst *in, const uint32_t *deg, const uint64_t *total,
                          const rp_maxtree *tree, uint32_t k, char c)
 {
     uint32_t i = in->mov[k];
@@ -279,7 +279,7 @@ static uint64_t rank_key(const rp_inst *in, const uint32_t *ov_start, const uint
     case 'L':
         return b->lower;
     case 'O':
-        return ov_start[k + 1] - ov_start[k];
+        return deg[k];
     case 'T':
         if (!total)
             return in->secmax[k];
@@ -300,11 +300,11 @@ static uint64_t rank_key(const rp_inst *in, const uint32_t *ov_start, const uint
     case 'Z':
         return b->size;
     default: /* lower case: smaller first */
-        return UINT64_MAX - rank_key(in, ov_start, total, tree, k, (char)(c - 'a' + 'A'));
+        return UINT64_MAX - rank_key(in, deg, total, tree, k, (char)(c - 'a' + 'A'));
     }
 }
 
-void rp_rank(const rp_inst *in, const uint32_t *ov_start, const char *keys, const uint64_t *total,
+void rp_rank(const rp_inst *in, const uint32_t *deg, const char *keys, const uint64_t *total,
              const rp_maxtree *tree, const uint32_t *members, uint32_t count, const double *factor,
              rp_kv *kv, uint32_t *out)
 {
@@ -315,7 +315,7 @@ void rp_rank(const rp_inst *in, const uint32_t *ov_start, const char *keys, cons
         uint64_t key[3] = {0, 0, 0};
 
         for (int j = 0; j < 3 && keys[j]; j++)
-            key[j] = UINT64_MAX - rank_key(in, ov_start, total, tree, k, keys[j]);
+            key[j] = UINT64_MAX - rank_key(in, deg, total, tree, k, keys[j]);
         if (factor) {
             /* Scale the value itself, not its complement for a lower case letter. */
             int up = keys[0] >= 'A' && keys[0] <= 'Z';

@@ -643,7 +643,8 @@ static void test_setup_size(void **state)
         for (uint32_t k = 0; k < in.nm; k++) {
             uint32_t i = in.mov[k];
             truth += in.s1[i] - in.s0[i] + in.w1[i] - in.w0[i];
-            for (uint32_t j = 0; j < in.nm; j++)
+            /* a line lists each pair once, a circle both ways */
+            for (uint32_t j = cyclic ? 0 : k + 1; j < in.nm; j++)
                 truth += j != k && rp_overlap_time(&in, i, in.mov[j]);
         }
         if (cyclic ? entries < truth : entries != truth)
