@@ -56,10 +56,16 @@ struct rp_search {
      * k's list ends at ov_end[k]. */
     uint32_t *ov_start, *ov_end, *ov;
     uint32_t *bys, *r0, *r1;
-    uint32_t *deg;           /* how many blocks each block meets */
-    uint32_t *sc_start, *sc; /* blocks live in each section */
-    const rp_ranking *rk;    /* the ranking of this run */
-    uint32_t *rank;          /* its ranks, redone within each part after a split */
+    uint32_t *deg; /* how many blocks each block meets */
+    /* Blocks live in each section. Without the max tree (few sections: small instances,
+     * where the unallocated floor scans sections often) the unplaced ones go first, ucnt of
+     * them, kept by a swap at each placement (loc: where each block and section it spans
+     * sits in sc, from kbase[k]). With it the scans are rare, and that upkeep, a cost in
+     * sections per placement, took most of the time of long-lived blocks. */
+    uint32_t *sc_start, *sc;
+    uint32_t *ucnt, *kbase, *loc;
+    const rp_ranking *rk; /* the ranking of this run */
+    uint32_t *rank;       /* its ranks, redone within each part after a split */
     rp_kv *kv;
     uint64_t *off, *minoff, *total;
     rp_maxtree tree; /* total, for the monotonic floor; n == 0: not kept */
@@ -465,6 +471,18 @@ static int setup(rp_search *s)
     }
     if (!(s->sc = rp_alloc(s->m, nsc + 1, sizeof(uint32_t))))
         return -ENOMEM;
+    if (!s->tree.n) {
+        s->loc = rp_alloc(s->m, nsc + 1, sizeof(uint32_t));
+        s->kbase = rp_alloc(s->m, s->nm + 1, sizeof(uint32_t));
+        s->ucnt = rp_alloc(s->m, s->nsec + 1, sizeof(uint32_t));
+        if (!s->loc || !s->kbase || !s->ucnt)
+            return -ENOMEM;
+        for (uint32_t k = 0, at = 0; k < s->nm; k++) {
+            uint32_t i = in->mov[k];
+            s->kbase[k] = at;
+            at += in->s1[i] - in->s0[i] + in->w1[i] - in->w0[i];
+        }
+    }
     build_sections(s);
     if ((rc = build_overlaps(s)) < 0)
         return rc;
@@ -528,6 +546,17 @@ static void add_total(rp_search *s, uint32_t c, int64_t d)
     }
 }
 
+/* Where block k's entry for section x sits in loc. */
+static uint32_t loc_index(const rp_search *s, uint32_t k, uint32_t x)
+{
+    const rp_inst *in = s->in;
+    uint32_t i = in->mov[k];
+
+    if (x >= in->s0[i] && x < in->s1[i])
+        return s->kbase[k] + (x - in->s0[i]);
+    return s->kbase[k] + (in->s1[i] - in->s0[i]) + (x - in->w0[i]);
+}
+
 /*
  * MiniMalloc's unallocated floor: the unplaced bytes of a section go above the lowest
  * offset its unplaced blocks can take. Lowest offsets only rise when place() bumps them and
@@ -546,7 +575,7 @@ static int section_fits(rp_search *s, uint32_t x, uint64_t lo)
     /* The member that passed this test last time usually passes it again. */
     if (w != UINT32_MAX && s->off[w] == RP_NONE && s->minoff[w] <= room)
         return 1;
-    for (z = s->sc_start[x], e = s->sc_start[x + 1]; z < e; z++)
+    for (z = s->sc_start[x], e = s->ucnt ? z + s->ucnt[x] : s->sc_start[x + 1]; z < e; z++)
         if (s->off[s->sc[z]] == RP_NONE && s->minoff[s->sc[z]] <= room)
             break;
     if (z == e)
@@ -601,6 +630,18 @@ static int place(rp_search *s, uint32_t c, uint64_t o)
     int flags = 1;
 
     s->off[c] = o;
+    /* Out of the unplaced prefix of each section; unplace() is LIFO, so a count undoes it. */
+    if (s->ucnt)
+        FOR_SECTIONS(in, i, sec)
+        {
+            uint32_t at = s->loc[loc_index(s, c, sec)], last = s->sc_start[sec] + --s->ucnt[sec];
+            uint32_t w = s->sc[last];
+
+            s->sc[last] = c;
+            s->sc[at] = w;
+            s->loc[loc_index(s, c, sec)] = last;
+            s->loc[loc_index(s, w, sec)] = at;
+        }
     add_total(s, c, -(int64_t)s->size[c]);
     if (s->decompose)
         for (uint32_t x = in->s0[i]; x + 1 < in->s1[i]; x++)
@@ -644,6 +685,8 @@ static void unplace(rp_search *s, uint32_t c, size_t tmin_mark)
     if (s->decompose)
         for (uint32_t x = in->s0[i]; x + 1 < in->s1[i]; x++)
             s->cuts[x]++;
+    if (s->ucnt)
+        FOR_SECTIONS(in, i, sec) s->ucnt[sec]++;
     s->off[c] = RP_NONE;
 }
 
@@ -918,6 +961,11 @@ int rp_search_run(rp_search *s, const rp_ranking *rk, uint64_t cap, uint64_t nod
     if (s->tree.n)
         rp_maxtree_build(&s->tree, s->total, s->nsec);
     s->parts.top = s->nm;
+    for (uint32_t x = 0; s->ucnt && x < s->nsec; x++) {
+        s->ucnt[x] = s->sc_start[x + 1] - s->sc_start[x];
+        for (uint32_t z = s->sc_start[x]; z < s->sc_start[x + 1]; z++)
+            s->loc[loc_index(s, s->sc[z], x)] = z;
+    }
     for (uint32_t k = 0; k < s->nm; k++)
         if (!sections_fit(s, k))
             return RP_NOTFOUND;

@@ -144,7 +144,7 @@ int rp_bnb(const rp_inst *in, rp_mem *m, rp_best *best, rp_clock *clk, uint64_t 
         if (rp_now_ns() >= clk->deadline_ns)
             return 0;
         rc = rp_search_run(d.s, &rk[(x + NRANKINGS - 1) % NRANKINGS], in->stop,
-                           2 * (uint64_t)in->nm + 64);
+                           (uint64_t)in->nm + in->nm / 4 + 64);
         if (rc < 0)
             return rc;
         if (rc == RP_NOTFOUND) {
