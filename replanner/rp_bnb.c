@@ -74,9 +74,9 @@ struct rp_search {
     uint32_t *cuts; /* per section boundary x|x+1: unplaced blocks spanning it */
     int decompose;  /* linear timelines only: a circle has no ends to cut at */
     ustack parts;   /* members of the open parts */
-    /* By place in parts: the member's lowest offset, that plus its size, its rank; where
-     * each block is in parts. search() scans these, in a row, instead of the blocks. */
-    uint64_t *pmo, *ptop;
+    /* By place in parts: the member's lowest offset, its size, its rank; where each block
+     * is in parts. search() scans these, in a row, instead of the blocks. */
+    uint64_t *pmo, *psz;
     uint32_t *prk, *pos;
     ustack cands; /* candidates of the open nodes */
     ustack saved; /* ranks of the parts ranked afresh, to restore */
@@ -112,7 +112,6 @@ static void set_minoff(rp_search *s, uint32_t y, uint64_t o)
 
     s->minoff[y] = o;
     s->pmo[at] = o;
-    s->ptop[at] = o + s->size[y];
 }
 
 /* Room in parts for more members, the per-place arrays along. */
@@ -133,12 +132,12 @@ static int parts_reserve(rp_search *s, size_t more)
             memcpy(n, u->v, u->top * sizeof(uint32_t));
             memcpy(rk, s->prk, u->top * sizeof(uint32_t));
             memcpy(mo, s->pmo, u->top * sizeof(uint64_t));
-            memcpy(top, s->ptop, u->top * sizeof(uint64_t));
+            memcpy(top, s->psz, u->top * sizeof(uint64_t));
         }
         u->v = n;
         s->prk = rk;
         s->pmo = mo;
-        s->ptop = top;
+        s->psz = top;
         u->cap = cap;
     }
     return 0;
@@ -147,16 +146,16 @@ static int parts_reserve(rp_search *s, size_t more)
 static void parts_swap(rp_search *s, size_t a, size_t b)
 {
     uint32_t k = s->parts.v[a], rk = s->prk[a];
-    uint64_t mo = s->pmo[a], top = s->ptop[a];
+    uint64_t mo = s->pmo[a], sz = s->psz[a];
 
     s->parts.v[a] = s->parts.v[b];
     s->prk[a] = s->prk[b];
     s->pmo[a] = s->pmo[b];
-    s->ptop[a] = s->ptop[b];
+    s->psz[a] = s->psz[b];
     s->parts.v[b] = k;
     s->prk[b] = rk;
     s->pmo[b] = mo;
-    s->ptop[b] = top;
+    s->psz[b] = sz;
     s->pos[s->parts.v[a]] = (uint32_t)a;
     s->pos[k] = (uint32_t)b;
 }
@@ -166,7 +165,7 @@ static void parts_put(rp_search *s, size_t at, uint32_t k)
 {
     s->parts.v[at] = k;
     s->pmo[at] = s->minoff[k];
-    s->ptop[at] = s->minoff[k] + s->size[k];
+    s->psz[at] = s->size[k];
     s->prk[at] = s->rank[k];
     s->pos[k] = (uint32_t)at;
 }
@@ -291,6 +290,18 @@ static void fill_pair(rp_search *s, uint32_t a, uint32_t b)
     s->ov[--s->ov_start[b + 1]] = a;
 }
 
+/*
+ * Whether each pair is listed once (under the later starter, see rp_search): on a line
+ * above OM_RP_BNB_MAX_BLOCKS, where listing is what the setup costs. Below, both ends: the
+ * order of a block's list (all its partners, latest starter first) is the order place()
+ * bumps them in, which decides how often the unallocated floor's remembered member still
+ * passes; in start order within two halves MiniMalloc D took 34 % longer per node and J 55 %.
+ */
+static int lists_once(const rp_inst *in)
+{
+    return !in->period && in->nm > OM_RP_BNB_MAX_BLOCKS;
+}
+
 int rp_bnb_setup_size(const rp_inst *in, rp_mem *m, uint64_t *entries)
 {
     uint32_t *starts = rp_alloc(m, (size_t)in->nsec + 2, sizeof(uint32_t));
@@ -317,7 +328,7 @@ int rp_bnb_setup_size(const rp_inst *in, rp_mem *m, uint64_t *entries)
     for (uint32_t k = 0; k < in->nm; k++) {
         uint32_t i = in->mov[k];
 
-        if (!in->period) /* each pair once: half the sum */
+        if (lists_once(in)) /* each pair once: half the sum */
             line += starts[in->s1[i]] - ends[in->s0[i]] - 1;
         else if (!covers_end(in, i))
             sum += starts[in->s1[i]] - ends[in->s0[i]] - 1;
@@ -350,6 +361,10 @@ static int build_line_overlaps(rp_search *s, uint32_t *scratch)
         total = 0;
         for (uint32_t x = 0; x < s->nm; x++) {
             uint32_t k = s->bys[x], start = in->s0[in->mov[k]];
+
+            /* Millions of entries take a while: the plan must not come late for them. */
+            if (fill && (x & 1023) == 0 && rp_now_ns() >= s->clk->deadline_ns)
+                return -ETIMEDOUT;
 
             for (; e < s->nm && in->s1[in->mov[by_end[e]]] <= start; e++) {
                 uint32_t gone = by_end[e], last = live[--nlive];
@@ -384,7 +399,7 @@ static int build_overlaps(rp_search *s)
 
     if (!scratch)
         return -ENOMEM;
-    if (!s->in->period)
+    if (lists_once(s->in))
         return build_line_overlaps(s, scratch);
     memset(s->ov_start, 0, ((size_t)s->nm + 1) * sizeof(uint32_t));
     for_pairs(s, scratch, count_pair);
@@ -484,6 +499,8 @@ static int setup(rp_search *s)
         }
     }
     build_sections(s);
+    if (rp_now_ns() >= s->clk->deadline_ns)
+        return -ETIMEDOUT;
     if ((rc = build_overlaps(s)) < 0)
         return rc;
     memset(s->wit, 0xff, ((size_t)s->nsec + 1) * sizeof(uint32_t));
@@ -565,7 +582,7 @@ static uint32_t loc_index(const rp_search *s, uint32_t k, uint32_t x)
  */
 /* Whether section x's unplaced bytes fit above some unplaced member's lowest offset, given
  * that one member has lowest offset lo. */
-static int section_fits(rp_search *s, uint32_t x, uint64_t lo)
+static inline __attribute__((always_inline)) int section_fits(rp_search *s, uint32_t x, uint64_t lo)
 {
     uint64_t room = s->cap - s->total[x];
     uint32_t w = s->wit[x], z, e;
@@ -575,9 +592,15 @@ static int section_fits(rp_search *s, uint32_t x, uint64_t lo)
     /* The member that passed this test last time usually passes it again. */
     if (w != UINT32_MAX && s->off[w] == RP_NONE && s->minoff[w] <= room)
         return 1;
-    for (z = s->sc_start[x], e = s->ucnt ? z + s->ucnt[x] : s->sc_start[x + 1]; z < e; z++)
-        if (s->off[s->sc[z]] == RP_NONE && s->minoff[s->sc[z]] <= room)
-            break;
+    if (s->ucnt) { /* the unplaced ones first */
+        for (z = s->sc_start[x], e = z + s->ucnt[x]; z < e; z++)
+            if (s->minoff[s->sc[z]] <= room)
+                break;
+    } else {
+        for (z = s->sc_start[x], e = s->sc_start[x + 1]; z < e; z++)
+            if (s->off[s->sc[z]] == RP_NONE && s->minoff[s->sc[z]] <= room)
+                break;
+    }
     if (z == e)
         return 0;
     s->wit[x] = s->sc[z];
@@ -591,17 +614,15 @@ static int sections_fit(rp_search *s, uint32_t y)
 
     if (lo > s->cap || s->size[y] > s->cap - lo)
         return 0;
-    /* No section of y ever holds more than at the start (totals only shrink from there). */
-    if (in->secmax[y] <= s->cap - lo)
-        return 1;
-    /* Every section passes when the fullest does; else the tree finds the sections that
-     * the block alone breaks, without a scan of all the sections a long-lived block spans
-     * (that scan was most of the time on traces of 20,000 blocks). */
+    /* Every section passes when the fullest does, or when the block's busiest section did at
+     * the start (totals only shrink from there); else the tree finds the sections that the
+     * block alone breaks, without a scan of all the sections a long-lived block spans (that
+     * scan was most of the time on traces of 20,000 blocks). */
     if (s->tree.n) {
         uint32_t i = in->mov[y];
         int64_t thr = (int64_t)(s->cap - lo);
 
-        if (s->tree.mx[1] <= thr) /* the fullest of all, at the root */
+        if (s->tree.mx[1] <= thr || in->secmax[y] <= s->cap - lo)
             return 1;
         for (int r = 0; r < 2; r++) {
             uint32_t a = r ? in->w0[i] : in->s0[i], e = r ? in->w1[i] : in->s1[i];
@@ -833,7 +854,7 @@ static inline uint64_t at_or_after(uint64_t o, uint32_t r, uint64_t off, uint32_
  * order at or after (off, rank), n if none. A new first is rare, so its branch costs
  * little; mh's chain of minima has no branch.
  */
-static void lowest(const uint64_t *mo, const uint64_t *top, const uint32_t *rk, size_t n,
+static void lowest(const uint64_t *mo, const uint64_t *sz, const uint32_t *rk, size_t n,
                    uint64_t off, uint32_t rank, uint64_t *mh, size_t *at)
 {
     uint64_t h = RP_NONE, lo = RP_NONE;
@@ -843,7 +864,7 @@ static void lowest(const uint64_t *mo, const uint64_t *top, const uint32_t *rk, 
     for (size_t x = 0; x < n; x++) {
         uint64_t v = at_or_after(mo[x], rk[x], off, rank);
 
-        h = top[x] < h ? top[x] : h;
+        h = mo[x] + sz[x] < h ? mo[x] + sz[x] : h;
         if (v < lo || (v == lo && v != RP_NONE && rk[x] < lo_rank))
             lo = v, lo_rank = rk[x], *at = x;
     }
@@ -861,7 +882,7 @@ static void lowest(const uint64_t *mo, const uint64_t *top, const uint32_t *rk, 
 static int search(rp_search *s, const part *p, uint64_t min_off, uint32_t min_rank)
 {
     const uint32_t *mem;
-    const uint64_t *mo = s->pmo + p->first, *top = s->ptop + p->first;
+    const uint64_t *mo = s->pmo + p->first, *sz = s->psz + p->first;
     const uint32_t *rk = s->prk + p->first;
     uint64_t mh, lo;
     uint32_t first, lo_rank;
@@ -874,7 +895,7 @@ static int search(rp_search *s, const part *p, uint64_t min_off, uint32_t min_ra
      * the first candidate. Reading them through the block numbers was most of the time of
      * a dive over 20,000 blocks.
      */
-    lowest(mo, top, rk, p->count, min_off, min_rank, &mh, &first_at);
+    lowest(mo, sz, rk, p->count, min_off, min_rank, &mh, &first_at);
     if (mh == RP_NONE)
         return RP_FOUND;
     if (first_at == p->count || mo[first_at] >= mh)

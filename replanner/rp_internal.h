@@ -159,6 +159,7 @@ typedef struct rp_ranking {
 typedef struct rp_search rp_search;
 enum { RP_FOUND = 0, RP_NOTFOUND = 1, RP_ABORTED = 2 };
 
+/* 0, -ENOMEM, or -ETIMEDOUT when clk's deadline passed during the setup. */
 int rp_search_new(const rp_inst *in, rp_mem *m, rp_best *best, rp_clock *clk, rp_search **out);
 /* out[k]: the rank of movable block k under r's keys and factor. */
 void rp_search_rank(rp_search *s, const rp_ranking *r, uint32_t *out);
