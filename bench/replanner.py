@@ -3,7 +3,8 @@
 20,000-buffer training-like trace, two recorded transformer iterations (cyclic, 6491 and
 12635 arcs, tests/replanner/data) and hard generated instances (tests/replanner/
 gen_instances.py: perfect packings of 220 to 600 buffers, whose optimum is LB, a cyclic one
-and a crowded aligned one, seeds from 1000, which the tests do not use); prints one table
+and two crowded aligned ones, of 2000 and 50,000 buffers, seeds from 1000, which the tests do
+not use); prints one table
 (instance, buffers, LB, best known, greedy by size / LB, ours / LB, time, the process's peak
 RSS, and ours / LB and the time taken with the in-process default budget of 20 ms)."""
 import argparse
