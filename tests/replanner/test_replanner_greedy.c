@@ -287,12 +287,62 @@ static void test_tiny_budget(void **state)
     assert_int_equal(t_live_bytes(), 0);
 }
 
+/*
+ * A line above OM_RP_BNB_MAX_BLOCKS, where the branch and bound lists each pair once (the
+ * rest from the blocks by start): its plans stay valid and never above greedy by size, at
+ * every node limit (each run stops at a different node of the search).
+ */
+static void test_bnb_large_line(void **state)
+{
+    const size_t n = OM_RP_BNB_MAX_BLOCKS + 904;
+    om_rp_block *b = calloc(n, sizeof(*b));
+    uint64_t *off = calloc(n, sizeof(*off)), seed = 41, peak = 0, greedy = 0;
+    char err[256] = "";
+    (void)state;
+
+    assert_non_null(b);
+    assert_non_null(off);
+    for (size_t i = 0; i < n; i++) { /* short lives on a long line: few pairs */
+        b[i].id = i;
+        b[i].lower = t_rand(&seed) % 20000;
+        b[i].upper = b[i].lower + 1 + t_rand(&seed) % 300;
+        b[i].size = 1 + t_rand(&seed) % 1000;
+    }
+    for (uint64_t limit = 1000; limit <= 64000; limit *= 4) {
+        om_rp_options opt = {0};
+        om_rp_result res;
+
+        opt.budget_ms = 60000;
+        opt.max_nodes = limit;
+        opt.algo = OM_RP_ALGO_BNB;
+        opt.alloc = t_alloc;
+        opt.err = err;
+        opt.errlen = sizeof(err);
+        if (om_rp_plan(b, n, &opt, off, &res) != 0)
+            fail_msg("plan failed: %s", err);
+        if (om_rp_check(b, n, 0, off, &t_alloc, err, sizeof(err)) != 0)
+            fail_msg("invalid plan (node limit %llu): %s", (unsigned long long)limit, err);
+        assert_false(res.greedy_cut);
+        assert_int_equal(res.peak, om_rp_peak(b, n, off));
+        assert_true(res.peak <= res.greedy_peak && res.peak >= res.proven_bound);
+        peak = res.peak;
+        greedy = res.greedy_peak;
+    }
+    /* With the most nodes the search has done its work there: below greedy by size (at LB
+     * after about 16,000 nodes on this instance). */
+    assert_true(peak < greedy);
+    free(off);
+    free(b);
+    assert_int_equal(t_live_bytes(), 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_random_linear),      cmocka_unit_test(test_random_cyclic),
         cmocka_unit_test(test_around_fixed),       cmocka_unit_test(test_ties_and_alignment),
         cmocka_unit_test(test_bundled_not_behind), cmocka_unit_test(test_tiny_budget),
+        cmocka_unit_test(test_bnb_large_line),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
