@@ -68,7 +68,8 @@ typedef struct om_rp_result {
     uint64_t peak;         /* max over blocks of offset + size, fixed blocks included */
     uint64_t lower_bound;  /* max bytes live at once (fixed included; on the circle if cyclic) */
     uint64_t greedy_peak;  /* greedy by size's (largest first, each at the lowest offset where
-                              it fits), the first plan of every search: peak never exceeds it */
+                              it fits), the first plan of every search: peak never exceeds it.
+                              With greedy_cut, the first plan's instead (see there) */
     uint64_t proven_bound; /* no plan has a lower peak: lower_bound (or the highest fixed end)
                               where nothing more is known, higher where the branch and bound
                               proved that no plan reaches it. peak above it: the gap may be
@@ -77,6 +78,9 @@ typedef struct om_rp_result {
     uint64_t elapsed_ns;
     uint64_t nodes;    /* decodes or branch and bound nodes spent */
     int optimal;       /* peak equals proven_bound */
+    int greedy_cut;    /* the budget ran out before greedy by size placed every block: the
+                          rest went on top of what they meet (a valid plan, found fast),
+                          and greedy_peak is that first plan's peak */
     const char *stage; /* which stage found the plan: "greedy", "local", "bnb" */
 } om_rp_result;
 

@@ -22,9 +22,17 @@
  * The restarts over rankings and capacities are in rp_restart.c.
  */
 
+/* Old lowest offsets, to restore on the way back: in segments that never move, since a dive
+ * of 20,000 blocks trails millions (doubling one array copied and cleared hundreds of MB). */
+#define TRAIL_SEG_BITS 16
+#define TRAIL_SEGS 16384
+typedef struct trail_ent {
+    uint64_t old;
+    uint32_t idx;
+} trail_ent;
+
 typedef struct trail {
-    uint32_t *idx;
-    uint64_t *old;
+    trail_ent *seg[TRAIL_SEGS];
     size_t len, cap;
 } trail;
 
@@ -42,12 +50,22 @@ struct rp_search {
     uint32_t nm, nsec;
     uint64_t cap; /* C */
     uint64_t *size;
-    uint32_t *ov_start, *ov; /* blocks meeting each block in time */
-    uint32_t *sc_start, *sc; /* blocks live in each section, the unplaced ones first */
-    uint32_t *ucnt;          /* per section: how many of its blocks are unplaced */
-    uint32_t *kbase, *loc;   /* per block and section it spans: its index in sc */
-    const rp_ranking *rk;    /* the ranking of this run */
-    uint32_t *rank;          /* its ranks, redone within each part after a split */
+    /* The blocks each block k meets in time: ov from ov_start[k] to ov_start[k + 1], and on
+     * a line also bys (blocks by start) from r0[k] to r1[k], those starting after k before
+     * it ends; so the list holds only the earlier starters that are live when k starts.
+     * k's list ends at ov_end[k]. */
+    uint32_t *ov_start, *ov_end, *ov;
+    uint32_t *bys, *r0, *r1;
+    uint32_t *deg; /* how many blocks each block meets */
+    /* Blocks live in each section. Without the max tree (few sections: small instances,
+     * where the unallocated floor scans sections often) the unplaced ones go first, ucnt of
+     * them, kept by a swap at each placement (loc: where each block and section it spans
+     * sits in sc, from kbase[k]). With it the scans are rare, and that upkeep, a cost in
+     * sections per placement, took most of the time of long-lived blocks. */
+    uint32_t *sc_start, *sc;
+    uint32_t *ucnt, *kbase, *loc;
+    const rp_ranking *rk; /* the ranking of this run */
+    uint32_t *rank;       /* its ranks, redone within each part after a split */
     rp_kv *kv;
     uint64_t *off, *minoff, *total;
     rp_maxtree tree; /* total, for the monotonic floor; n == 0: not kept */
@@ -56,8 +74,12 @@ struct rp_search {
     uint32_t *cuts; /* per section boundary x|x+1: unplaced blocks spanning it */
     int decompose;  /* linear timelines only: a circle has no ends to cut at */
     ustack parts;   /* members of the open parts */
-    ustack cands;   /* candidates of the open nodes */
-    ustack saved;   /* ranks of the parts ranked afresh, to restore */
+    /* By place in parts: the member's lowest offset, its size, its rank; where each block
+     * is in parts. search() scans these, in a row, instead of the blocks. */
+    uint64_t *pmo, *psz;
+    uint32_t *prk, *pos;
+    ustack cands; /* candidates of the open nodes */
+    ustack saved; /* ranks of the parts ranked afresh, to restore */
     uint64_t nodes_left;
     uint32_t *wit;       /* per section: an unplaced member low enough at the last check, or none */
     uint32_t *pre, npre; /* blocks that meet all others, stacked at the bottom before the search */
@@ -66,24 +88,86 @@ struct rp_search {
 
 static int trail_push(rp_search *s, trail *t, uint32_t idx, uint64_t old)
 {
-    if (t->len == t->cap) {
-        size_t cap = t->cap ? 2 * t->cap : 1024;
-        uint32_t *ni = rp_alloc(s->m, cap, sizeof(uint32_t));
-        uint64_t *no = rp_alloc(s->m, cap, sizeof(uint64_t));
+    trail_ent *e;
 
-        if (!ni || !no)
+    if (t->len == t->cap) {
+        size_t seg = t->cap >> TRAIL_SEG_BITS;
+
+        if (seg == TRAIL_SEGS ||
+            !(t->seg[seg] = rp_alloc(s->m, (size_t)1 << TRAIL_SEG_BITS, sizeof(trail_ent))))
             return -ENOMEM;
-        if (t->len) {
-            memcpy(ni, t->idx, t->len * sizeof(uint32_t));
-            memcpy(no, t->old, t->len * sizeof(uint64_t));
-        }
-        t->idx = ni;
-        t->old = no;
-        t->cap = cap;
+        t->cap += (size_t)1 << TRAIL_SEG_BITS;
     }
-    t->idx[t->len] = idx;
-    t->old[t->len++] = old;
+    e = &t->seg[t->len >> TRAIL_SEG_BITS][t->len & (((size_t)1 << TRAIL_SEG_BITS) - 1)];
+    e->idx = idx;
+    e->old = old;
+    t->len++;
     return 0;
+}
+
+/* Lowest offset of block y (and its copy where it is in parts) set to o. */
+static void set_minoff(rp_search *s, uint32_t y, uint64_t o)
+{
+    uint32_t at = s->pos[y];
+
+    s->minoff[y] = o;
+    s->pmo[at] = o;
+}
+
+/* Room in parts for more members, the per-place arrays along. */
+static int parts_reserve(rp_search *s, size_t more)
+{
+    ustack *u = &s->parts;
+
+    if (u->top + more > u->cap) {
+        size_t cap = 2 * (u->top + more) + 1024;
+        uint32_t *n = rp_alloc(s->m, cap, sizeof(uint32_t));
+        uint32_t *rk = rp_alloc(s->m, cap, sizeof(uint32_t));
+        uint64_t *mo = rp_alloc(s->m, cap, sizeof(uint64_t));
+        uint64_t *top = rp_alloc(s->m, cap, sizeof(uint64_t));
+
+        if (!n || !rk || !mo || !top)
+            return -ENOMEM;
+        if (u->top) {
+            memcpy(n, u->v, u->top * sizeof(uint32_t));
+            memcpy(rk, s->prk, u->top * sizeof(uint32_t));
+            memcpy(mo, s->pmo, u->top * sizeof(uint64_t));
+            memcpy(top, s->psz, u->top * sizeof(uint64_t));
+        }
+        u->v = n;
+        s->prk = rk;
+        s->pmo = mo;
+        s->psz = top;
+        u->cap = cap;
+    }
+    return 0;
+}
+
+static void parts_swap(rp_search *s, size_t a, size_t b)
+{
+    uint32_t k = s->parts.v[a], rk = s->prk[a];
+    uint64_t mo = s->pmo[a], sz = s->psz[a];
+
+    s->parts.v[a] = s->parts.v[b];
+    s->prk[a] = s->prk[b];
+    s->pmo[a] = s->pmo[b];
+    s->psz[a] = s->psz[b];
+    s->parts.v[b] = k;
+    s->prk[b] = rk;
+    s->pmo[b] = mo;
+    s->psz[b] = sz;
+    s->pos[s->parts.v[a]] = (uint32_t)a;
+    s->pos[k] = (uint32_t)b;
+}
+
+/* Block k goes to place at in parts. */
+static void parts_put(rp_search *s, size_t at, uint32_t k)
+{
+    s->parts.v[at] = k;
+    s->pmo[at] = s->minoff[k];
+    s->psz[at] = s->size[k];
+    s->prk[at] = s->rank[k];
+    s->pos[k] = (uint32_t)at;
 }
 
 static int ustack_reserve(rp_search *s, ustack *u, size_t more)
@@ -206,11 +290,23 @@ static void fill_pair(rp_search *s, uint32_t a, uint32_t b)
     s->ov[--s->ov_start[b + 1]] = a;
 }
 
+/*
+ * Whether each pair is listed once (under the later starter, see rp_search): on a line
+ * above OM_RP_BNB_MAX_BLOCKS, where listing is what the setup costs. Below, both ends: the
+ * order of a block's list (all its partners, latest starter first) is the order place()
+ * bumps them in, which decides how often the unallocated floor's remembered member still
+ * passes; in start order within two halves MiniMalloc D took 34 % longer per node and J 55 %.
+ */
+static int lists_once(const rp_inst *in)
+{
+    return !in->period && in->nm > OM_RP_BNB_MAX_BLOCKS;
+}
+
 int rp_bnb_setup_size(const rp_inst *in, rp_mem *m, uint64_t *entries)
 {
     uint32_t *starts = rp_alloc(m, (size_t)in->nsec + 2, sizeof(uint32_t));
     uint32_t *ends = rp_alloc(m, (size_t)in->nsec + 2, sizeof(uint32_t));
-    uint64_t nends = 0, sum = 0;
+    uint64_t nends = 0, sum = 0, line = 0;
 
     if (!starts || !ends)
         return -ENOMEM;
@@ -232,16 +328,70 @@ int rp_bnb_setup_size(const rp_inst *in, rp_mem *m, uint64_t *entries)
     for (uint32_t k = 0; k < in->nm; k++) {
         uint32_t i = in->mov[k];
 
-        if (!covers_end(in, i))
+        if (lists_once(in)) /* each pair once: half the sum */
+            line += starts[in->s1[i]] - ends[in->s0[i]] - 1;
+        else if (!covers_end(in, i))
             sum += starts[in->s1[i]] - ends[in->s0[i]] - 1;
         else
             sum += 2 * ((uint64_t)starts[in->w1[i]] + starts[in->nsec + 1] - ends[in->s0[i]]);
     }
-    *entries = sum;
+    *entries = sum + line / 2;
     return 0;
 }
 
-/* The blocks each block meets in time, in ov from ov_start[k] to ov_start[k + 1]. */
+/*
+ * On a line, by a sweep in start order: the blocks live when k starts that started before
+ * it, copied from a set of live blocks (remove by swapping with the last). The other half
+ * of each block's pairs, the later starters, are a range of bys and need no list: listing
+ * every pair twice, scattered, was most of the setup on traces of 20,000 blocks.
+ */
+static int build_line_overlaps(rp_search *s, uint32_t *scratch)
+{
+    const rp_inst *in = s->in;
+    uint32_t *by_end = scratch, *count = scratch + s->nm, *live = count + s->nsec + 2;
+    uint32_t *at = live + s->nm;
+    size_t total = 0;
+
+    sort_line(s, in->s1, count, by_end);
+    sort_line(s, in->s0, count, s->bys);
+    /* count[x] is now where blocks starting at x end in bys: the ranges' ends. */
+    for (int fill = 0; fill < 2; fill++) {
+        uint32_t nlive = 0, e = 0;
+
+        total = 0;
+        for (uint32_t x = 0; x < s->nm; x++) {
+            uint32_t k = s->bys[x], start = in->s0[in->mov[k]];
+
+            /* Millions of entries take a while: the plan must not come late for them. */
+            if (fill && (x & 1023) == 0 && rp_now_ns() >= s->clk->deadline_ns)
+                return -ETIMEDOUT;
+
+            for (; e < s->nm && in->s1[in->mov[by_end[e]]] <= start; e++) {
+                uint32_t gone = by_end[e], last = live[--nlive];
+
+                live[at[gone]] = last;
+                at[last] = at[gone];
+            }
+            if (fill) {
+                s->ov_start[k] = (uint32_t)total;
+                s->ov_end[k] = (uint32_t)total + nlive;
+                memcpy(s->ov + total, live, nlive * sizeof(uint32_t));
+                s->r0[k] = x + 1;
+                s->r1[k] = in->s1[in->mov[k]] ? count[in->s1[in->mov[k]] - 1] : 0;
+                s->deg[k] = nlive + s->r1[k] - s->r0[k];
+            }
+            total += nlive;
+            at[k] = nlive;
+            live[nlive++] = k;
+        }
+        if (!fill &&
+            (total > UINT32_MAX - 1 || !(s->ov = rp_alloc(s->m, total + 1, sizeof(uint32_t)))))
+            return -ENOMEM;
+    }
+    return 0;
+}
+
+/* The blocks each block meets in time (see rp_search): on a circle all in ov. */
 static int build_overlaps(rp_search *s)
 {
     uint32_t *scratch = rp_alloc(s->m, 3 * (size_t)s->nm + s->nsec + 2, sizeof(uint32_t));
@@ -249,6 +399,8 @@ static int build_overlaps(rp_search *s)
 
     if (!scratch)
         return -ENOMEM;
+    if (lists_once(s->in))
+        return build_line_overlaps(s, scratch);
     memset(s->ov_start, 0, ((size_t)s->nm + 1) * sizeof(uint32_t));
     for_pairs(s, scratch, count_pair);
     for (uint32_t k = 0; k < s->nm; k++)
@@ -260,6 +412,11 @@ static int build_overlaps(rp_search *s)
     /* Now ov_start[k + 1] is where k's list starts. */
     memmove(s->ov_start, s->ov_start + 1, s->nm * sizeof(uint32_t));
     s->ov_start[s->nm] = total;
+    for (uint32_t k = 0; k < s->nm; k++) {
+        s->ov_end[k] = s->ov_start[k + 1];
+        s->r0[k] = s->r1[k] = 0;
+        s->deg[k] = s->ov_end[k] - s->ov_start[k];
+    }
     return 0;
 }
 
@@ -284,7 +441,7 @@ static int find_bottom(rp_search *s)
         if (in->b[in->mov[k]].align > amax)
             amax = in->b[in->mov[k]].align;
     for (uint32_t k = 0; k < s->nm; k++)
-        if (s->ov_start[k + 1] - s->ov_start[k] == s->nm - 1 && s->size[k] % amax == 0)
+        if (s->deg[k] == s->nm - 1 && s->size[k] % amax == 0)
             s->pre[s->npre++] = k;
     return 0;
 }
@@ -303,13 +460,21 @@ static int setup(rp_search *s)
     s->total = rp_alloc(s->m, s->nsec + 1, sizeof(uint64_t));
     s->stamp = rp_alloc(s->m, s->nsec + 1, sizeof(uint32_t));
     s->ov_start = rp_alloc(s->m, s->nm + 1, sizeof(uint32_t));
+    s->ov_end = rp_alloc(s->m, s->nm + 1, sizeof(uint32_t));
+    s->bys = rp_alloc(s->m, s->nm + 1, sizeof(uint32_t));
+    s->r0 = rp_alloc(s->m, s->nm + 1, sizeof(uint32_t));
+    s->r1 = rp_alloc(s->m, s->nm + 1, sizeof(uint32_t));
+    s->deg = rp_alloc(s->m, s->nm + 1, sizeof(uint32_t));
+    if (!s->ov_end || !s->bys || !s->r0 || !s->r1 || !s->deg)
+        return -ENOMEM;
     s->sc_start = rp_alloc(s->m, s->nsec + 2, sizeof(uint32_t));
     s->sol = rp_alloc(s->m, s->nm, sizeof(uint64_t));
     s->cuts = rp_alloc(s->m, s->nsec + 1, sizeof(uint32_t));
     s->rank = rp_alloc(s->m, s->nm + 1, sizeof(uint32_t));
     s->kv = rp_alloc(s->m, s->nm + 1, sizeof(rp_kv));
     s->wit = rp_alloc(s->m, s->nsec + 1, sizeof(uint32_t));
-    if (!s->size || !s->off || !s->minoff || !s->total || !s->stamp || !s->ov_start ||
+    s->pos = rp_alloc(s->m, s->nm + 1, sizeof(uint32_t));
+    if (!s->pos || !s->size || !s->off || !s->minoff || !s->total || !s->stamp || !s->ov_start ||
         !s->sc_start || !s->sol || !s->cuts || !s->rank || !s->kv || !s->wit)
         return -ENOMEM;
     s->tree.n = 0;
@@ -319,18 +484,23 @@ static int setup(rp_search *s)
         s->size[k] = in->b[in->mov[k]].size;
         FOR_SECTIONS(in, in->mov[k], x) nsc++;
     }
-    s->sc = rp_alloc(s->m, nsc + 1, sizeof(uint32_t));
-    s->loc = rp_alloc(s->m, nsc + 1, sizeof(uint32_t));
-    s->kbase = rp_alloc(s->m, s->nm + 1, sizeof(uint32_t));
-    s->ucnt = rp_alloc(s->m, s->nsec + 1, sizeof(uint32_t));
-    if (!s->sc || !s->loc || !s->kbase || !s->ucnt)
+    if (!(s->sc = rp_alloc(s->m, nsc + 1, sizeof(uint32_t))))
         return -ENOMEM;
-    for (uint32_t k = 0, at = 0; k < s->nm; k++) {
-        uint32_t i = in->mov[k];
-        s->kbase[k] = at;
-        at += in->s1[i] - in->s0[i] + in->w1[i] - in->w0[i];
+    if (!s->tree.n) {
+        s->loc = rp_alloc(s->m, nsc + 1, sizeof(uint32_t));
+        s->kbase = rp_alloc(s->m, s->nm + 1, sizeof(uint32_t));
+        s->ucnt = rp_alloc(s->m, s->nsec + 1, sizeof(uint32_t));
+        if (!s->loc || !s->kbase || !s->ucnt)
+            return -ENOMEM;
+        for (uint32_t k = 0, at = 0; k < s->nm; k++) {
+            uint32_t i = in->mov[k];
+            s->kbase[k] = at;
+            at += in->s1[i] - in->s0[i] + in->w1[i] - in->w0[i];
+        }
     }
     build_sections(s);
+    if (rp_now_ns() >= s->clk->deadline_ns)
+        return -ETIMEDOUT;
     if ((rc = build_overlaps(s)) < 0)
         return rc;
     memset(s->wit, 0xff, ((size_t)s->nsec + 1) * sizeof(uint32_t));
@@ -357,7 +527,7 @@ int rp_search_new(const rp_inst *in, rp_mem *m, rp_best *best, rp_clock *clk, rp
 
 void rp_search_rank(rp_search *s, const rp_ranking *r, uint32_t *out)
 {
-    rp_rank(s->in, s->ov_start, r->keys, NULL, NULL, NULL, 0, r->factor, s->kv, out);
+    rp_rank(s->in, s->deg, r->keys, NULL, NULL, NULL, 0, r->factor, s->kv, out);
 }
 
 /* A part of the problem: its unplaced blocks (in parts) and its sections [lo, hi). */
@@ -410,6 +580,33 @@ static uint32_t loc_index(const rp_search *s, uint32_t k, uint32_t x)
  * totals only shrink, so checking the sections of each bumped block keeps this true at
  * every node; a section needs its members scanned only when the bumped block alone breaks it.
  */
+/* Whether section x's unplaced bytes fit above some unplaced member's lowest offset, given
+ * that one member has lowest offset lo. */
+static inline __attribute__((always_inline)) int section_fits(rp_search *s, uint32_t x, uint64_t lo)
+{
+    uint64_t room = s->cap - s->total[x];
+    uint32_t w = s->wit[x], z, e;
+
+    if (lo <= room)
+        return 1;
+    /* The member that passed this test last time usually passes it again. */
+    if (w != UINT32_MAX && s->off[w] == RP_NONE && s->minoff[w] <= room)
+        return 1;
+    if (s->ucnt) { /* the unplaced ones first */
+        for (z = s->sc_start[x], e = z + s->ucnt[x]; z < e; z++)
+            if (s->minoff[s->sc[z]] <= room)
+                break;
+    } else {
+        for (z = s->sc_start[x], e = s->sc_start[x + 1]; z < e; z++)
+            if (s->off[s->sc[z]] == RP_NONE && s->minoff[s->sc[z]] <= room)
+                break;
+    }
+    if (z == e)
+        return 0;
+    s->wit[x] = s->sc[z];
+    return 1;
+}
+
 static int sections_fit(rp_search *s, uint32_t y)
 {
     const rp_inst *in = s->in;
@@ -417,40 +614,29 @@ static int sections_fit(rp_search *s, uint32_t y)
 
     if (lo > s->cap || s->size[y] > s->cap - lo)
         return 0;
-    /* Every section passes when the fullest does: one query instead of a scan of all the
-     * sections a long-lived block spans, which was most of the time on large traces. */
+    /* Every section passes when the fullest does, or when the block's busiest section did at
+     * the start (totals only shrink from there); else the tree finds the sections that the
+     * block alone breaks, without a scan of all the sections a long-lived block spans (that
+     * scan was most of the time on traces of 20,000 blocks). */
     if (s->tree.n) {
         uint32_t i = in->mov[y];
-        int64_t mx;
+        int64_t thr = (int64_t)(s->cap - lo);
 
-        if ((uint64_t)s->tree.mx[1] <= s->cap - lo) /* the fullest of all, at the root */
+        if (s->tree.mx[1] <= thr || in->secmax[y] <= s->cap - lo)
             return 1;
-        mx = rp_maxtree_max(&s->tree, in->s0[i], in->s1[i]);
+        for (int r = 0; r < 2; r++) {
+            uint32_t a = r ? in->w0[i] : in->s0[i], e = r ? in->w1[i] : in->s1[i];
 
-        if (in->w0[i] < in->w1[i]) {
-            int64_t w = rp_maxtree_max(&s->tree, in->w0[i], in->w1[i]);
-            mx = w > mx ? w : mx;
+            for (uint32_t x = rp_maxtree_first_above(&s->tree, a, e, thr); x < e;
+                 x = rp_maxtree_first_above(&s->tree, x + 1, e, thr))
+                if (!section_fits(s, x, lo))
+                    return 0;
         }
-        if ((uint64_t)mx <= s->cap - lo)
-            return 1;
+        return 1;
     }
     FOR_SECTIONS(in, in->mov[y], x)
-    {
-        uint64_t room = s->cap - s->total[x];
-        uint32_t w = s->wit[x], z, e;
-
-        if (lo <= room)
-            continue;
-        /* The member that passed this test last time usually passes it again. */
-        if (w != UINT32_MAX && s->off[w] == RP_NONE && s->minoff[w] <= room)
-            continue;
-        for (z = s->sc_start[x], e = z + s->ucnt[x]; z < e; z++)
-            if (s->minoff[s->sc[z]] <= room)
-                break;
-        if (z == e)
-            return 0;
-        s->wit[x] = s->sc[z];
-    }
+    if (!section_fits(s, x, lo))
+        return 0;
     return 1;
 }
 
@@ -466,34 +652,40 @@ static int place(rp_search *s, uint32_t c, uint64_t o)
 
     s->off[c] = o;
     /* Out of the unplaced prefix of each section; unplace() is LIFO, so a count undoes it. */
-    FOR_SECTIONS(in, i, sec)
-    {
-        uint32_t at = s->loc[loc_index(s, c, sec)], last = s->sc_start[sec] + --s->ucnt[sec];
-        uint32_t w = s->sc[last];
+    if (s->ucnt)
+        FOR_SECTIONS(in, i, sec)
+        {
+            uint32_t at = s->loc[loc_index(s, c, sec)], last = s->sc_start[sec] + --s->ucnt[sec];
+            uint32_t w = s->sc[last];
 
-        s->sc[last] = c;
-        s->sc[at] = w;
-        s->loc[loc_index(s, c, sec)] = last;
-        s->loc[loc_index(s, w, sec)] = at;
-    }
+            s->sc[last] = c;
+            s->sc[at] = w;
+            s->loc[loc_index(s, c, sec)] = last;
+            s->loc[loc_index(s, w, sec)] = at;
+        }
     add_total(s, c, -(int64_t)s->size[c]);
     if (s->decompose)
         for (uint32_t x = in->s0[i]; x + 1 < in->s1[i]; x++)
             if (--s->cuts[x] == 0)
                 flags |= 2;
-    for (uint32_t x = s->ov_start[c]; x < s->ov_start[c + 1]; x++) {
-        uint32_t y = s->ov[x];
+    for (int half = 0; half < 2; half++) {
+        const uint32_t *list = half ? s->bys : s->ov;
+        uint32_t from = half ? s->r0[c] : s->ov_start[c], to = half ? s->r1[c] : s->ov_end[c];
 
-        if (s->off[y] != RP_NONE)
-            continue;
-        flags &= ~1;
-        if (s->minoff[y] >= height)
-            continue;
-        if (trail_push(s, &s->tmin, y, s->minoff[y]) < 0)
-            return -ENOMEM;
-        s->minoff[y] = rp_bump_fixed(in, y, height);
-        if (!sections_fit(s, y))
-            return flags | 4;
+        for (uint32_t x = from; x < to; x++) {
+            uint32_t y = list[x];
+
+            if (s->off[y] != RP_NONE)
+                continue;
+            flags &= ~1;
+            if (s->minoff[y] >= height)
+                continue;
+            if (trail_push(s, &s->tmin, y, s->minoff[y]) < 0)
+                return -ENOMEM;
+            set_minoff(s, y, rp_bump_fixed(in, y, height));
+            if (!sections_fit(s, y))
+                return flags | 4;
+        }
     }
     return flags;
 }
@@ -504,14 +696,18 @@ static void unplace(rp_search *s, uint32_t c, size_t tmin_mark)
     uint32_t i = in->mov[c];
 
     while (s->tmin.len > tmin_mark) {
-        s->tmin.len--;
-        s->minoff[s->tmin.idx[s->tmin.len]] = s->tmin.old[s->tmin.len];
+        size_t x = --s->tmin.len;
+        const trail_ent *e =
+            &s->tmin.seg[x >> TRAIL_SEG_BITS][x & (((size_t)1 << TRAIL_SEG_BITS) - 1)];
+
+        set_minoff(s, e->idx, e->old);
     }
-    FOR_SECTIONS(in, i, sec) s->ucnt[sec]++;
     add_total(s, c, (int64_t)s->size[c]);
     if (s->decompose)
         for (uint32_t x = in->s0[i]; x + 1 < in->s1[i]; x++)
             s->cuts[x]++;
+    if (s->ucnt)
+        FOR_SECTIONS(in, i, sec) s->ucnt[sec]++;
     s->off[c] = RP_NONE;
 }
 
@@ -535,8 +731,10 @@ static int solve_part(rp_search *s, const part *q)
         return -ENOMEM;
     for (size_t x = 0; x < q->count; x++)
         s->saved.v[s->saved.top++] = s->rank[s->parts.v[q->first + x]];
-    rp_rank(s->in, s->ov_start, s->rk->keys, s->total, s->tree.n ? &s->tree : NULL,
+    rp_rank(s->in, s->deg, s->rk->keys, s->total, s->tree.n ? &s->tree : NULL,
             s->parts.v + q->first, (uint32_t)q->count, s->rk->factor, s->kv, s->rank);
+    for (size_t x = q->first; x < q->first + q->count; x++)
+        s->prk[x] = s->rank[s->parts.v[x]];
     r = search(s, q, 0, 0);
     for (size_t x = 0; x < q->count; x++)
         s->rank[s->parts.v[q->first + x]] = s->saved.v[mark + x];
@@ -559,7 +757,7 @@ static int solve_split(rp_search *s, const part *p)
         while (b + 1 < p->hi && s->cuts[b] != 0)
             b++;
         b++; /* sections [a, b) */
-        if (ustack_reserve(s, &s->parts, p->count) < 0)
+        if (parts_reserve(s, p->count) < 0)
             return -ENOMEM;
         q.first = s->parts.top;
         q.count = 0;
@@ -568,7 +766,7 @@ static int solve_split(rp_search *s, const part *p)
         for (size_t x = 0; x < p->count; x++) {
             uint32_t k = s->parts.v[p->first + x], i = in->mov[k];
             if (s->off[k] == RP_NONE && in->s0[i] < b && a < in->s1[i])
-                s->parts.v[q.first + q.count++] = k;
+                parts_put(s, q.first + q.count++, k);
         }
         s->parts.top += q.count;
         if (q.count)
@@ -576,6 +774,9 @@ static int solve_split(rp_search *s, const part *p)
         s->parts.top = q.first;
         a = b;
     }
+    /* Back in p: its members' places are theirs again. */
+    for (size_t x = p->first; x < p->first + p->count; x++)
+        s->pos[s->parts.v[x]] = (uint32_t)x;
     s->parts.top = mark;
     return r;
 }
@@ -617,8 +818,7 @@ static void heap_down(const rp_search *s, const uint32_t *mem, uint32_t *h, size
 static int child(rp_search *s, const part *p, uint32_t c, size_t at, int *flags)
 {
     uint64_t co = s->minoff[c];
-    size_t m1 = s->tmin.len;
-    uint32_t *mem = s->parts.v + p->first;
+    size_t m1 = s->tmin.len, last = p->first + p->count - 1;
     part q = *p;
     int r;
 
@@ -626,8 +826,7 @@ static int child(rp_search *s, const part *p, uint32_t c, size_t at, int *flags)
     if (s->nodes_left == 0 || rp_expired(s->clk))
         return RP_ABORTED;
     s->nodes_left--;
-    mem[at] = mem[p->count - 1];
-    mem[p->count - 1] = c;
+    parts_swap(s, p->first + at, last);
     q.count--;
     if ((*flags = place(s, c, co)) < 0)
         return *flags;
@@ -639,18 +838,37 @@ static int child(rp_search *s, const part *p, uint32_t c, size_t at, int *flags)
     else
         r = search(s, &q, co, s->rank[c]);
     unplace(s, c, m1);
-    mem = s->parts.v + p->first; /* parts may have grown */
-    mem[p->count - 1] = mem[at];
-    mem[at] = c;
+    parts_swap(s, p->first + at, last);
     return r;
 }
 
-/* Whether unplaced block k may follow (off, rank) in the canonical order, below mh. */
-static int after(const rp_search *s, uint32_t k, uint64_t off, uint32_t rank, uint64_t mh)
+/* Whether (o, r) comes at or after (off, rank) in the canonical order: as a value to take the
+ * minimum of, o or RP_NONE. */
+static inline uint64_t at_or_after(uint64_t o, uint32_t r, uint64_t off, uint32_t rank)
 {
-    uint64_t o = s->minoff[k];
+    return o > off || (o == off && r >= rank) ? o : RP_NONE;
+}
 
-    return s->off[k] == RP_NONE && o < mh && (o > off || (o == off && s->rank[k] >= rank));
+/*
+ * *mh: the lowest top of n members; *at: the place of the first of them in (offset, rank)
+ * order at or after (off, rank), n if none. A new first is rare, so its branch costs
+ * little; mh's chain of minima has no branch.
+ */
+static void lowest(const uint64_t *mo, const uint64_t *sz, const uint32_t *rk, size_t n,
+                   uint64_t off, uint32_t rank, uint64_t *mh, size_t *at)
+{
+    uint64_t h = RP_NONE, lo = RP_NONE;
+    uint32_t lo_rank = UINT32_MAX;
+
+    *at = n;
+    for (size_t x = 0; x < n; x++) {
+        uint64_t v = at_or_after(mo[x], rk[x], off, rank);
+
+        h = mo[x] + sz[x] < h ? mo[x] + sz[x] : h;
+        if (v < lo || (v == lo && v != RP_NONE && rk[x] < lo_rank))
+            lo = v, lo_rank = rk[x], *at = x;
+    }
+    *mh = h;
 }
 
 /*
@@ -663,36 +881,39 @@ static int after(const rp_search *s, uint32_t k, uint64_t off, uint32_t rank, ui
  */
 static int search(rp_search *s, const part *p, uint64_t min_off, uint32_t min_rank)
 {
-    const uint32_t *mem = s->parts.v + p->first;
-    uint64_t mh = RP_NONE;
-    uint32_t first = UINT32_MAX;
-    size_t base = s->cands.top, cnt = 0, first_at = 0;
+    const uint32_t *mem;
+    const uint64_t *mo = s->pmo + p->first, *sz = s->psz + p->first;
+    const uint32_t *rk = s->prk + p->first;
+    uint64_t mh, lo;
+    uint32_t first, lo_rank;
+    size_t base = s->cands.top, cnt = 0, first_at;
     int r, flags;
 
-    for (size_t x = 0; x < p->count; x++) {
-        uint32_t k = mem[x];
-
-        if (s->off[k] != RP_NONE)
-            continue;
-        if (s->minoff[k] + s->size[k] < mh)
-            mh = s->minoff[k] + s->size[k];
-        if (after(s, k, min_off, min_rank, RP_NONE) &&
-            (first == UINT32_MAX || cand_less(s, k, first)))
-            first = k, first_at = x;
-    }
+    /*
+     * The members are all unplaced (each child moves its block out of the range), and
+     * their lowest offsets, tops and ranks sit in a row by place: one pass finds mh and
+     * the first candidate. Reading them through the block numbers was most of the time of
+     * a dive over 20,000 blocks.
+     */
+    lowest(mo, sz, rk, p->count, min_off, min_rank, &mh, &first_at);
     if (mh == RP_NONE)
         return RP_FOUND;
-    if (first == UINT32_MAX || s->minoff[first] >= mh)
+    if (first_at == p->count || mo[first_at] >= mh)
         return RP_NOTFOUND;
+    lo = mo[first_at];
+    lo_rank = rk[first_at];
+    first = s->parts.v[p->first + first_at];
     r = child(s, p, first, first_at, &flags);
     if (r != RP_NOTFOUND || (flags & 1))
         return r;
     if (ustack_reserve(s, &s->cands, p->count) < 0)
         return -ENOMEM;
-    mem = s->parts.v + p->first;
+    mo = s->pmo + p->first; /* parts may have grown */
+    rk = s->prk + p->first;
     for (uint32_t x = 0; x < p->count; x++)
-        if (mem[x] != first && after(s, mem[x], s->minoff[first], s->rank[first], mh))
+        if (x != first_at && mo[x] < mh && (mo[x] > lo || (mo[x] == lo && rk[x] >= lo_rank)))
             s->cands.v[base + cnt++] = x;
+    mem = s->parts.v + p->first;
     for (size_t x = cnt / 2; x-- > 0;)
         heap_down(s, mem, s->cands.v + base, cnt, x);
     s->cands.top = base + cnt;
@@ -745,7 +966,7 @@ int rp_search_run(rp_search *s, const rp_ranking *rk, uint64_t cap, uint64_t nod
     s->saved.top = 0;
     if (cap < in->fixed_top)
         return RP_NOTFOUND;
-    if (ustack_reserve(s, &s->parts, s->nm) < 0)
+    if (parts_reserve(s, s->nm) < 0)
         return -ENOMEM;
     memset(s->total, 0, s->nsec * sizeof(uint64_t));
     memset(s->cuts, 0, s->nsec * sizeof(uint32_t));
@@ -753,7 +974,7 @@ int rp_search_run(rp_search *s, const rp_ranking *rk, uint64_t cap, uint64_t nod
         uint32_t i = in->mov[k];
         s->off[k] = RP_NONE;
         s->minoff[k] = rp_bump_fixed(in, k, 0);
-        s->parts.v[k] = k;
+        parts_put(s, k, k);
         FOR_SECTIONS(in, i, sec) s->total[sec] += s->size[k];
         for (uint32_t x = in->s0[i]; s->decompose && x + 1 < in->s1[i]; x++)
             s->cuts[x]++;
@@ -761,7 +982,7 @@ int rp_search_run(rp_search *s, const rp_ranking *rk, uint64_t cap, uint64_t nod
     if (s->tree.n)
         rp_maxtree_build(&s->tree, s->total, s->nsec);
     s->parts.top = s->nm;
-    for (uint32_t x = 0; x < s->nsec; x++) {
+    for (uint32_t x = 0; s->ucnt && x < s->nsec; x++) {
         s->ucnt[x] = s->sc_start[x + 1] - s->sc_start[x];
         for (uint32_t z = s->sc_start[x]; z < s->sc_start[x + 1]; z++)
             s->loc[loc_index(s, s->sc[z], x)] = z;
@@ -771,6 +992,12 @@ int rp_search_run(rp_search *s, const rp_ranking *rk, uint64_t cap, uint64_t nod
             return RP_NOTFOUND;
     if ((r = place_bottom(s, &all)) != RP_FOUND)
         return r;
+    /* Members are unplaced blocks only: the bottom ones go past the end. */
+    for (size_t x = 0; x < all.count;)
+        if (s->off[s->parts.v[x]] != RP_NONE)
+            parts_swap(s, x, --all.count);
+        else
+            x++;
     r = s->decompose ? solve_split(s, &all) : search(s, &all, 0, 0);
     if (r == RP_FOUND) {
         uint64_t peak = in->fixed_top;

@@ -251,16 +251,18 @@ static uint64_t lowest_fit(const tree *t, const rp_inst *in, uint32_t i)
     return y;
 }
 
-/* Places movable blocks in order, each at the lowest offset where it fits. The tree's
- * memory is given back at the end: the search that follows needs its own. */
-static int fit(const rp_inst *in, const rp_mem *m, const uint32_t *order, uint64_t *off,
-               uint64_t *peak)
+/* Places movable blocks in order, each at the lowest offset where it fits, until the clock's
+ * deadline: *placed of them. The tree's memory is given back at the end: the search that
+ * follows needs its own. */
+static int fit(const rp_inst *in, const rp_mem *m, const uint32_t *order, const rp_clock *clk,
+               uint64_t *off, uint64_t *peak, uint32_t *placed)
 {
     rp_mem own = {m->a, NULL};
     tree t = {0};
     uint32_t nsec = in->nsec ? in->nsec : 1;
     int rc = -ENOMEM;
 
+    *placed = 0;
     *peak = in->fixed_top;
     for (t.size = 1; t.size < nsec; t.size <<= 1)
         ;
@@ -275,8 +277,13 @@ static int fit(const rp_inst *in, const rp_mem *m, const uint32_t *order, uint64
     rc = 0;
     for (uint32_t x = 0; x < in->nm && rc == 0; x++) {
         uint32_t k = order[x], i = in->mov[k];
-        uint64_t o = lowest_fit(&t, in, i);
+        uint64_t o;
 
+        /* A placement may take many jumps where the free space is cut into many gaps. */
+        if ((x & 15) == 0 && clk && rp_now_ns() >= clk->deadline_ns)
+            break;
+        o = lowest_fit(&t, in, i);
+        *placed = x + 1;
         off[k] = o;
         if (o + in->b[i].size > *peak)
             *peak = o + in->b[i].size;
@@ -287,12 +294,12 @@ out:
     return rc;
 }
 
-int rp_greedy_size(const rp_inst *in, rp_mem *m, uint64_t *off, uint64_t *peak)
+int rp_greedy_size(const rp_inst *in, rp_mem *m, const rp_clock *clk, uint32_t *order,
+                   uint64_t *off, uint64_t *peak, uint32_t *placed)
 {
     rp_kv *kv = rp_alloc(m, (size_t)in->nm + 1, sizeof(*kv));
-    uint32_t *order = rp_alloc(m, (size_t)in->nm + 1, sizeof(uint32_t));
 
-    if (!kv || !order)
+    if (!kv)
         return -ENOMEM;
     for (uint32_t k = 0; k < in->nm; k++) {
         const om_rp_block *b = &in->b[in->mov[k]];
@@ -301,5 +308,5 @@ int rp_greedy_size(const rp_inst *in, rp_mem *m, uint64_t *off, uint64_t *peak)
     rp_sort_kv(kv, in->nm);
     for (uint32_t k = 0; k < in->nm; k++)
         order[k] = kv[k].v;
-    return fit(in, m, order, off, peak);
+    return fit(in, m, order, clk, off, peak, placed);
 }

@@ -12,6 +12,8 @@
  * entries (512 MiB of lists) no budget is worth it. */
 #define BNB_ENTRIES_PER_MS 32768
 #define BNB_MAX_ENTRIES (UINT64_C(1) << 27)
+/* What the lists take at most, at that speed with a margin: the time left must hold it. */
+#define BNB_SETUP_PER_MS (4 * BNB_ENTRIES_PER_MS)
 
 void rp_errf(char *err, size_t errlen, const char *fmt, ...)
 {
@@ -428,6 +430,7 @@ static int inst_build(rp_inst *in, rp_mem *m, const om_rp_block *blocks, size_t 
     rp_kv *kv = NULL;
     uint64_t *pts, *diff;
     uint32_t npts = 0, nf = 0, *fix;
+    rp_maxtree loads;
 
     memset(in, 0, sizeof(*in));
     in->b = blocks;
@@ -507,14 +510,21 @@ static int inst_build(rp_inst *in, rp_mem *m, const om_rp_block *blocks, size_t 
     in->secmax = rp_alloc(m, (size_t)in->nm + 1, sizeof(uint64_t));
     if (!in->fx_start || !in->secmax || build_fixed_lists(in, m, kv, nf) != 0)
         return -ENOMEM;
+    /* A max tree over the loads: a scan of every block's sections costs the sum of their
+     * lengths, hundreds of millions on traces of long-lived blocks. */
+    if (in->nsec && rp_maxtree_init(&loads, m, in->nsec) < 0)
+        return -ENOMEM;
+    if (in->nsec)
+        rp_maxtree_build(&loads, in->load, in->nsec);
     for (uint32_t k = 0; k < in->nm; k++) {
         uint32_t i = in->mov[k];
-        uint64_t mx = 0;
-        for (uint32_t s = in->s0[i]; s < in->s1[i]; s++)
-            mx = in->load[s] > mx ? in->load[s] : mx;
-        for (uint32_t s = in->w0[i]; s < in->w1[i]; s++)
-            mx = in->load[s] > mx ? in->load[s] : mx;
-        in->secmax[k] = mx;
+        int64_t mx = in->s0[i] < in->s1[i] ? rp_maxtree_max(&loads, in->s0[i], in->s1[i]) : 0;
+
+        if (in->w0[i] < in->w1[i]) {
+            int64_t w = rp_maxtree_max(&loads, in->w0[i], in->w1[i]);
+            mx = w > mx ? w : mx;
+        }
+        in->secmax[k] = (uint64_t)mx;
     }
     return 0;
 }
@@ -686,6 +696,7 @@ static void finish(const rp_inst *in, const rp_best *best, uint64_t *offsets, om
         res->peak = om_rp_peak(in->b, in->n, offsets);
         res->lower_bound = in->lb;
         res->greedy_peak = best->greedy_peak;
+        res->greedy_cut = best->greedy_cut;
         res->proven_bound = best->proven > in->floor_lb ? best->proven : in->floor_lb;
         res->optimal = res->peak == res->proven_bound;
         res->stage = best->stage;
@@ -699,16 +710,19 @@ static void finish(const rp_inst *in, const rp_best *best, uint64_t *offsets, om
  * at 1.04 x LB, while generated traces of 20,000 blocks have 45 million pairs. Returns 1
  * for branch and bound, 0 for local search, or -ENOMEM.
  */
-static int use_branch_and_bound(const rp_inst *in, rp_mem *m, int algo, uint32_t budget_ms)
+static int use_branch_and_bound(const rp_inst *in, rp_mem *m, int algo, uint32_t budget_ms,
+                                const rp_clock *clk)
 {
-    uint64_t entries;
+    uint64_t entries, now = rp_now_ns();
+    uint64_t left_ms = clk->deadline_ns > now ? (clk->deadline_ns - now) / 1000000u : 0;
     int rc;
 
-    /* 4096 blocks list at most 4096 * 4095 pair ends and 4096 * 8192 sections. */
-    if (in->nm <= OM_RP_BNB_MAX_BLOCKS)
-        return 1;
     if ((rc = rp_bnb_setup_size(in, m, &entries)) < 0)
         return rc;
+    /* 4096 blocks list at most 4096 * 4095 pair ends and 4096 * 8192 sections: taken as long
+     * as the setup fits in the time left, past which the plan would come late. */
+    if (in->nm <= OM_RP_BNB_MAX_BLOCKS)
+        return algo == OM_RP_ALGO_BNB || entries <= left_ms * BNB_SETUP_PER_MS;
     if (entries > BNB_MAX_ENTRIES)
         return 0;
     return algo == OM_RP_ALGO_BNB || entries <= (uint64_t)budget_ms * BNB_ENTRIES_PER_MS;
@@ -751,7 +765,7 @@ int om_rp_plan(const om_rp_block *blocks, size_t n, const om_rp_options *opt, ui
     if (best.peak > in.stop && opt->algo != OM_RP_ALGO_GREEDY) {
         int use_bnb = 0;
         if (opt->algo != OM_RP_ALGO_LOCAL &&
-            (use_bnb = use_branch_and_bound(&in, &m, opt->algo, budget)) < 0)
+            (use_bnb = use_branch_and_bound(&in, &m, opt->algo, budget, &clk)) < 0)
             goto nomem;
         rc = use_bnb ? rp_bnb(&in, &m, &best, &clk, opt->seed)
                      : rp_local(&in, &m, &best, &clk, opt->seed);

@@ -174,25 +174,31 @@ int rp_greedy(const rp_inst *in, rp_mem *m, rp_best *best, const rp_clock *clk)
     rp_kv *kv = rp_alloc(m, (size_t)in->nm + 1, sizeof(*kv));
     uint32_t *order = rp_alloc(m, (size_t)in->nm + 1, sizeof(uint32_t));
     uint64_t *off = rp_alloc(m, (size_t)in->nm + 1, sizeof(uint64_t));
-    uint32_t crit = 0;
+    uint32_t crit = 0, placed;
     int rc;
 
     best->stage = "greedy";
     if (!kv || !order || !off || sky_init(&t, m, in->nsec ? in->nsec : 1) < 0)
         return -ENOMEM;
-    if ((rc = rp_greedy_size(in, m, off, &best->greedy_peak)) < 0)
+    if ((rc = rp_greedy_size(in, m, clk, order, off, &best->greedy_peak, &placed)) < 0)
         return rc;
     /*
      * Its blocks by offset through the skyline: each lands at or below its offset (the
      * blocks placed before it that meet it in time end at or below that offset), so the
-     * plan is never higher and the local search gets an order that yields it.
+     * plan is never higher and the local search gets an order that yields it. If the
+     * deadline stopped it, the blocks it did not place follow in its order, each on top of
+     * what it meets: a valid plan in O(n log n), whatever the budget.
      */
-    for (uint32_t k = 0; k < in->nm; k++)
-        kv[k] = (rp_kv){off[k], 0, 0, k};
-    rp_sort_kv(kv, in->nm);
-    for (uint32_t k = 0; k < in->nm; k++)
-        order[k] = kv[k].v;
+    for (uint32_t x = 0; x < placed; x++)
+        kv[x] = (rp_kv){off[order[x]], 0, 0, order[x]};
+    rp_sort_kv(kv, placed);
+    for (uint32_t x = 0; x < placed; x++)
+        order[x] = kv[x].v;
     best->peak = decode(in, &t, order, best->off, RP_NONE - 1, &crit, NULL);
+    if (placed < in->nm) {
+        best->greedy_cut = 1;
+        best->greedy_peak = best->peak;
+    }
     memcpy(best->order, order, in->nm * sizeof(uint32_t));
     for (int which = 0; which < 5 && best->peak > in->stop; which++) {
         uint64_t peak;

@@ -45,6 +45,8 @@ void rp_maxtree_build(rp_maxtree *t, const uint64_t *v, uint32_t n);
 void rp_maxtree_add(rp_maxtree *t, uint32_t lo, uint32_t hi, int64_t d);
 /* The max over [lo, hi), which must not be empty. */
 int64_t rp_maxtree_max(const rp_maxtree *t, uint32_t lo, uint32_t hi);
+/* The first index in [lo, hi) whose value is above thr, or hi if none. */
+uint32_t rp_maxtree_first_above(const rp_maxtree *t, uint32_t lo, uint32_t hi, int64_t thr);
 
 /* splitmix64: deterministic and stateless apart from the caller's word. */
 uint64_t rp_rand(uint64_t *state);
@@ -117,13 +119,17 @@ typedef struct rp_best {
     uint32_t *order; /* a decoder order (positions in mov) that yields off, for the local search */
     uint64_t peak;
     uint64_t greedy_peak; /* greedy by size's, which the plan never exceeds */
+    int greedy_cut;       /* the deadline stopped greedy by size: greedy_peak is the first plan's */
     uint64_t proven;      /* no plan has a lower peak: floor_lb, or more where a search proved it */
     const char *stage;
 } rp_best;
 
 /* rp_bysize.c: greedy by size (largest first, ties by birth, each at the lowest offset
- * where it fits): off per movable block, *peak with the fixed blocks. */
-int rp_greedy_size(const rp_inst *in, rp_mem *m, uint64_t *off, uint64_t *peak);
+ * where it fits). order: the size order (positions in mov); off per movable block, for
+ * the first *placed blocks of the order: all unless clk's deadline came first (clk may be
+ * NULL); *peak with the fixed blocks. */
+int rp_greedy_size(const rp_inst *in, rp_mem *m, const rp_clock *clk, uint32_t *order,
+                   uint64_t *off, uint64_t *peak, uint32_t *placed);
 
 /* rp_greedy.c: greedy by size as the first plan, then other orders through the skyline. */
 int rp_greedy(const rp_inst *in, rp_mem *m, rp_best *best, const rp_clock *clk);
@@ -135,7 +141,7 @@ int rp_local(const rp_inst *in, rp_mem *m, rp_best *best, rp_clock *clk, uint64_
  * tree: if not NULL, a max tree holding total, which answers T without a scan.
  * factor: if not NULL, the first key of block k is scaled by factor[k] (randomized rankings).
  */
-void rp_rank(const rp_inst *in, const uint32_t *ov_start, const char *keys, const uint64_t *total,
+void rp_rank(const rp_inst *in, const uint32_t *deg, const char *keys, const uint64_t *total,
              const rp_maxtree *tree, const uint32_t *members, uint32_t count, const double *factor,
              rp_kv *kv, uint32_t *out);
 
@@ -153,6 +159,7 @@ typedef struct rp_ranking {
 typedef struct rp_search rp_search;
 enum { RP_FOUND = 0, RP_NOTFOUND = 1, RP_ABORTED = 2 };
 
+/* 0, -ENOMEM, or -ETIMEDOUT when clk's deadline passed during the setup. */
 int rp_search_new(const rp_inst *in, rp_mem *m, rp_best *best, rp_clock *clk, rp_search **out);
 /* out[k]: the rank of movable block k under r's keys and factor. */
 void rp_search_rank(rp_search *s, const rp_ranking *r, uint32_t *out);
@@ -167,9 +174,9 @@ int rp_bnb(const rp_inst *in, rp_mem *m, rp_best *best, rp_clock *clk, uint64_t 
 
 /*
  * What the branch and bound's setup would build, in list entries, bounded from above in
- * O(n + sections) before building any of it: both ends of every pair of blocks that meet in
- * time, and every block's sections. The pairs are what grows: a 20,000-block trace has 45
- * million of them, which took 480 ms and 360 MB to list.
+ * O(n + sections) before building any of it: every pair of blocks that meet in time (once
+ * on a line, both ends on a circle), and every block's sections. The pairs are what grows:
+ * a 20,000-block trace has 45 million of them.
  */
 int rp_bnb_setup_size(const rp_inst *in, rp_mem *m, uint64_t *entries);
 

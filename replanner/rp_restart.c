@@ -121,8 +121,9 @@ int rp_bnb(const rp_inst *in, rp_mem *m, rp_best *best, rp_clock *clk, uint64_t 
 
     if (!factor || !rrank)
         return -ENOMEM;
+    /* A setup that the deadline overtook leaves the plan as it is. */
     if ((rc = rp_search_new(in, m, best, clk, &d.s)) < 0)
-        return rc;
+        return rc == -ETIMEDOUT ? 0 : rc;
     d.in = in;
     d.best = best;
     d.clk = clk;
@@ -136,15 +137,16 @@ int rp_bnb(const rp_inst *in, rp_mem *m, rp_best *best, rp_clock *clk, uint64_t 
     }
     /*
      * First one dive per ranking at LB, with nodes for about one placement per block (as
-     * MiniMalloc's first round): lZ, by birth, places a training step's buffers at LB at
-     * once, where the round robin would come to it only after the others' limits. So dives
-     * start with the last ranking, lZ.
+     * MiniMalloc's first round; a quarter more for backtracks: a dive that needs more is
+     * left to the round robin, rather than eat the budget of the dives after it): lZ, by birth,
+     * places a training step's buffers at LB at once, where the round robin would come to it only
+     * after the others' limits. So dives start with the last ranking, lZ.
      */
     for (size_t x = 0; x < NRANKINGS && !d.lb_infeasible; x++) {
         if (rp_now_ns() >= clk->deadline_ns)
             return 0;
         rc = rp_search_run(d.s, &rk[(x + NRANKINGS - 1) % NRANKINGS], in->stop,
-                           2 * (uint64_t)in->nm + 64);
+                           (uint64_t)in->nm + in->nm / 4 + 64);
         if (rc < 0)
             return rc;
         if (rc == RP_NOTFOUND) {

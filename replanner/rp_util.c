@@ -69,8 +69,7 @@ static void sift(rp_kv *a, size_t root, size_t n)
     }
 }
 
-/* Heapsort: glibc's qsort may call malloc, which the preload library must not reach. */
-void rp_sort_kv(rp_kv *a, size_t n)
+static void heapsort_kv(rp_kv *a, size_t n)
 {
     for (size_t i = n / 2; i-- > 0;)
         sift(a, i, n);
@@ -80,6 +79,75 @@ void rp_sort_kv(rp_kv *a, size_t n)
         a[end - 1] = t;
         sift(a, 0, end - 1);
     }
+}
+
+static void swap_kv(rp_kv *a, rp_kv *b)
+{
+    rp_kv t = *a;
+    *a = *b;
+    *b = t;
+}
+
+/*
+ * Introsort: quicksort on the median of three, insertion sort for short ranges, heapsort
+ * past a depth of 2 log n (so n log n at worst). In place: glibc's qsort may call malloc,
+ * which the preload library must not reach. Heapsort alone took most of the setup of
+ * 50,000-block plans: it jumps across the whole array at every step. Keys are unique (v
+ * breaks ties), so the order is the same whatever the sort.
+ */
+static void introsort(rp_kv *a, size_t n, int depth)
+{
+    while (n > 16) {
+        size_t i = 0, j = n - 1, mid = n / 2;
+
+        if (depth-- == 0) {
+            heapsort_kv(a, n);
+            return;
+        }
+        if (kv_less(&a[mid], &a[0]))
+            swap_kv(&a[mid], &a[0]);
+        if (kv_less(&a[n - 1], &a[0]))
+            swap_kv(&a[n - 1], &a[0]);
+        if (kv_less(&a[n - 1], &a[mid]))
+            swap_kv(&a[n - 1], &a[mid]);
+        /* a[0] <= pivot <= a[n - 1]: both scans stop inside the range. */
+        rp_kv pivot = a[mid];
+        for (;;) {
+            while (kv_less(&a[i], &pivot))
+                i++;
+            while (kv_less(&pivot, &a[j]))
+                j--;
+            if (i >= j)
+                break;
+            swap_kv(&a[i++], &a[j--]);
+        }
+        /* [0, j] <= pivot <= [j + 1, n): recurse into the smaller side, loop on the larger. */
+        if (j + 1 < n - j - 1) {
+            introsort(a, j + 1, depth);
+            a += j + 1;
+            n -= j + 1;
+        } else {
+            introsort(a + j + 1, n - j - 1, depth);
+            n = j + 1;
+        }
+    }
+    for (size_t x = 1; x < n; x++) {
+        rp_kv t = a[x];
+        size_t y = x;
+
+        for (; y > 0 && kv_less(&t, &a[y - 1]); y--)
+            a[y] = a[y - 1];
+        a[y] = t;
+    }
+}
+
+void rp_sort_kv(rp_kv *a, size_t n)
+{
+    int depth = 0;
+
+    for (size_t m = n; m > 1; m >>= 1)
+        depth += 2;
+    introsort(a, n, depth);
 }
 
 int rp_maxtree_init(rp_maxtree *t, rp_mem *m, uint32_t n)
@@ -152,6 +220,28 @@ int64_t rp_maxtree_max(const rp_maxtree *t, uint32_t lo, uint32_t hi)
     return tree_max(t, 1, 0, t->n, lo, hi);
 }
 
+/* acc: what the node's ancestors add to every value below them. */
+static uint32_t tree_first_above(const rp_maxtree *t, size_t node, uint32_t nlo, uint32_t nhi,
+                                 uint32_t lo, uint32_t hi, int64_t thr, int64_t acc)
+{
+    uint32_t mid = nlo + (nhi - nlo) / 2, r;
+
+    if (hi <= nlo || nhi <= lo || t->mx[node] + acc <= thr)
+        return UINT32_MAX;
+    if (nhi - nlo == 1)
+        return nlo;
+    acc += t->add[node];
+    r = tree_first_above(t, 2 * node, nlo, mid, lo, hi, thr, acc);
+    return r != UINT32_MAX ? r : tree_first_above(t, 2 * node + 1, mid, nhi, lo, hi, thr, acc);
+}
+
+uint32_t rp_maxtree_first_above(const rp_maxtree *t, uint32_t lo, uint32_t hi, int64_t thr)
+{
+    uint32_t r = lo < hi ? tree_first_above(t, 1, 0, t->n, lo, hi, thr, 0) : UINT32_MAX;
+
+    return r < hi ? r : hi;
+}
+
 uint64_t rp_rand(uint64_t *state)
 {
     uint64_t z = (*state += UINT64_C(0x9e3779b97f4a7c15));
@@ -174,7 +264,7 @@ uint64_t rp_now_ns(void)
  * O blocks met, T the most unplaced bytes in a section the block spans, U death, W length,
  * Z size; a lower case letter ranks smaller first.
  */
-static uint64_t rank_key(const rp_inst *in, const uint32_t *ov_start, const uint64_t *total,
+static uint64_t rank_key(const rp_inst *in, const uint32_t *deg, const uint64_t *total,
                          const rp_maxtree *tree, uint32_t k, char c)
 {
     uint32_t i = in->mov[k];
@@ -189,7 +279,7 @@ static uint64_t rank_key(const rp_inst *in, const uint32_t *ov_start, const uint
     case 'L':
         return b->lower;
     case 'O':
-        return ov_start[k + 1] - ov_start[k];
+        return deg[k];
     case 'T':
         if (!total)
             return in->secmax[k];
@@ -210,11 +300,11 @@ static uint64_t rank_key(const rp_inst *in, const uint32_t *ov_start, const uint
     case 'Z':
         return b->size;
     default: /* lower case: smaller first */
-        return UINT64_MAX - rank_key(in, ov_start, total, tree, k, (char)(c - 'a' + 'A'));
+        return UINT64_MAX - rank_key(in, deg, total, tree, k, (char)(c - 'a' + 'A'));
     }
 }
 
-void rp_rank(const rp_inst *in, const uint32_t *ov_start, const char *keys, const uint64_t *total,
+void rp_rank(const rp_inst *in, const uint32_t *deg, const char *keys, const uint64_t *total,
              const rp_maxtree *tree, const uint32_t *members, uint32_t count, const double *factor,
              rp_kv *kv, uint32_t *out)
 {
@@ -225,7 +315,7 @@ void rp_rank(const rp_inst *in, const uint32_t *ov_start, const char *keys, cons
         uint64_t key[3] = {0, 0, 0};
 
         for (int j = 0; j < 3 && keys[j]; j++)
-            key[j] = UINT64_MAX - rank_key(in, ov_start, total, tree, k, keys[j]);
+            key[j] = UINT64_MAX - rank_key(in, deg, total, tree, k, keys[j]);
         if (factor) {
             /* Scale the value itself, not its complement for a lower case letter. */
             int up = keys[0] >= 'A' && keys[0] <= 'Z';

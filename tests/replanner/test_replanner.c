@@ -627,13 +627,15 @@ static void test_maxtree_random(void **state)
 static void test_setup_size(void **state)
 {
     uint64_t seed = 23;
-    om_rp_block b[80];
+    static om_rp_block b[OM_RP_BNB_MAX_BLOCKS + 200];
     (void)state;
 
-    for (int iter = 0; iter < 60; iter++) {
-        int cyclic = iter & 1;
-        size_t n = 1 + t_rand(&seed) % 80;
-        uint64_t horizon = 4 + t_rand(&seed) % 60, entries = 0, truth = 0;
+    /* The last iteration is a line above OM_RP_BNB_MAX_BLOCKS, where each pair is listed
+     * once; below (and on a circle) both ends are. */
+    for (int iter = 0; iter < 61; iter++) {
+        int cyclic = iter & 1, big = iter == 60;
+        size_t n = big ? OM_RP_BNB_MAX_BLOCKS + 200 : 1 + t_rand(&seed) % 80;
+        uint64_t horizon = big ? 20000 : 4 + t_rand(&seed) % 60, entries = 0, truth = 0;
         rp_mem m = {&t_alloc, NULL};
         rp_inst in;
 
@@ -643,7 +645,7 @@ static void test_setup_size(void **state)
         for (uint32_t k = 0; k < in.nm; k++) {
             uint32_t i = in.mov[k];
             truth += in.s1[i] - in.s0[i] + in.w1[i] - in.w0[i];
-            for (uint32_t j = 0; j < in.nm; j++)
+            for (uint32_t j = big ? k + 1 : 0; j < in.nm; j++)
                 truth += j != k && rp_overlap_time(&in, i, in.mov[j]);
         }
         if (cyclic ? entries < truth : entries != truth)
