@@ -249,11 +249,12 @@ static int install_plan(struct om_pool *pool, om_rp_block *in, size_t n, uint64_
     pool->stats.plan_slots = n;
     pool->stats.plans++;
     om_info("plan: %zu slots of a %llu-request iteration (packed around %zu live blocks), "
-            "peak %.1f MiB (%.3f of its lower bound, greedy by size %.3f; %s) in %.1f ms "
+            "peak %.1f MiB (%.3f of its lower bound, greedy by size %.3f%s; %s) in %.1f ms "
             "(%s), budget %u ms",
             n, (unsigned long long)pool->period, pl.nfixed, pl.peak / 1048576.0,
             pl.res.lower_bound ? (double)pl.peak / (double)pl.res.lower_bound : 1.0,
             pl.res.lower_bound ? (double)pl.res.greedy_peak / (double)pl.res.lower_bound : 1.0,
+            pl.res.greedy_cut ? " cut at the deadline" : "",
             om_rp_gap_owner(pl.res.peak, pl.res.lower_bound, pl.res.proven_bound),
             pl.res.elapsed_ns / 1e6, on_thread ? "on the optmem-plan thread" : "inline",
             opt->budget_ms);
