@@ -268,6 +268,37 @@ static void write_frames(struct om_json *w, const struct om_site *s)
     om_json_end(w, ']');
 }
 
+/* The Python frames, innermost first, each with the index of the native frame of the eval
+ * loop that runs it: the k-th such frame runs the k-th run of Python frames, a run ending at
+ * a frame entered from C. Frames past the native ones captured have a null index. */
+static void write_python(struct om_json *w, const struct om_site *s)
+{
+    uint32_t f = 0;
+    om_json_key(w, "python");
+    om_json_begin(w, '[');
+    for (uint32_t p = 0; p < s->py_depth; p++) {
+        const char *file, *function;
+        uint32_t line;
+        if (om_py_frame((uint32_t)(s->py[p] >> 1), &file, &function, &line) != 0)
+            continue;
+        while (f < s->depth && !om_py_is_eval((uintptr_t)s->frames[f]))
+            f++;
+        om_json_begin(w, '{');
+        kv_str(w, "file", file);
+        kv_u64(w, "line", line);
+        kv_str(w, "function", function);
+        om_json_key(w, "native_index");
+        if (f < s->depth)
+            om_json_u64(w, f);
+        else
+            om_json_null(w);
+        om_json_end(w, '}');
+        if ((s->py[p] & 1) && f < s->depth)
+            f++; /* the next run belongs to the next eval loop frame */
+    }
+    om_json_end(w, ']');
+}
+
 static void write_lifetime(struct om_json *w, const char *key, uint64_t min, uint64_t max,
                            uint64_t sum, uint64_t n)
 {
@@ -306,6 +337,7 @@ static void write_sites(struct om_json *w, struct om_domain *st)
         om_json_begin(w, '{');
         kv_u64(w, "id", s->id);
         write_frames(w, s);
+        write_python(w, s);
         kv_u64(w, "count", s->count);
         kv_u64(w, "total_bytes", s->total_bytes);
         om_json_key(w, "min_size");

@@ -320,6 +320,7 @@ int om_tracer_init(const struct om_tracer_options *options)
         __atomic_store_n(&doms[i], NULL, __ATOMIC_RELEASE);
     __atomic_store_n(&ndoms, 1, __ATOMIC_RELEASE);
     om_stack_init((const void *)om_tracer_init);
+    om_py_init();
     tracer_on = 1;
     om_debug("tracer: min_bytes %zu, stack depth %u, %s iterations", cfg.min_bytes, cfg.stack_depth,
              cfg.warmup ? "marked" : "detected");
@@ -672,6 +673,7 @@ void om_tracer_atfork_prepare(void)
         return;
     pthread_mutex_lock(&dump_lock);
     pthread_mutex_lock(&lock);
+    om_py_atfork_prepare();
     om_sys_lock();
 }
 
@@ -680,6 +682,7 @@ void om_tracer_atfork_parent(void)
     if (!tracer_on)
         return;
     om_sys_unlock();
+    om_py_atfork_parent();
     pthread_mutex_unlock(&lock);
     pthread_mutex_unlock(&dump_lock);
 }
@@ -691,6 +694,7 @@ void om_tracer_atfork_child(void)
     if (!tracer_on)
         return;
     om_sys_reset_lock();
+    om_py_atfork_child();
     pthread_mutex_init(&lock, NULL);
     pthread_mutex_init(&dump_lock, NULL);
     fork_gen++;

@@ -55,7 +55,10 @@ struct om_frame_info {
 struct om_site {
     uint32_t id;
     uint32_t depth;
-    void **frames;
+    void **frames; /* depth native frames, then py_depth Python frames, then a word
+                    * of both depths: the interning key */
+    uint32_t py_depth;
+    const uintptr_t *py;        /* the Python frames of struct om_stack, in the key */
     struct om_frame_info *info; /* filled by om_sites_symbolize, outside the lock */
     int named;                  /* info has its function names (or ran out of time for them) */
     uint64_t count, total_bytes;
@@ -90,6 +93,28 @@ void om_stack_init(const void *self);
  * call it under the tracer's lock. Checkpoints go without names: `optmem report` finds
  * functions from module and offset. */
 void om_sites_symbolize(struct om_sites *const *tables, unsigned n, int with_names);
+
+/* ---- pyframes.c: Python frames of call sites ---- */
+
+#define OM_PY_NONE UINT32_MAX       /* not a frame: the walk ends */
+#define OM_PY_SKIP (UINT32_MAX - 1) /* a frame that has not started: left out */
+
+/* Finds a supported CPython in the process (its symbols, by name: nothing is loaded) and
+ * the layout of its frames; without one, om_py_capture returns 0 at once. */
+void om_py_init(void);
+/* The calling thread's Python frames, innermost first, up to cap, as struct om_stack's py
+ * entries. Takes no lock on the common path (a code object's first sight at an instruction
+ * takes the frame table's), never allocates through malloc, and reads memory it has not
+ * seen before through process_vm_readv, so that a broken frame ends the walk, not the
+ * process. */
+unsigned om_py_capture(uint32_t *out, unsigned cap);
+/* What frame id names; 0 or -ENOENT. */
+int om_py_frame(uint32_t id, const char **file, const char **function, uint32_t *line);
+/* Whether a return address lies in CPython's eval loop (one run of Python frames). */
+int om_py_is_eval(uintptr_t address);
+void om_py_atfork_prepare(void);
+void om_py_atfork_parent(void);
+void om_py_atfork_child(void);
 
 /* ---- period.c: iteration detection over a token stream ---- */
 

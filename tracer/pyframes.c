@@ -1,0 +1,545 @@
+/* Python frames of call sites: the calling thread's CPython stack, read from its own
+ * interpreter frames without the GIL, without allocating and without running Python. */
+#include "log.h"
+#include "tracer_internal.h"
+
+#include <dlfcn.h>
+#include <errno.h>
+#include <link.h>
+#include <pthread.h>
+#include <string.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+/* Where CPython keeps what the walk reads, per minor version (offsets in bytes, from the
+ * version's own headers; checked against 3.11's by tests/tracer/py_layout.c). */
+struct py_layout {
+    unsigned minor;
+    /* PyThreadState: the current frame is cframe->current_frame (3.11, 3.12) or a field
+     * of the thread state itself (ts_cframe < 0, 3.13). */
+    int ts_cframe, current_frame, ts_chunk, ts_top;
+    /* _PyInterpreterFrame */
+    int fr_code, fr_previous, fr_instr, fr_entry, fr_owner, fr_size;
+    int owner_cstack; /* a C entry shim frame (3.12+), -1 where there is none */
+    /* PyCodeObject */
+    int co_filename, co_name, co_firstlineno, co_linetable, co_firsttraceable, co_code;
+    /* PyASCIIObject and PyCompactUnicodeObject sizes: where the characters start */
+    int str_ascii, str_compact;
+};
+
+static const struct py_layout layouts[] = {
+    {.minor = 11,
+     .ts_cframe = 56,
+     .current_frame = 8,
+     .ts_chunk = 296,
+     .ts_top = 304,
+     .fr_code = 32,
+     .fr_previous = 48,
+     .fr_instr = 56,
+     .fr_entry = 68,
+     .fr_owner = 69,
+     .fr_size = 72,
+     .owner_cstack = -1,
+     .co_filename = 112,
+     .co_name = 120,
+     .co_firstlineno = 72,
+     .co_linetable = 136,
+     .co_firsttraceable = 168,
+     .co_code = 184,
+     .str_ascii = 48,
+     .str_compact = 72},
+};
+
+/* Object header and field offsets shared by every supported version. */
+#define OB_TYPE 8
+#define VAR_SIZE 16
+#define BYTES_DATA 32
+#define STR_LENGTH 16
+#define STR_STATE 32
+#define CHUNK_PREVIOUS 0
+#define CHUNK_SIZE 8
+#define CHUNK_TOP 16
+#define CHUNK_DATA 24
+#define CODE_HEADER 192 /* bytes of a code object copied on a miss: covers every field read */
+
+static const struct py_layout *lay; /* NULL: no supported CPython in this process */
+static void *(*this_thread_state)(void);
+static uintptr_t code_type, unicode_type, bytes_type;
+static uintptr_t eval_lo, eval_hi;
+
+void om_py_init(void)
+{
+    const unsigned long *version = dlsym(RTLD_DEFAULT, "Py_Version");
+    if (!version)
+        return; /* not CPython, or one older than 3.11 (which has no Py_Version) */
+    unsigned major = (unsigned)(*version >> 24), minor = (unsigned)(*version >> 16) & 0xff;
+    const struct py_layout *found = NULL;
+    for (size_t i = 0; i < sizeof layouts / sizeof *layouts; i++)
+        if (major == 3 && layouts[i].minor == minor)
+            found = &layouts[i];
+    void *get = dlsym(RTLD_DEFAULT, "PyGILState_GetThisThreadState");
+    void *code = dlsym(RTLD_DEFAULT, "PyCode_Type"), *str = dlsym(RTLD_DEFAULT, "PyUnicode_Type");
+    void *bytes = dlsym(RTLD_DEFAULT, "PyBytes_Type");
+    void *eval = dlsym(RTLD_DEFAULT, "_PyEval_EvalFrameDefault");
+    if (!found || !get || !code || !str || !bytes) {
+        om_debug("python %u.%u: its frames are not read", major, minor);
+        return;
+    }
+    Dl_info info;
+    const ElfW(Sym) *sym = NULL;
+    if (eval && dladdr1(eval, &info, (void **)&sym, RTLD_DL_SYMENT) && sym && sym->st_size) {
+        eval_lo = (uintptr_t)eval;
+        eval_hi = eval_lo + sym->st_size;
+    }
+    *(void **)&this_thread_state = get;
+    code_type = (uintptr_t)code;
+    unicode_type = (uintptr_t)str;
+    bytes_type = (uintptr_t)bytes;
+    __atomic_store_n(&lay, found, __ATOMIC_RELEASE);
+    om_debug("python %u.%u: call sites carry its frames", major, minor);
+}
+
+int om_py_is_eval(uintptr_t address)
+{
+    return address >= eval_lo && address < eval_hi;
+}
+
+/* Copies n bytes at src through the kernel, which fails cleanly on memory that is not
+ * mapped or not readable: what the walk reads for the first time comes this way. */
+static int safe_read(void *dst, uintptr_t src, size_t n)
+{
+    struct iovec local = {dst, n}, remote = {(void *)src, n};
+    return src && process_vm_readv(getpid(), &local, 1, &remote, 1, 0) == (ssize_t)n ? 0 : -1;
+}
+
+static uintptr_t word(const unsigned char *buf, int at)
+{
+    uintptr_t v;
+    memcpy(&v, buf + at, sizeof v);
+    return v;
+}
+
+static int32_t int32_at(const unsigned char *buf, int at)
+{
+    int32_t v;
+    memcpy(&v, buf + at, sizeof v);
+    return v;
+}
+
+/* ---- frames by id: (file, function, line), interned ---- */
+
+struct py_str {
+    UT_hash_handle hh;
+    char text[];
+};
+
+struct py_key {
+    const char *file, *function;
+    uint64_t line;
+};
+
+struct py_rec {
+    struct py_key key;
+    uint32_t id;
+    UT_hash_handle hh;
+};
+
+static pthread_mutex_t py_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct py_str *strs;
+static struct py_rec *recs;
+static struct py_rec **by_id; /* append-only; old copies are kept for readers */
+static uint32_t nrecs, caprecs;
+
+static const char *intern_str(const char *s)
+{
+    struct py_str *e = NULL;
+    size_t n = strlen(s);
+    HASH_FIND(hh, strs, s, n, e);
+    if (e)
+        return e->text;
+    e = om_sys_alloc(sizeof *e + n + 1);
+    if (!e)
+        return NULL;
+    memcpy(e->text, s, n + 1);
+    HASH_ADD_KEYPTR(hh, strs, e->text, n, e);
+    return e->text;
+}
+
+/* Under py_lock. OM_PY_NONE when out of memory. */
+static uint32_t intern_frame(const char *file, const char *function, uint32_t line)
+{
+    struct py_key key = {intern_str(file), intern_str(function), line};
+    if (!key.file || !key.function)
+        return OM_PY_NONE;
+    struct py_rec *r = NULL;
+    HASH_FIND(hh, recs, &key, sizeof key, r);
+    if (r)
+        return r->id;
+    if (nrecs == caprecs) {
+        uint32_t cap = caprecs ? caprecs * 2 : 256;
+        struct py_rec **fresh = om_sys_alloc(cap * sizeof *fresh);
+        if (!fresh)
+            return OM_PY_NONE;
+        if (nrecs)
+            memcpy(fresh, by_id, nrecs * sizeof *fresh);
+        __atomic_store_n(&by_id, fresh, __ATOMIC_RELEASE);
+        caprecs = cap;
+    }
+    r = om_sys_alloc(sizeof *r);
+    if (!r)
+        return OM_PY_NONE;
+    r->key = key;
+    r->id = nrecs;
+    HASH_ADD(hh, recs, key, sizeof r->key, r);
+    by_id[r->id] = r;
+    __atomic_store_n(&nrecs, r->id + 1, __ATOMIC_RELEASE);
+    return r->id;
+}
+
+int om_py_frame(uint32_t id, const char **file, const char **function, uint32_t *line)
+{
+    uint32_t n = __atomic_load_n(&nrecs, __ATOMIC_ACQUIRE);
+    struct py_rec **ids = __atomic_load_n(&by_id, __ATOMIC_ACQUIRE);
+    if (id >= n || !ids)
+        return -ENOENT;
+    *file = ids[id]->key.file;
+    *function = ids[id]->key.function;
+    *line = (uint32_t)ids[id]->key.line;
+    return 0;
+}
+
+/* ---- resolving a code object at an instruction, once ---- */
+
+/* A str's characters as UTF-8 (at most cap - 1 bytes; "?" where it cannot be read). */
+static void read_str(uintptr_t obj, char *out, size_t cap)
+{
+    unsigned char head[128];
+    strcpy(out, "?");
+    if (safe_read(head, obj, (size_t)lay->str_ascii) != 0 || word(head, OB_TYPE) != unicode_type)
+        return;
+    uint32_t state;
+    memcpy(&state, head + STR_STATE, sizeof state);
+    unsigned kind = (state >> 2) & 7, compact = (state >> 5) & 1, ascii = (state >> 6) & 1;
+    int64_t length = (int64_t)word(head, STR_LENGTH);
+    if (!compact || (kind != 1 && kind != 2 && kind != 4) || length < 0)
+        return;
+    if (length > 255)
+        length = 255;
+    unsigned char chars[255 * 4];
+    uintptr_t data = obj + (uintptr_t)(ascii ? lay->str_ascii : lay->str_compact);
+    if (safe_read(chars, data, (size_t)length * kind) != 0)
+        return;
+    size_t o = 0;
+    for (int64_t i = 0; i < length; i++) {
+        uint32_t c = kind == 1 ? chars[i]
+                     : kind == 2
+                         ? (uint32_t)chars[2 * i] | (uint32_t)chars[2 * i + 1] << 8
+                         : (uint32_t)chars[4 * i] | (uint32_t)chars[4 * i + 1] << 8 |
+                               (uint32_t)chars[4 * i + 2] << 16 | (uint32_t)chars[4 * i + 3] << 24;
+        unsigned char enc[4];
+        size_t k;
+        if (c < 0x80) {
+            enc[0] = (unsigned char)c;
+            k = 1;
+        } else if (c < 0x800) {
+            enc[0] = (unsigned char)(0xc0 | c >> 6);
+            enc[1] = (unsigned char)(0x80 | (c & 0x3f));
+            k = 2;
+        } else if (c < 0x10000) {
+            enc[0] = (unsigned char)(0xe0 | c >> 12);
+            enc[1] = (unsigned char)(0x80 | ((c >> 6) & 0x3f));
+            enc[2] = (unsigned char)(0x80 | (c & 0x3f));
+            k = 3;
+        } else {
+            enc[0] = (unsigned char)(0xf0 | (c >> 18 & 7));
+            enc[1] = (unsigned char)(0x80 | ((c >> 12) & 0x3f));
+            enc[2] = (unsigned char)(0x80 | ((c >> 6) & 0x3f));
+            enc[3] = (unsigned char)(0x80 | (c & 0x3f));
+            k = 4;
+        }
+        if (o + k >= cap)
+            break;
+        memcpy(out + o, enc, k);
+        o += k;
+    }
+    out[o] = '\0';
+}
+
+/* The location table's bytes, read through a small window. */
+struct table {
+    uintptr_t data;
+    size_t size, pos, base, have;
+    unsigned char buf[256];
+};
+
+static int next_byte(struct table *t)
+{
+    if (t->pos >= t->size)
+        return -1;
+    if (t->pos >= t->base + t->have) {
+        size_t n = t->size - t->pos < sizeof t->buf ? t->size - t->pos : sizeof t->buf;
+        if (safe_read(t->buf, t->data + t->pos, n) != 0)
+            return -1;
+        t->base = t->pos;
+        t->have = n;
+    }
+    return t->buf[t->pos++ - t->base];
+}
+
+/* A varint of the location table: 6 bits a byte, bit 6 says another follows. */
+static int read_varint(struct table *t, uint32_t *out)
+{
+    uint32_t v = 0;
+    for (unsigned shift = 0; shift < 32; shift += 6) {
+        int b = next_byte(t);
+        if (b < 0)
+            return -1;
+        v |= (uint32_t)(b & 63) << shift;
+        if (!(b & 64)) {
+            *out = v;
+            return 0;
+        }
+    }
+    return -1;
+}
+
+/* The line of the code unit at index instr, from the location table (the format of
+ * CPython 3.11 to 3.13, Objects/locations.md): entries start with a byte whose top bit is
+ * set, bits 3-6 a code and bits 0-2 the code units covered minus one; codes 13 and 14 carry
+ * a signed line delta, 10 to 12 a delta of code - 10, 15 no location. 0 when unknown. */
+static uint32_t line_of(uintptr_t linetable, int32_t first, int32_t instr)
+{
+    unsigned char head[BYTES_DATA];
+    if (safe_read(head, linetable, sizeof head) != 0 || word(head, OB_TYPE) != bytes_type)
+        return 0;
+    struct table t = {.data = linetable + BYTES_DATA, .size = word(head, VAR_SIZE)};
+    if (t.size > (1u << 24))
+        return 0;
+    int64_t line = first, addr = 0;
+    int b = next_byte(&t);
+    while (b >= 0) {
+        if (!(b & 0x80))
+            return 0; /* not the start of an entry: a table we do not understand */
+        unsigned code = ((unsigned)b >> 3) & 15, len = ((unsigned)b & 7) + 1;
+        if (code == 13 || code == 14) {
+            uint32_t v;
+            if (read_varint(&t, &v) != 0)
+                return 0;
+            line += v & 1 ? -(int64_t)(v >> 1) : (int64_t)(v >> 1);
+        } else if (code >= 10 && code <= 12) {
+            line += code - 10;
+        }
+        if (instr < addr + len)
+            return code == 15 || line <= 0 || line > UINT32_MAX ? 0 : (uint32_t)line;
+        addr += len;
+        /* The rest of the entry: bytes without the top bit. */
+        while ((b = next_byte(&t)) >= 0 && !(b & 0x80))
+            ;
+    }
+    return 0;
+}
+
+/* The frame id of code at instr, OM_PY_SKIP for a frame that has not started (before its
+ * first traceable instruction), OM_PY_NONE when code is not a readable code object. */
+static uint32_t resolve(uintptr_t code, int32_t instr)
+{
+    unsigned char head[CODE_HEADER];
+    if (safe_read(head, code, sizeof head) != 0 || word(head, OB_TYPE) != code_type)
+        return OM_PY_NONE;
+    if (instr < int32_at(head, lay->co_firsttraceable))
+        return OM_PY_SKIP;
+    char file[1024], function[512];
+    read_str(word(head, lay->co_filename), file, sizeof file);
+    read_str(word(head, lay->co_name), function, sizeof function);
+    uint32_t line =
+        line_of(word(head, lay->co_linetable), int32_at(head, lay->co_firstlineno), instr);
+    pthread_mutex_lock(&py_lock);
+    uint32_t id = intern_frame(file, function, line);
+    pthread_mutex_unlock(&py_lock);
+    return id;
+}
+
+/* ---- the cache: (code object, instruction, stamp) -> frame id ---- */
+
+/* Entries are immutable once published (code is stored last, with release); the stamp is
+ * the code object's location table, so that another code object at a freed one's address
+ * is not taken for it. */
+#define CACHE_SLOTS (1u << 16)
+#define CACHE_PROBES 8
+
+struct cache_entry {
+    uintptr_t code, stamp;
+    int32_t instr;
+    uint32_t id;
+};
+
+static struct cache_entry *cache;
+static uint32_t cache_used;
+
+static uint32_t cache_hash(uintptr_t code, int32_t instr)
+{
+    uint64_t h = ((uint64_t)code >> 4) ^ ((uint64_t)(uint32_t)instr << 40);
+    return (uint32_t)((h * 0x9e3779b97f4a7c15ull) >> 48) & (CACHE_SLOTS - 1);
+}
+
+static uint32_t cache_find(uintptr_t code, int32_t instr, uintptr_t stamp)
+{
+    const struct cache_entry *tab = __atomic_load_n(&cache, __ATOMIC_ACQUIRE);
+    if (!tab)
+        return OM_PY_NONE;
+    uint32_t h = cache_hash(code, instr);
+    for (uint32_t i = 0; i < CACHE_PROBES; i++) {
+        const struct cache_entry *e = &tab[(h + i) & (CACHE_SLOTS - 1)];
+        uintptr_t at = __atomic_load_n(&e->code, __ATOMIC_ACQUIRE);
+        if (at == 0)
+            return OM_PY_NONE;
+        if (at == code && e->instr == instr && e->stamp == stamp)
+            return e->id;
+    }
+    return OM_PY_NONE;
+}
+
+static void cache_add(uintptr_t code, int32_t instr, uintptr_t stamp, uint32_t id)
+{
+    pthread_mutex_lock(&py_lock);
+    if (!cache)
+        __atomic_store_n(&cache, om_sys_alloc(CACHE_SLOTS * sizeof *cache), __ATOMIC_RELEASE);
+    if (cache && cache_used < CACHE_SLOTS / 2) {
+        uint32_t h = cache_hash(code, instr);
+        for (uint32_t i = 0; i < CACHE_PROBES; i++) {
+            struct cache_entry *e = &cache[(h + i) & (CACHE_SLOTS - 1)];
+            if (e->code == code && e->instr == instr && e->stamp == stamp)
+                break; /* another thread added it */
+            if (e->code)
+                continue;
+            e->stamp = stamp;
+            e->instr = instr;
+            e->id = id;
+            __atomic_store_n(&e->code, code, __ATOMIC_RELEASE);
+            cache_used++;
+            break;
+        }
+    }
+    pthread_mutex_unlock(&py_lock);
+}
+
+/* ---- the walk ---- */
+
+#define MAX_CHUNKS 8
+#define MAX_HOPS 256 /* frames followed at most, skipped ones included */
+
+struct chunks {
+    uintptr_t lo[MAX_CHUNKS], hi[MAX_CHUNKS];
+    unsigned n;
+};
+
+/* The thread's data stack: the chunks that hold its frames, each up to its top. Frames of
+ * generators and coroutines live in their objects instead. */
+static void find_chunks(uintptr_t ts, struct chunks *c)
+{
+    c->n = 0;
+    uintptr_t chunk = *(const uintptr_t *)(ts + (uintptr_t)lay->ts_chunk);
+    uintptr_t top = *(const uintptr_t *)(ts + (uintptr_t)lay->ts_top);
+    while (chunk && !(chunk & 7) && c->n < MAX_CHUNKS) {
+        uintptr_t lo = chunk + CHUNK_DATA;
+        size_t size = *(const size_t *)(chunk + CHUNK_SIZE);
+        if (c->n > 0)
+            top = lo + *(const size_t *)(chunk + CHUNK_TOP) * sizeof(void *);
+        if (top < lo || top - lo > size)
+            break;
+        c->lo[c->n] = lo;
+        c->hi[c->n] = top;
+        c->n++;
+        chunk = *(const uintptr_t *)(chunk + CHUNK_PREVIOUS);
+    }
+}
+
+static int in_chunks(const struct chunks *c, uintptr_t frame, size_t size)
+{
+    for (unsigned i = 0; i < c->n; i++)
+        if (frame >= c->lo[i] && frame + size <= c->hi[i])
+            return 1;
+    return 0;
+}
+
+unsigned om_py_capture(uint32_t *out, unsigned cap)
+{
+    const struct py_layout *L = __atomic_load_n(&lay, __ATOMIC_ACQUIRE);
+    if (!L || !cap)
+        return 0;
+    uintptr_t ts = (uintptr_t)this_thread_state();
+    if (!ts)
+        return 0; /* a thread that runs no Python */
+    uintptr_t holder = L->ts_cframe >= 0 ? *(const uintptr_t *)(ts + (uintptr_t)L->ts_cframe) : ts;
+    if (!holder || (holder & 7))
+        return 0;
+    uintptr_t frame = *(const uintptr_t *)(holder + (uintptr_t)L->current_frame);
+    if (!frame)
+        return 0;
+    struct chunks chunks;
+    find_chunks(ts, &chunks);
+    unsigned n = 0;
+    unsigned char copy[128];
+    for (unsigned hop = 0; frame && n < cap && hop < MAX_HOPS; hop++) {
+        const unsigned char *f;
+        if (frame & 7)
+            break;
+        if (in_chunks(&chunks, frame, (size_t)L->fr_size))
+            f = (const unsigned char *)frame; /* the thread's live data stack */
+        else if (safe_read(copy, frame, (size_t)L->fr_size) == 0)
+            f = copy; /* a generator's frame, in its object */
+        else
+            break;
+        uintptr_t code = word(f, L->fr_code), instr_ptr = word(f, L->fr_instr);
+        uintptr_t previous = word(f, L->fr_previous);
+        char owner = (char)f[L->fr_owner];
+        frame = previous;
+        if (L->owner_cstack >= 0 && owner == (char)L->owner_cstack) {
+            if (n)
+                out[n - 1] |= 1; /* the frame above was entered from C */
+            continue;
+        }
+        if (!code || (code & 7))
+            break;
+        intptr_t units = ((intptr_t)instr_ptr - (intptr_t)(code + (uintptr_t)L->co_code)) / 2;
+        if (units < -1 || units > INT32_MAX)
+            break;
+        int32_t instr = (int32_t)units;
+        uintptr_t stamp;
+        if (f == copy) {
+            unsigned char head[CODE_HEADER];
+            if (safe_read(head, code, sizeof head) != 0)
+                break;
+            stamp = word(head, L->co_linetable);
+        } else {
+            /* A frame of the live data stack holds a reference to its code object. */
+            stamp = *(const uintptr_t *)(code + (uintptr_t)L->co_linetable);
+        }
+        uint32_t id = cache_find(code, instr, stamp);
+        if (id == OM_PY_NONE) {
+            id = resolve(code, instr);
+            if (id == OM_PY_NONE)
+                break;
+            cache_add(code, instr, stamp, id);
+        }
+        if (id == OM_PY_SKIP)
+            continue;
+        out[n++] = id << 1 | (L->fr_entry >= 0 && f[L->fr_entry] ? 1u : 0u);
+    }
+    return n;
+}
+
+void om_py_atfork_prepare(void)
+{
+    pthread_mutex_lock(&py_lock);
+}
+
+void om_py_atfork_parent(void)
+{
+    pthread_mutex_unlock(&py_lock);
+}
+
+void om_py_atfork_child(void)
+{
+    pthread_mutex_init(&py_lock, NULL);
+}
