@@ -11,8 +11,10 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
-/* Where CPython keeps what the walk reads, per minor version (offsets in bytes, from the
- * version's own headers; checked against 3.11's by tests/tracer/py_layout.c). */
+/* Where CPython keeps what the walk reads, per minor version (offsets in bytes on x86-64
+ * and aarch64, from each version's headers: 3.11 checked against its installed internal
+ * headers and by tests/tracer/python_frames.py; 3.12 and 3.13 read from their headers, and
+ * checked at run time by the first walks, see `checked` below). */
 struct py_layout {
     unsigned minor;
     /* PyThreadState: the current frame is cframe->current_frame (3.11, 3.12) or a field
@@ -20,7 +22,7 @@ struct py_layout {
     int ts_cframe, current_frame, ts_chunk, ts_top;
     /* _PyInterpreterFrame */
     int fr_code, fr_previous, fr_instr, fr_entry, fr_owner, fr_size;
-    int owner_cstack; /* a C entry shim frame (3.12+), -1 where there is none */
+    int owner_cstack; /* the eval loop's C entry frame (3.12+), -1 where there is none */
     /* PyCodeObject */
     int co_filename, co_name, co_firstlineno, co_linetable, co_firsttraceable, co_code;
     /* PyASCIIObject and PyCompactUnicodeObject sizes: where the characters start */
@@ -48,6 +50,46 @@ static const struct py_layout layouts[] = {
      .co_code = 184,
      .str_ascii = 48,
      .str_compact = 72},
+    {.minor = 12,
+     .ts_cframe = 56,
+     .current_frame = 0,
+     .ts_chunk = 232,
+     .ts_top = 240,
+     .fr_code = 0,
+     .fr_previous = 8,
+     .fr_instr = 56,
+     .fr_entry = -1,
+     .fr_owner = 70,
+     .fr_size = 72,
+     .owner_cstack = 3,
+     .co_filename = 112,
+     .co_name = 120,
+     .co_firstlineno = 68,
+     .co_linetable = 136,
+     .co_firsttraceable = 176,
+     .co_code = 192,
+     .str_ascii = 40,
+     .str_compact = 56},
+    {.minor = 13,
+     .ts_cframe = -1,
+     .current_frame = 72,
+     .ts_chunk = 232,
+     .ts_top = 240,
+     .fr_code = 0,
+     .fr_previous = 8,
+     .fr_instr = 56,
+     .fr_entry = -1,
+     .fr_owner = 70,
+     .fr_size = 72,
+     .owner_cstack = 3,
+     .co_filename = 112,
+     .co_name = 120,
+     .co_firstlineno = 68,
+     .co_linetable = 136,
+     .co_firsttraceable = 184,
+     .co_code = 200,
+     .str_ascii = 40,
+     .str_compact = 56},
 };
 
 /* Object header and field offsets shared by every supported version. */
@@ -60,7 +102,7 @@ static const struct py_layout layouts[] = {
 #define CHUNK_SIZE 8
 #define CHUNK_TOP 16
 #define CHUNK_DATA 24
-#define CODE_HEADER 192 /* bytes of a code object copied on a miss: covers every field read */
+#define CODE_HEADER 208 /* bytes of a code object copied on a miss: covers every field read */
 
 static const struct py_layout *lay; /* NULL: no supported CPython in this process */
 static void *(*this_thread_state)(void);
@@ -211,11 +253,11 @@ int om_py_frame(uint32_t id, const char **file, const char **function, uint32_t 
 /* ---- resolving a code object at an instruction, once ---- */
 
 /* A str's characters as UTF-8 (at most cap - 1 bytes; "?" where it cannot be read). */
-static void read_str(uintptr_t obj, char *out, size_t cap)
+static void read_str(const struct py_layout *L, uintptr_t obj, char *out, size_t cap)
 {
     unsigned char head[128];
     strcpy(out, "?");
-    if (safe_read(head, obj, (size_t)lay->str_ascii) != 0 || word(head, OB_TYPE) != unicode_type)
+    if (safe_read(head, obj, (size_t)L->str_ascii) != 0 || word(head, OB_TYPE) != unicode_type)
         return;
     uint32_t state;
     memcpy(&state, head + STR_STATE, sizeof state);
@@ -226,7 +268,7 @@ static void read_str(uintptr_t obj, char *out, size_t cap)
     if (length > 255)
         length = 255;
     unsigned char chars[255 * 4];
-    uintptr_t data = obj + (uintptr_t)(ascii ? lay->str_ascii : lay->str_compact);
+    uintptr_t data = obj + (uintptr_t)(ascii ? L->str_ascii : L->str_compact);
     if (safe_read(chars, data, (size_t)length * kind) != 0)
         return;
     size_t o = 0;
@@ -339,20 +381,20 @@ static uint32_t line_of(uintptr_t linetable, int32_t first, int32_t instr)
     return 0;
 }
 
-/* The frame id of code at instr, OM_PY_SKIP for a frame that has not started (before its
- * first traceable instruction), OM_PY_NONE when code is not a readable code object. */
-static uint32_t resolve(uintptr_t code, int32_t instr)
+/* The frame id of code at instr (and the code's stamp), OM_PY_SKIP for a frame that has not started
+ * (before its first traceable instruction), OM_PY_NONE when code is not a readable code object. */
+static uint32_t resolve(const struct py_layout *L, uintptr_t code, int32_t instr, uintptr_t *stamp)
 {
     unsigned char head[CODE_HEADER];
-    if (safe_read(head, code, sizeof head) != 0 || word(head, OB_TYPE) != code_type)
+    if (safe_read(head, code, (size_t)L->co_code) != 0 || word(head, OB_TYPE) != code_type)
         return OM_PY_NONE;
-    if (instr < int32_at(head, lay->co_firsttraceable))
+    *stamp = word(head, L->co_linetable);
+    if (instr < int32_at(head, L->co_firsttraceable))
         return OM_PY_SKIP;
     char file[1024], function[512];
-    read_str(word(head, lay->co_filename), file, sizeof file);
-    read_str(word(head, lay->co_name), function, sizeof function);
-    uint32_t line =
-        line_of(word(head, lay->co_linetable), int32_at(head, lay->co_firstlineno), instr);
+    read_str(L, word(head, L->co_filename), file, sizeof file);
+    read_str(L, word(head, L->co_name), function, sizeof function);
+    uint32_t line = line_of(word(head, L->co_linetable), int32_at(head, L->co_firstlineno), instr);
     pthread_mutex_lock(&py_lock);
     uint32_t id = intern_frame(file, function, line);
     pthread_mutex_unlock(&py_lock);
@@ -382,18 +424,32 @@ static uint32_t cache_hash(uintptr_t code, int32_t instr)
     return (uint32_t)((h * 0x9e3779b97f4a7c15ull) >> 48) & (CACHE_SLOTS - 1);
 }
 
-static uint32_t cache_find(uintptr_t code, int32_t instr, uintptr_t stamp)
+/* The id cached for code at instr, OM_PY_NONE when there is none. The stamp is read only
+ * once (code, instr) matched an entry, so a code object is read in place only at an address
+ * that held a code object when it was resolved: a garbage pointer is never read here. */
+static uint32_t cache_find(uintptr_t code, int32_t instr, uintptr_t stamp_at, int in_place)
 {
     const struct cache_entry *tab = __atomic_load_n(&cache, __ATOMIC_ACQUIRE);
     if (!tab)
         return OM_PY_NONE;
     uint32_t h = cache_hash(code, instr);
+    uintptr_t stamp = 0;
+    int have = 0;
     for (uint32_t i = 0; i < CACHE_PROBES; i++) {
         const struct cache_entry *e = &tab[(h + i) & (CACHE_SLOTS - 1)];
         uintptr_t at = __atomic_load_n(&e->code, __ATOMIC_ACQUIRE);
         if (at == 0)
             return OM_PY_NONE;
-        if (at == code && e->instr == instr && e->stamp == stamp)
+        if (at != code || e->instr != instr)
+            continue;
+        if (!have) {
+            if (in_place)
+                stamp = *(const uintptr_t *)stamp_at;
+            else if (safe_read(&stamp, stamp_at, sizeof stamp) != 0)
+                return OM_PY_NONE;
+            have = 1;
+        }
+        if (e->stamp == stamp)
             return e->id;
     }
     return OM_PY_NONE;
@@ -427,39 +483,80 @@ static void cache_add(uintptr_t code, int32_t instr, uintptr_t stamp, uint32_t i
 
 #define MAX_CHUNKS 8
 #define MAX_HOPS 256 /* frames followed at most, skipped ones included */
+#define CHECKED_WALKS 64
+
+/* Until a walk has read a code object where the layout says (checked), every read goes
+ * through safe_read and is checked: a layout that does not fit the interpreter (a patch
+ * release that moved a field) turns Python frames off instead of faulting. */
+static int checked;
+static unsigned failed_checks, checked_walks;
 
 struct chunks {
     uintptr_t lo[MAX_CHUNKS], hi[MAX_CHUNKS];
     unsigned n;
+    uintptr_t stack_lo, stack_hi; /* the caller's part of this thread's C stack */
 };
 
-/* The thread's data stack: the chunks that hold its frames, each up to its top. Frames of
- * generators and coroutines live in their objects instead. */
-static void find_chunks(uintptr_t ts, struct chunks *c)
+/* A word at addr: in place once the layout is checked, else through the kernel. */
+static int read_word(uintptr_t addr, uintptr_t *out)
 {
+    if (addr & 7)
+        return -1;
+    if (__atomic_load_n(&checked, __ATOMIC_RELAXED)) {
+        *out = *(const uintptr_t *)addr;
+        return 0;
+    }
+    return safe_read(out, addr, sizeof *out);
+}
+
+/* The thread's data stack: the chunks that hold its frames, each up to its top. Frames of
+ * generators and coroutines live in their objects, and 3.12's entry frames on the C
+ * stack. */
+static int find_chunks(const struct py_layout *L, uintptr_t ts, struct chunks *c)
+{
+    uintptr_t chunk, top;
     c->n = 0;
-    uintptr_t chunk = *(const uintptr_t *)(ts + (uintptr_t)lay->ts_chunk);
-    uintptr_t top = *(const uintptr_t *)(ts + (uintptr_t)lay->ts_top);
-    while (chunk && !(chunk & 7) && c->n < MAX_CHUNKS) {
-        uintptr_t lo = chunk + CHUNK_DATA;
-        size_t size = *(const size_t *)(chunk + CHUNK_SIZE);
+    if (read_word(ts + (uintptr_t)L->ts_chunk, &chunk) != 0 ||
+        read_word(ts + (uintptr_t)L->ts_top, &top) != 0)
+        return -1;
+    while (chunk && c->n < MAX_CHUNKS) {
+        uintptr_t lo = chunk + CHUNK_DATA, size, index, previous;
+        if (read_word(chunk + CHUNK_SIZE, &size) != 0 ||
+            read_word(chunk + CHUNK_PREVIOUS, &previous) != 0 ||
+            (c->n > 0 && read_word(chunk + CHUNK_TOP, &index) != 0))
+            return -1;
         if (c->n > 0)
-            top = lo + *(const size_t *)(chunk + CHUNK_TOP) * sizeof(void *);
+            top = lo + index * sizeof(void *);
         if (top < lo || top - lo > size)
-            break;
+            return -1;
         c->lo[c->n] = lo;
         c->hi[c->n] = top;
         c->n++;
-        chunk = *(const uintptr_t *)(chunk + CHUNK_PREVIOUS);
+        chunk = previous;
     }
+    return 0;
 }
 
-static int in_chunks(const struct chunks *c, uintptr_t frame, size_t size)
+/* Whether a frame lies where the interpreter keeps its live frames: the thread's data
+ * stack below its top, or the C stack above this call (an entry frame). */
+static int in_place(const struct chunks *c, uintptr_t frame, size_t size)
 {
     for (unsigned i = 0; i < c->n; i++)
         if (frame >= c->lo[i] && frame + size <= c->hi[i])
             return 1;
-    return 0;
+    return frame >= c->stack_lo && frame + size <= c->stack_hi;
+}
+
+/* The walk's first reads disagreed with the layout: no Python frames from now on. */
+static void layout_failed(const char *what)
+{
+    if (__atomic_load_n(&checked, __ATOMIC_RELAXED) ||
+        __atomic_add_fetch(&failed_checks, 1, __ATOMIC_RELAXED) != 1)
+        return;
+    __atomic_store_n(&lay, NULL, __ATOMIC_RELEASE);
+    om_warn("python: %s does not match this interpreter's layout; call sites carry no Python "
+            "frames",
+            what);
 }
 
 unsigned om_py_capture(uint32_t *out, unsigned cap)
@@ -470,62 +567,87 @@ unsigned om_py_capture(uint32_t *out, unsigned cap)
     uintptr_t ts = (uintptr_t)this_thread_state();
     if (!ts)
         return 0; /* a thread that runs no Python */
-    uintptr_t holder = L->ts_cframe >= 0 ? *(const uintptr_t *)(ts + (uintptr_t)L->ts_cframe) : ts;
-    if (!holder || (holder & 7))
+    int fast = __atomic_load_n(&checked, __ATOMIC_RELAXED);
+    uintptr_t holder = ts, frame;
+    if (L->ts_cframe >= 0 && read_word(ts + (uintptr_t)L->ts_cframe, &holder) != 0) {
+        layout_failed("the thread state");
         return 0;
-    uintptr_t frame = *(const uintptr_t *)(holder + (uintptr_t)L->current_frame);
+    }
+    if (!holder)
+        return 0;
+    if (read_word(holder + (uintptr_t)L->current_frame, &frame) != 0) {
+        layout_failed("the current frame");
+        return 0;
+    }
     if (!frame)
         return 0;
     struct chunks chunks;
-    find_chunks(ts, &chunks);
-    unsigned n = 0;
+    if (find_chunks(L, ts, &chunks) != 0) {
+        layout_failed("the data stack");
+        return 0;
+    }
+    chunks.stack_lo = (uintptr_t)__builtin_frame_address(0);
+    chunks.stack_hi = om_stack_top();
+    unsigned n = 0, resolved = 0;
+    int early = 0; /* the walk ended at a frame it could not read */
     unsigned char copy[128];
     for (unsigned hop = 0; frame && n < cap && hop < MAX_HOPS; hop++) {
         const unsigned char *f;
-        if (frame & 7)
+        if (frame & 7) {
+            early = 1;
             break;
-        if (in_chunks(&chunks, frame, (size_t)L->fr_size))
-            f = (const unsigned char *)frame; /* the thread's live data stack */
+        }
+        if (fast && in_place(&chunks, frame, (size_t)L->fr_size))
+            f = (const unsigned char *)frame; /* the interpreter's live frames */
         else if (safe_read(copy, frame, (size_t)L->fr_size) == 0)
             f = copy; /* a generator's frame, in its object */
-        else
+        else {
+            early = 1;
             break;
+        }
         uintptr_t code = word(f, L->fr_code), instr_ptr = word(f, L->fr_instr);
-        uintptr_t previous = word(f, L->fr_previous);
         char owner = (char)f[L->fr_owner];
-        frame = previous;
+        frame = word(f, L->fr_previous);
         if (L->owner_cstack >= 0 && owner == (char)L->owner_cstack) {
             if (n)
                 out[n - 1] |= 1; /* the frame above was entered from C */
             continue;
         }
-        if (!code || (code & 7))
+        if (!code || (code & 7)) {
+            early = 1;
             break;
-        intptr_t units = ((intptr_t)instr_ptr - (intptr_t)(code + (uintptr_t)L->co_code)) / 2;
-        if (units < -1 || units > INT32_MAX)
-            break;
-        int32_t instr = (int32_t)units;
-        uintptr_t stamp;
-        if (f == copy) {
-            unsigned char head[CODE_HEADER];
-            if (safe_read(head, code, sizeof head) != 0)
-                break;
-            stamp = word(head, L->co_linetable);
-        } else {
-            /* A frame of the live data stack holds a reference to its code object. */
-            stamp = *(const uintptr_t *)(code + (uintptr_t)L->co_linetable);
         }
-        uint32_t id = cache_find(code, instr, stamp);
+        intptr_t units = ((intptr_t)instr_ptr - (intptr_t)(code + (uintptr_t)L->co_code)) / 2;
+        if (units < -1 || units > INT32_MAX) {
+            early = 1;
+            break;
+        }
+        int32_t instr = (int32_t)units;
+        uintptr_t stamp_at = code + (uintptr_t)L->co_linetable;
+        /* A live frame of the data stack holds a reference to its code object. */
+        uint32_t id = fast ? cache_find(code, instr, stamp_at, f != copy) : OM_PY_NONE;
         if (id == OM_PY_NONE) {
-            id = resolve(code, instr);
-            if (id == OM_PY_NONE)
+            uintptr_t stamp;
+            id = resolve(L, code, instr, &stamp);
+            if (id == OM_PY_NONE) {
+                early = 1;
                 break;
+            }
             cache_add(code, instr, stamp, id);
         }
+        resolved++;
         if (id == OM_PY_SKIP)
             continue;
         out[n++] = id << 1 | (L->fr_entry >= 0 && f[L->fr_entry] ? 1u : 0u);
     }
+    if (!fast && early && resolved == 0) {
+        layout_failed("the innermost frame");
+        return 0;
+    }
+    /* A walk that found code objects where the layout put them: the layout fits. */
+    if (!fast && resolved &&
+        __atomic_add_fetch(&checked_walks, 1, __ATOMIC_RELAXED) >= CHECKED_WALKS)
+        __atomic_store_n(&checked, 1, __ATOMIC_RELAXED);
     return n;
 }
 

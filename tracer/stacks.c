@@ -288,6 +288,13 @@ static void find_stack(void)
     pthread_attr_destroy(&attr);
 }
 
+uintptr_t om_stack_top(void)
+{
+    if (__builtin_expect(tls_stack_hi == 0, 0))
+        find_stack();
+    return tls_stack_hi > 1 ? tls_stack_hi : 0;
+}
+
 /* Follows the learnt distances up from the program's call; 0 with the stack complete, -1
  * where the full walk must take over. */
 static int fast_walk(struct om_stack *stack, unsigned depth, uintptr_t ip, uintptr_t sp)

@@ -82,6 +82,8 @@ struct om_sites {
 
 /* Finds or adds the call site of stack. NULL when out of memory. */
 struct om_site *om_sites_intern(struct om_sites *sites, const struct om_stack *stack);
+/* The top (highest address, exclusive) of the calling thread's stack, 0 when unknown. */
+uintptr_t om_stack_top(void);
 /* Drops the frames that lie in this library (the tracer and whatever links it). */
 void om_stack_trim_self(struct om_stack *stack);
 /* Records which address range is "this library" (the module containing self) and makes

@@ -5,7 +5,9 @@ of distinct sizes from known lines (numpy, bytearray, a generator, a ctypes call
 without the GIL, a Python thread) and from a thread that runs no Python (pthread_create
 straight into malloc); each site must name its function, file and line innermost first
 (the native thread none), and `optmem report` must name the lines. native: a C program's
-sites carry no Python frames. Exit status 0 on success.
+sites carry no Python frames. broken: fake_python.c's hand-made 3.11 frames, broken one way
+per request size, give the frames that can be read and never a crash; a layout that does
+not fit turns Python frames off with one warning. Exit status 0 on success.
 """
 
 import argparse
@@ -169,6 +171,39 @@ def check_native(args, tmp):
             raise CheckError("site %d of a C program has Python frames %r" % (s["id"], s["python"]))
 
 
+INNER = ("/fake/model.py", 12, "inner")
+OUTER = ("/fake/model.py", 19, "outer")
+# fake_python.c's cases, by the MiB of their request.
+BROKEN = {1: [INNER, OUTER], 2: [INNER], 3: [], 4: [], 5: [INNER], 6: [INNER] * 16,
+          7: [("/fake/model.py", 0, "garbled"), OUTER], 8: [], 9: [], 10: [OUTER], 11: [],
+          12: [], 13: [INNER, OUTER]}
+
+
+def frames_of(site):
+    return [(f["file"], f["line"], f["function"]) for f in site["python"]]
+
+
+def check_broken(args, tmp):
+    report, _ = run_traced(args.preload, [args.program, "cases"], tmp)
+    for mib, want in BROKEN.items():
+        sites = sites_of_mib(report, mib)
+        if not sites:
+            raise CheckError("case %d: no call site" % mib)
+        for s in sites:
+            if frames_of(s) != want:
+                raise CheckError("case %d: Python frames %r, expected %r" %
+                                 (mib, frames_of(s), want))
+    os.mkdir(os.path.join(tmp, "bad"))
+    bad, _ = run_traced(args.preload, [args.program, "bad-layout"], os.path.join(tmp, "bad"))
+    for mib in (1, 2):
+        sites = sites_of_mib(bad, mib)
+        if not sites:
+            raise CheckError("bad layout: case %d: no call site" % mib)
+        for s in sites:
+            if s["python"]:
+                raise CheckError("bad layout: case %d has Python frames %r" % (mib, s["python"]))
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--preload", required=True)
@@ -178,10 +213,13 @@ def main():
     p.add_argument("--python", default=sys.executable)
     n = sub.add_parser("native")
     n.add_argument("program")
+    b = sub.add_parser("broken")
+    b.add_argument("program")
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         try:
-            (check_python if args.cmd == "python" else check_native)(args, tmp)
+            {"python": check_python, "native": check_native, "broken": check_broken}[args.cmd](
+                args, tmp)
         except CheckError as e:
             print("FAIL: %s" % e)
             return 1
