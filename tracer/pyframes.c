@@ -148,10 +148,19 @@ int om_py_is_eval(uintptr_t address)
 
 /* Copies n bytes at src through the kernel, which fails cleanly on memory that is not
  * mapped or not readable: what the walk reads for the first time comes this way. */
+static int denied; /* process_vm_readv is not permitted here (a seccomp filter) */
+
 static int safe_read(void *dst, uintptr_t src, size_t n)
 {
     struct iovec local = {dst, n}, remote = {(void *)src, n};
-    return src && process_vm_readv(getpid(), &local, 1, &remote, 1, 0) == (ssize_t)n ? 0 : -1;
+    if (!src)
+        return -1;
+    int saved = errno; /* the program's, across its malloc */
+    ssize_t got = process_vm_readv(getpid(), &local, 1, &remote, 1, 0);
+    if (got < 0 && (errno == EPERM || errno == ENOSYS))
+        __atomic_store_n(&denied, 1, __ATOMIC_RELAXED);
+    errno = saved;
+    return got == (ssize_t)n ? 0 : -1;
 }
 
 static uintptr_t word(const unsigned char *buf, int at)
@@ -554,9 +563,12 @@ static void layout_failed(const char *what)
         __atomic_add_fetch(&failed_checks, 1, __ATOMIC_RELAXED) != 1)
         return;
     __atomic_store_n(&lay, NULL, __ATOMIC_RELEASE);
-    om_warn("python: %s does not match this interpreter's layout; call sites carry no Python "
-            "frames",
-            what);
+    if (__atomic_load_n(&denied, __ATOMIC_RELAXED))
+        om_warn("python: process_vm_readv is not permitted; call sites carry no Python frames");
+    else
+        om_warn("python: %s does not match this interpreter's layout; call sites carry no "
+                "Python frames",
+                what);
 }
 
 unsigned om_py_capture(uint32_t *out, unsigned cap)
