@@ -571,7 +571,15 @@ static void layout_failed(const char *what)
                 what);
 }
 
-unsigned om_py_capture(uint32_t *out, unsigned cap)
+/* What the calling thread's last walks found at each depth: a loop allocates from the same
+ * frames again and again, so a frame seen at the same code, instruction and stamp takes its
+ * id from here instead of the shared cache. */
+#define MEMO 32
+static __thread uintptr_t memo_instr[MEMO], memo_code[MEMO], memo_stamp[MEMO];
+static __thread uint32_t memo_id[MEMO];
+
+/* The frames of the calling thread's Python stack, innermost first, up to cap. */
+static unsigned walk(uint32_t *out, unsigned cap)
 {
     const struct py_layout *L = __atomic_load_n(&lay, __ATOMIC_ACQUIRE);
     if (!L || !cap)
@@ -636,8 +644,15 @@ unsigned om_py_capture(uint32_t *out, unsigned cap)
         }
         int32_t instr = (int32_t)units;
         uintptr_t stamp_at = code + (uintptr_t)L->co_linetable;
-        /* A live frame of the data stack holds a reference to its code object. */
-        uint32_t id = fast ? cache_find(code, instr, stamp_at, f != copy) : OM_PY_NONE;
+        uint32_t id = OM_PY_NONE;
+        int memo = fast && f != copy && hop < MEMO, hit = 0;
+        if (memo && memo_code[hop] == code && memo_instr[hop] == instr_ptr &&
+            memo_stamp[hop] == *(const uintptr_t *)stamp_at) {
+            id = memo_id[hop]; /* read in place: the code object was one when memoised */
+            hit = 1;
+        } else if (fast) {
+            id = cache_find(code, instr, stamp_at, f != copy);
+        }
         if (id == OM_PY_NONE) {
             uintptr_t stamp;
             id = resolve(L, code, instr, &stamp);
@@ -646,6 +661,12 @@ unsigned om_py_capture(uint32_t *out, unsigned cap)
                 break;
             }
             cache_add(code, instr, stamp, id);
+        }
+        if (memo && !hit) {
+            memo_code[hop] = code;
+            memo_instr[hop] = instr_ptr;
+            memo_stamp[hop] = *(const uintptr_t *)stamp_at;
+            memo_id[hop] = id;
         }
         resolved++;
         if (id == OM_PY_SKIP)
@@ -661,6 +682,87 @@ unsigned om_py_capture(uint32_t *out, unsigned cap)
         __atomic_add_fetch(&checked_walks, 1, __ATOMIC_RELAXED) >= CHECKED_WALKS)
         __atomic_store_n(&checked, 1, __ATOMIC_RELAXED);
     return n;
+}
+
+/* ---- stacks by id: sequences of frames, interned ---- */
+
+struct py_stack_rec {
+    uint32_t id, n;
+    uint32_t *frames;
+    UT_hash_handle hh;
+};
+
+static struct py_stack_rec *stacks_hash;
+static struct py_stack_rec **stacks_by_id; /* append-only; old copies are kept for readers */
+static uint32_t nstacks = 1, capstacks;    /* id 0: no Python frames */
+
+/* Under py_lock. 0 when out of memory. */
+static uint32_t intern_stack(const uint32_t *frames, unsigned n)
+{
+    struct py_stack_rec *r = NULL;
+    HASH_FIND(hh, stacks_hash, frames, n * sizeof *frames, r);
+    if (r)
+        return r->id;
+    if (nstacks == capstacks || !stacks_by_id) {
+        uint32_t cap = capstacks ? capstacks * 2 : 256;
+        struct py_stack_rec **fresh = om_sys_alloc(cap * sizeof *fresh);
+        if (!fresh)
+            return 0;
+        if (stacks_by_id)
+            memcpy(fresh, stacks_by_id, nstacks * sizeof *fresh);
+        __atomic_store_n(&stacks_by_id, fresh, __ATOMIC_RELEASE);
+        capstacks = cap;
+    }
+    r = om_sys_alloc(sizeof *r);
+    uint32_t *copy = om_sys_alloc(n * sizeof *copy);
+    if (!r || !copy) {
+        om_sys_free(r, sizeof *r);
+        om_sys_free(copy, n * sizeof *copy);
+        return 0;
+    }
+    memcpy(copy, frames, n * sizeof *copy);
+    r->frames = copy;
+    r->n = n;
+    r->id = nstacks;
+    HASH_ADD_KEYPTR(hh, stacks_hash, r->frames, n * sizeof *frames, r);
+    stacks_by_id[r->id] = r;
+    __atomic_store_n(&nstacks, r->id + 1, __ATOMIC_RELEASE);
+    return r->id;
+}
+
+int om_py_stack(uint32_t stack, const uint32_t **frames, unsigned *n)
+{
+    uint32_t count = __atomic_load_n(&nstacks, __ATOMIC_ACQUIRE);
+    struct py_stack_rec **ids = __atomic_load_n(&stacks_by_id, __ATOMIC_ACQUIRE);
+    if (stack == 0 || stack >= count || !ids)
+        return -ENOENT;
+    *frames = ids[stack]->frames;
+    *n = ids[stack]->n;
+    return 0;
+}
+
+/* The calling thread's last stack: a loop that allocates from the same lines finds it
+ * here, without the table's lock. */
+static __thread uint32_t last_frames[OM_TRACER_MAX_DEPTH], last_stack;
+static __thread unsigned last_n;
+
+uint32_t om_py_capture(unsigned cap)
+{
+    uint32_t frames[OM_TRACER_MAX_DEPTH];
+    unsigned n = walk(frames, cap < OM_TRACER_MAX_DEPTH ? cap : OM_TRACER_MAX_DEPTH);
+    if (n == 0)
+        return 0;
+    if (last_stack && n == last_n && memcmp(frames, last_frames, n * sizeof *frames) == 0)
+        return last_stack;
+    pthread_mutex_lock(&py_lock);
+    uint32_t id = intern_stack(frames, n);
+    pthread_mutex_unlock(&py_lock);
+    if (id) {
+        memcpy(last_frames, frames, n * sizeof *frames);
+        last_n = n;
+        last_stack = id;
+    }
+    return id;
 }
 
 void om_py_atfork_prepare(void)

@@ -273,13 +273,17 @@ static void write_frames(struct om_json *w, const struct om_site *s)
  * a frame entered from C. Frames past the native ones captured have a null index. */
 static void write_python(struct om_json *w, const struct om_site *s)
 {
+    const uint32_t *py = NULL;
+    unsigned n = 0;
     uint32_t f = 0;
+    if (s->py_stack && om_py_stack(s->py_stack, &py, &n) != 0)
+        n = 0;
     om_json_key(w, "python");
     om_json_begin(w, '[');
-    for (uint32_t p = 0; p < s->py_depth; p++) {
+    for (unsigned p = 0; p < n; p++) {
         const char *file, *function;
         uint32_t line;
-        if (om_py_frame((uint32_t)(s->py[p] >> 1), &file, &function, &line) != 0)
+        if (om_py_frame(py[p] >> 1, &file, &function, &line) != 0)
             continue;
         while (f < s->depth && !om_py_is_eval((uintptr_t)s->frames[f]))
             f++;
@@ -293,7 +297,7 @@ static void write_python(struct om_json *w, const struct om_site *s)
         else
             om_json_null(w);
         om_json_end(w, '}');
-        if ((s->py[p] & 1) && f < s->depth)
+        if ((py[p] & 1) && f < s->depth)
             f++; /* the next run belongs to the next eval loop frame */
     }
     om_json_end(w, ']');

@@ -328,7 +328,7 @@ void om_stack_capture(struct om_stack *stack, unsigned depth, unsigned skip)
     if (depth > OM_TRACER_MAX_DEPTH)
         depth = OM_TRACER_MAX_DEPTH;
     uintptr_t ip, sp;
-    stack->py_depth = om_py_capture(stack->py, depth);
+    stack->py_stack = om_py_capture(depth);
     if (self_nranges && program_call(&ip, &sp) == 0 && fast_walk(stack, depth, ip, sp) == 0)
         return;
     full_walk(stack, depth, skip);
@@ -351,15 +351,13 @@ static int grow_ids(struct om_sites *sites)
 struct om_site *om_sites_intern(struct om_sites *sites, const struct om_stack *stack)
 {
     struct om_site *s = NULL;
-    /* The key: native frames, Python frames, and both depths, so that stacks that differ
-     * only in their Python frames are different sites. */
-    unsigned depth = stack->depth, py_depth = stack->py_depth;
-    void *key[2 * OM_TRACER_MAX_DEPTH + 1];
+    /* The key: native frames and the Python stack, so that stacks that differ only in their
+     * Python frames are different sites. */
+    unsigned depth = stack->depth;
+    void *key[OM_TRACER_MAX_DEPTH + 1];
     memcpy(key, stack->frames, depth * sizeof(void *));
-    for (unsigned i = 0; i < py_depth; i++)
-        key[depth + i] = (void *)(uintptr_t)stack->py[i];
-    key[depth + py_depth] = (void *)((uintptr_t)depth | (uintptr_t)py_depth << 16);
-    size_t keylen = (depth + py_depth + 1) * sizeof(void *);
+    key[depth] = (void *)(uintptr_t)stack->py_stack;
+    size_t keylen = (depth + 1) * sizeof(void *);
     HASH_FIND(hh, sites->hash, key, keylen, s);
     if (s)
         return s;
@@ -375,8 +373,7 @@ struct om_site *om_sites_intern(struct om_sites *sites, const struct om_stack *s
     memcpy(frames, key, keylen);
     s->frames = frames;
     s->depth = depth;
-    s->py_depth = py_depth;
-    s->py = (const uintptr_t *)(frames + depth);
+    s->py_stack = stack->py_stack;
     s->id = sites->count;
     s->life_req_min = UINT64_MAX;
     s->life_ns_min = UINT64_MAX;

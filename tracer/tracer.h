@@ -18,14 +18,12 @@ struct om_tracer_options {
 };
 
 /* A captured call-site stack: return addresses, innermost first, and the calling thread's
- * Python frames, innermost first (ids of the tracer's frame table, shifted left by one; bit
- * 0: the frame was entered from C, so it is the outermost of an eval loop's run). */
+ * Python stack (an id of the tracer's table of Python stacks; 0: none). */
 struct om_stack {
     unsigned depth;
     void *frames[OM_TRACER_MAX_DEPTH];
     unsigned walked; /* a full walk of the stack found frames the fast walk did not know */
-    unsigned py_depth;
-    uint32_t py[OM_TRACER_MAX_DEPTH];
+    uint32_t py_stack;
 };
 
 /* Zeroed, page-granular memory straight from mmap, never from malloc: the tables of the
