@@ -289,6 +289,8 @@ static void read_str(const struct py_layout *L, uintptr_t obj, char *out, size_t
                                (uint32_t)chars[4 * i + 2] << 16 | (uint32_t)chars[4 * i + 3] << 24;
         unsigned char enc[4];
         size_t k;
+        if ((c >= 0xd800 && c < 0xe000) || c > 0x10ffff)
+            c = '?'; /* a lone surrogate (an undecodable file name): not UTF-8 */
         if (c < 0x80) {
             enc[0] = (unsigned char)c;
             k = 1;

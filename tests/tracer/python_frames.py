@@ -65,6 +65,14 @@ def native_thread(n):
     libc.free(ret)
 
 
+def größe(n):
+    return bytearray(n)  # @latin1
+
+
+def 大きさ(n):
+    return bytearray(n)  # @wide
+
+
 def step(k):
     kept = [with_numpy(3 * MiB + 4096 * k), with_bytearray(5 * MiB + 4096 * k),
             next(generator(7 * MiB + 4096 * k))]
@@ -74,6 +82,8 @@ def step(k):
     t.start()
     t.join()
     native_thread(13 * MiB + 4096 * k)
+    größe(15 * MiB + 4096 * k)
+    大きさ(17 * MiB + 4096 * k)
     return kept + out
 
 
@@ -84,7 +94,7 @@ for k in range(3):
 # marker -> (function, megabytes of its requests)
 EXPECTED = {"numpy": ("with_numpy", 3), "bytearray": ("with_bytearray", 5),
             "generator": ("generator", 7), "ctypes": ("without_gil", 9),
-            "thread": ("in_thread", 11)}
+            "thread": ("in_thread", 11), "latin1": ("größe", 15), "wide": ("大きさ", 17)}
 NATIVE_MIB = 13
 
 
@@ -113,7 +123,7 @@ def sites_of_mib(report, mib):
 
 def check_python(args, tmp):
     script = os.path.join(tmp, "alloc.py")
-    with open(script, "w") as f:
+    with open(script, "w", encoding="utf-8") as f:
         f.write(SCRIPT)
     lines = {}
     for no, text in enumerate(SCRIPT.split("\n"), start=1):
