@@ -1,7 +1,8 @@
-/* Looks like CPython 3.11 to the tracer: exports the symbols it looks up, builds a thread
- * state, frames and code objects by hand (then breaks them one way at a time) and allocates
- * one size per case; tests/tracer/python_frames.py checks the report. Usage: fake_python
- * cases|bad-layout. */
+/* Looks like CPython 3.11 to the tracer, with hand-made frames broken one way per request. */
+
+/* It exports the symbols the tracer looks up, builds a thread state, frames and code
+ * objects by hand and allocates one size per case; tests/tracer/python_frames.py checks the
+ * report. Usage: fake_python cases|bad-layout. */
 #include <pthread.h>
 #include <stdint.h>
 #include <stdlib.h>
