@@ -163,6 +163,23 @@ static int safe_read(void *dst, uintptr_t src, size_t n)
     return got == (ssize_t)n ? 0 : -1;
 }
 
+/* n ranges in one call: 0 when every one was read whole. */
+static int safe_readv(struct iovec *local, struct iovec *remote, unsigned n)
+{
+    size_t total = 0;
+    for (unsigned i = 0; i < n; i++) {
+        if (!remote[i].iov_base && remote[i].iov_len)
+            return -1;
+        total += remote[i].iov_len;
+    }
+    int saved = errno;
+    ssize_t got = process_vm_readv(getpid(), local, n, remote, n, 0);
+    if (got < 0 && (errno == EPERM || errno == ENOSYS))
+        __atomic_store_n(&denied, 1, __ATOMIC_RELAXED);
+    errno = saved;
+    return got == (ssize_t)total ? 0 : -1;
+}
+
 static uintptr_t word(const unsigned char *buf, int at)
 {
     uintptr_t v;
@@ -261,27 +278,28 @@ int om_py_frame(uint32_t id, const char **file, const char **function, uint32_t 
 
 /* ---- resolving a code object at an instruction, once ---- */
 
-/* A str's characters as UTF-8 (at most cap - 1 bytes; "?" where it cannot be read). */
-static void read_str(const struct py_layout *L, uintptr_t obj, char *out, size_t cap)
+/* A str's shape from its header: 0 for a compact str of 1-, 2- or 4-byte characters. */
+static int str_shape(const struct py_layout *L, const unsigned char *head, unsigned *kind,
+                     size_t *length, size_t *data_at)
 {
-    unsigned char head[128];
-    strcpy(out, "?");
-    if (safe_read(head, obj, (size_t)L->str_ascii) != 0 || word(head, OB_TYPE) != unicode_type)
-        return;
     uint32_t state;
     memcpy(&state, head + STR_STATE, sizeof state);
-    unsigned kind = (state >> 2) & 7, compact = (state >> 5) & 1, ascii = (state >> 6) & 1;
-    int64_t length = (int64_t)word(head, STR_LENGTH);
-    if (!compact || (kind != 1 && kind != 2 && kind != 4) || length < 0)
-        return;
-    if (length > 255)
-        length = 255;
-    unsigned char chars[255 * 4];
-    uintptr_t data = obj + (uintptr_t)(ascii ? L->str_ascii : L->str_compact);
-    if (safe_read(chars, data, (size_t)length * kind) != 0)
-        return;
+    unsigned compact = (state >> 5) & 1, ascii = (state >> 6) & 1;
+    int64_t n = (int64_t)word(head, STR_LENGTH);
+    *kind = (state >> 2) & 7;
+    if (word(head, OB_TYPE) != unicode_type || !compact ||
+        (*kind != 1 && *kind != 2 && *kind != 4) || n < 0)
+        return -1;
+    *length = n > 255 ? 255 : (size_t)n;
+    *data_at = (size_t)(ascii ? L->str_ascii : L->str_compact);
+    return 0;
+}
+
+/* Characters of kind bytes each as UTF-8, at most cap - 1 bytes. */
+static void decode(const unsigned char *chars, unsigned kind, size_t length, char *out, size_t cap)
+{
     size_t o = 0;
-    for (int64_t i = 0; i < length; i++) {
+    for (size_t i = 0; i < length; i++) {
         uint32_t c = kind == 1 ? chars[i]
                      : kind == 2
                          ? (uint32_t)chars[2 * i] | (uint32_t)chars[2 * i + 1] << 8
@@ -322,7 +340,7 @@ static void read_str(const struct py_layout *L, uintptr_t obj, char *out, size_t
 struct table {
     uintptr_t data;
     size_t size, pos, base, have;
-    unsigned char buf[256];
+    unsigned char buf[1024];
 };
 
 static int next_byte(struct table *t)
@@ -360,23 +378,17 @@ static int read_varint(struct table *t, uint32_t *out)
  * CPython 3.11 to 3.13, Objects/locations.md): entries start with a byte whose top bit is
  * set, bits 3-6 a code and bits 0-2 the code units covered minus one; codes 13 and 14 carry
  * a signed line delta, 10 to 12 a delta of code - 10, 15 no location. 0 when unknown. */
-static uint32_t line_of(uintptr_t linetable, int32_t first, int32_t instr)
+static uint32_t line_of(struct table *t, int32_t first, int32_t instr)
 {
-    unsigned char head[BYTES_DATA];
-    if (safe_read(head, linetable, sizeof head) != 0 || word(head, OB_TYPE) != bytes_type)
-        return 0;
-    struct table t = {.data = linetable + BYTES_DATA, .size = word(head, VAR_SIZE)};
-    if (t.size > (1u << 24))
-        return 0;
     int64_t line = first, addr = 0;
-    int b = next_byte(&t);
+    int b = next_byte(t);
     while (b >= 0) {
         if (!(b & 0x80))
             return 0; /* not the start of an entry: a table we do not understand */
         unsigned code = ((unsigned)b >> 3) & 15, len = ((unsigned)b & 7) + 1;
         if (code == 13 || code == 14) {
             uint32_t v;
-            if (read_varint(&t, &v) != 0)
+            if (read_varint(t, &v) != 0)
                 return 0;
             line += v & 1 ? -(int64_t)(v >> 1) : (int64_t)(v >> 1);
         } else if (code >= 10 && code <= 12) {
@@ -386,14 +398,16 @@ static uint32_t line_of(uintptr_t linetable, int32_t first, int32_t instr)
             return code == 15 || line <= 0 || line > UINT32_MAX ? 0 : (uint32_t)line;
         addr += len;
         /* The rest of the entry: bytes without the top bit. */
-        while ((b = next_byte(&t)) >= 0 && !(b & 0x80))
+        while ((b = next_byte(t)) >= 0 && !(b & 0x80))
             ;
     }
     return 0;
 }
 
-/* The frame id of code at instr (and the code's stamp), OM_PY_SKIP for a frame that has not started
- * (before its first traceable instruction), OM_PY_NONE when code is not a readable code object. */
+/* The frame id of code at instr (and the code's stamp), OM_PY_SKIP for a frame that has
+ * not started (before its first traceable instruction), OM_PY_NONE when code is not a
+ * readable code object. Three reads: the code object; the headers of its file name, name
+ * and location table; their characters and bytes. */
 static uint32_t resolve(const struct py_layout *L, uintptr_t code, int32_t instr, uintptr_t *stamp)
 {
     unsigned char head[CODE_HEADER];
@@ -402,12 +416,47 @@ static uint32_t resolve(const struct py_layout *L, uintptr_t code, int32_t instr
     *stamp = word(head, L->co_linetable);
     if (instr < int32_at(head, L->co_firsttraceable))
         return OM_PY_SKIP;
-    char file[1024], function[512];
-    read_str(L, word(head, L->co_filename), file, sizeof file);
-    read_str(L, word(head, L->co_name), function, sizeof function);
-    uint32_t line = line_of(word(head, L->co_linetable), int32_at(head, L->co_firstlineno), instr);
+    uintptr_t obj[3] = {word(head, L->co_filename), word(head, L->co_name),
+                        word(head, L->co_linetable)};
+    unsigned char heads[3][64];
+    struct iovec local[3], remote[3];
+    for (int k = 0; k < 3; k++) {
+        size_t n = k < 2 ? (size_t)L->str_ascii : BYTES_DATA;
+        local[k] = (struct iovec){heads[k], n};
+        remote[k] = (struct iovec){(void *)obj[k], n};
+    }
+    char text[2][1024];
+    strcpy(text[0], "?");
+    strcpy(text[1], "?");
+    struct table t = {.data = obj[2] + BYTES_DATA};
+    unsigned kind[2] = {1, 1};
+    size_t length[2] = {0, 0}, at[2] = {0, 0};
+    int strs_ok = 0, table_ok = 0;
+    if (safe_readv(local, remote, 3) == 0) {
+        strs_ok = str_shape(L, heads[0], &kind[0], &length[0], &at[0]) == 0 &&
+                  str_shape(L, heads[1], &kind[1], &length[1], &at[1]) == 0;
+        table_ok = word(heads[2], OB_TYPE) == bytes_type && word(heads[2], VAR_SIZE) < (1u << 24);
+    }
+    if (table_ok)
+        t.size = word(heads[2], VAR_SIZE);
+    unsigned char chars[2][255 * 4];
+    for (int k = 0; k < 2; k++) {
+        size_t n = strs_ok ? length[k] * kind[k] : 0;
+        local[k] = (struct iovec){chars[k], n};
+        remote[k] = (struct iovec){(void *)(obj[k] + at[k]), n};
+    }
+    t.have = t.size < sizeof t.buf ? t.size : sizeof t.buf;
+    local[2] = (struct iovec){t.buf, t.have};
+    remote[2] = (struct iovec){(void *)t.data, t.have};
+    if ((strs_ok || table_ok) && safe_readv(local, remote, 3) == 0) {
+        for (int k = 0; k < 2 && strs_ok; k++)
+            decode(chars[k], kind[k], length[k], text[k], sizeof text[k]);
+    } else {
+        t.size = t.have = 0; /* no line */
+    }
+    uint32_t line = line_of(&t, int32_at(head, L->co_firstlineno), instr);
     pthread_mutex_lock(&py_lock);
-    uint32_t id = intern_frame(file, function, line);
+    uint32_t id = intern_frame(text[0], text[1], line);
     pthread_mutex_unlock(&py_lock);
     return id;
 }

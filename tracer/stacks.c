@@ -233,6 +233,7 @@ static __attribute__((noinline)) void full_walk(struct om_stack *stack, unsigned
     memcpy(stack->frames, buf + k, d * sizeof(void *));
     stack->depth = d;
     stack->walked = news;
+    stack->full = 1;
 }
 
 /* The program's return address into the library and the stack pointer of the program's
@@ -320,6 +321,7 @@ static int fast_walk(struct om_stack *stack, unsigned depth, uintptr_t ip, uintp
     }
     stack->depth = n;
     stack->walked = 0;
+    stack->full = 0;
     return 0;
 }
 

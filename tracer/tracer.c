@@ -473,7 +473,9 @@ void om_tracer_on_alloc(unsigned domain, void *ptr, size_t size, size_t usable, 
                             d->live_bytes, (uintptr_t)ptr, site->id,    tid};
     timeline_add(d, seq, d->live_bytes);
     pthread_mutex_unlock(&lock);
-    if (new_site || stack->walked)
+    /* A new site found by the fast walk (a known native stack under other Python frames)
+     * read no unwind tables: nothing to give back. */
+    if ((new_site && stack->full) || stack->walked)
         om_unwind_pages_drop(stack);
 }
 

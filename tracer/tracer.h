@@ -23,6 +23,7 @@ struct om_stack {
     unsigned depth;
     void *frames[OM_TRACER_MAX_DEPTH];
     unsigned walked; /* a full walk of the stack found frames the fast walk did not know */
+    unsigned full;   /* the stack came from a full walk, which read the unwind tables */
     uint32_t py_stack;
 };
 
