@@ -261,6 +261,76 @@ static void load_frames(struct loader *l, json_t *arr, struct om_rsite *site)
     }
 }
 
+/* A Python frame's address: a hash of what it says, so that equal frames merge across
+ * processes (a source frame has no module). */
+static uint64_t python_key(const char *file, const char *function, uint64_t line)
+{
+    uint64_t h = UINT64_C(0xcbf29ce484222325);
+    const char *parts[2] = {file, function ? function : ""};
+    for (int k = 0; k < 2; k++)
+        for (const char *c = parts[k]; *c; c++)
+            h = (h ^ (unsigned char)*c) * UINT64_C(0x100000001b3);
+    return (h ^ line) * UINT64_C(0x100000001b3);
+}
+
+/* sites[].python merged into the native frames the way py-spy --native shows a stack: each
+ * native frame of the eval loop gives way to the Python frames it runs; those past the
+ * captured native frames follow them. */
+static void load_python(struct loader *l, json_t *arr, struct om_rsite *site)
+{
+    size_t np = json_array_size(arr), n = site->nframes, o = 0, p = 0;
+    if (np == 0)
+        return;
+    struct om_rframe *py = calloc(np, sizeof *py), *merged = calloc(n + np, sizeof *merged);
+    uint64_t *at = calloc(np, sizeof *at);
+    if (!py || !merged || !at) {
+        fail(l, "out of memory");
+        goto out;
+    }
+    for (size_t k = 0; k < np && !l->failed; k++) {
+        json_t *fr = json_array_get(arr, k), *file = json_object_get(fr, "file");
+        if (!json_is_object(fr) || !json_is_string(file)) {
+            fail(l, "not a valid optmem report: sites[].python[].file is missing");
+            break;
+        }
+        uint64_t line = get_u64(l, fr, "sites[].python[].", "line", false);
+        at[k] = get_u64(l, fr, "sites[].python[].", "native_index", true);
+        py[k].file = dup_str(l, file);
+        py[k].function = dup_str(l, json_object_get(fr, "function"));
+        py[k].line = line > 0x7fffffff ? 0 : (unsigned)line;
+        py[k].offset = OM_NO_VALUE;
+        py[k].address = python_key(py[k].file ? py[k].file : "", py[k].function, line);
+    }
+    if (l->failed) {
+        for (size_t k = 0; k < np; k++) {
+            free(py[k].file);
+            free(py[k].function);
+        }
+        goto out;
+    }
+    for (size_t f = 0; f < n; f++) {
+        if (p < np && at[p] == f) {
+            /* The eval loop's frame: its Python frames stand for it. */
+            free(site->frames[f].module);
+            free(site->frames[f].function);
+            while (p < np && at[p] == f)
+                merged[o++] = py[p++];
+            continue;
+        }
+        merged[o++] = site->frames[f];
+    }
+    while (p < np)
+        merged[o++] = py[p++];
+    free(site->frames);
+    site->frames = merged;
+    site->nframes = o;
+    merged = NULL;
+out:
+    free(merged);
+    free(py);
+    free(at);
+}
+
 static void load_sites(struct loader *l, json_t *root, struct om_report *r)
 {
     json_t *sites = get(l, root, "", "sites", JSON_ARRAY);
@@ -282,6 +352,11 @@ static void load_sites(struct loader *l, json_t *root, struct om_report *r)
         json_t *frames = get(l, s, "sites[].", "frames", JSON_ARRAY);
         if (frames)
             load_frames(l, frames, o);
+        json_t *python = json_object_get(s, "python"); /* absent before Python frames */
+        if (python && !json_is_array(python))
+            fail(l, "not a valid optmem report: sites[].python has the wrong type");
+        else if (python && !l->failed)
+            load_python(l, python, o);
         o->count = get_u64(l, s, "sites[].", "count", false);
         o->total_bytes = get_u64(l, s, "sites[].", "total_bytes", false);
         json_t *cb = get(l, s, "sites[].", "category_bytes", JSON_OBJECT);

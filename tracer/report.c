@@ -277,6 +277,41 @@ struct om_resident_block {
     uint64_t site, size, birth, death;
 };
 
+/* The Python frames, innermost first, each with the index of the native frame of the eval
+ * loop that runs it: the k-th such frame runs the k-th run of Python frames, a run ending at
+ * a frame entered from C. Frames past the native ones captured have a null index. */
+static void write_python(struct om_json *w, const struct om_site *s)
+{
+    const uint32_t *py = NULL;
+    unsigned n = 0;
+    uint32_t f = 0;
+    if (s->py_stack && om_py_stack(s->py_stack, &py, &n) != 0)
+        n = 0;
+    om_json_key(w, "python");
+    om_json_begin(w, '[');
+    for (unsigned p = 0; p < n; p++) {
+        const char *file, *function;
+        uint32_t line;
+        if (om_py_frame(py[p] >> 1, &file, &function, &line) != 0)
+            continue;
+        while (f < s->depth && !om_py_is_eval((uintptr_t)s->frames[f]))
+            f++;
+        om_json_begin(w, '{');
+        kv_str(w, "file", file);
+        kv_u64(w, "line", line);
+        kv_str(w, "function", function);
+        om_json_key(w, "native_index");
+        if (f < s->depth)
+            om_json_u64(w, f);
+        else
+            om_json_null(w);
+        om_json_end(w, '}');
+        if ((py[p] & 1) && f < s->depth)
+            f++; /* the next run belongs to the next eval loop frame */
+    }
+    om_json_end(w, ']');
+}
+
 static void write_lifetime(struct om_json *w, const char *key, uint64_t min, uint64_t max,
                            uint64_t sum, uint64_t n)
 {
@@ -315,6 +350,7 @@ static void write_sites(struct om_json *w, struct om_domain *st)
         om_json_begin(w, '{');
         kv_u64(w, "id", s->id);
         write_frames(w, s);
+        write_python(w, s);
         kv_u64(w, "count", s->count);
         kv_u64(w, "total_bytes", s->total_bytes);
         om_json_key(w, "min_size");

@@ -233,6 +233,7 @@ static __attribute__((noinline)) void full_walk(struct om_stack *stack, unsigned
     memcpy(stack->frames, buf + k, d * sizeof(void *));
     stack->depth = d;
     stack->walked = news;
+    stack->full = 1;
 }
 
 /* The program's return address into the library and the stack pointer of the program's
@@ -288,6 +289,13 @@ static void find_stack(void)
     pthread_attr_destroy(&attr);
 }
 
+uintptr_t om_stack_top(void)
+{
+    if (__builtin_expect(tls_stack_hi == 0, 0))
+        find_stack();
+    return tls_stack_hi > 1 ? tls_stack_hi : 0;
+}
+
 /* Follows the learnt distances up from the program's call; 0 with the stack complete, -1
  * where the full walk must take over. */
 static int fast_walk(struct om_stack *stack, unsigned depth, uintptr_t ip, uintptr_t sp)
@@ -313,6 +321,7 @@ static int fast_walk(struct om_stack *stack, unsigned depth, uintptr_t ip, uintp
     }
     stack->depth = n;
     stack->walked = 0;
+    stack->full = 0;
     return 0;
 }
 
@@ -321,6 +330,7 @@ void om_stack_capture(struct om_stack *stack, unsigned depth, unsigned skip)
     if (depth > OM_TRACER_MAX_DEPTH)
         depth = OM_TRACER_MAX_DEPTH;
     uintptr_t ip, sp;
+    stack->py_stack = om_py_capture(depth);
     if (self_nranges && program_call(&ip, &sp) == 0 && fast_walk(stack, depth, ip, sp) == 0)
         return;
     full_walk(stack, depth, skip);
@@ -343,22 +353,29 @@ static int grow_ids(struct om_sites *sites)
 struct om_site *om_sites_intern(struct om_sites *sites, const struct om_stack *stack)
 {
     struct om_site *s = NULL;
-    size_t keylen = stack->depth * sizeof(void *);
-    HASH_FIND(hh, sites->hash, stack->frames, keylen, s);
+    /* The key: native frames and the Python stack, so that stacks that differ only in their
+     * Python frames are different sites. */
+    unsigned depth = stack->depth;
+    void *key[OM_TRACER_MAX_DEPTH + 1];
+    memcpy(key, stack->frames, depth * sizeof(void *));
+    key[depth] = (void *)(uintptr_t)stack->py_stack;
+    size_t keylen = (depth + 1) * sizeof(void *);
+    HASH_FIND(hh, sites->hash, key, keylen, s);
     if (s)
         return s;
     if (sites->count == sites->capacity && grow_ids(sites) != 0)
         return NULL;
     s = om_sys_alloc(sizeof *s);
-    void **frames = om_sys_alloc(keylen ? keylen : 1);
+    void **frames = om_sys_alloc(keylen);
     if (!s || !frames) {
         om_sys_free(s, sizeof *s);
-        om_sys_free(frames, keylen ? keylen : 1);
+        om_sys_free(frames, keylen);
         return NULL;
     }
-    memcpy(frames, stack->frames, keylen);
+    memcpy(frames, key, keylen);
     s->frames = frames;
-    s->depth = stack->depth;
+    s->depth = depth;
+    s->py_stack = stack->py_stack;
     s->id = sites->count;
     s->life_req_min = UINT64_MAX;
     s->life_ns_min = UINT64_MAX;

@@ -333,6 +333,7 @@ int om_tracer_init(const struct om_tracer_options *options)
         __atomic_store_n(&doms[i], NULL, __ATOMIC_RELEASE);
     __atomic_store_n(&ndoms, 1, __ATOMIC_RELEASE);
     om_stack_init((const void *)om_tracer_init);
+    om_py_init();
     tracer_on = 1;
     om_debug("tracer: min_bytes %zu, stack depth %u, %s iterations", cfg.min_bytes, cfg.stack_depth,
              cfg.warmup ? "marked" : "detected");
@@ -485,7 +486,9 @@ void om_tracer_on_alloc(unsigned domain, void *ptr, size_t size, size_t usable, 
                             d->live_bytes, (uintptr_t)ptr, site->id,    tid};
     timeline_add(d, seq, d->live_bytes);
     pthread_mutex_unlock(&lock);
-    if (new_site || stack->walked)
+    /* A new site found by the fast walk (a known native stack under other Python frames)
+     * read no unwind tables: nothing to give back. */
+    if ((new_site && stack->full) || stack->walked)
         om_unwind_pages_drop(stack);
 }
 
@@ -688,6 +691,7 @@ void om_tracer_atfork_prepare(void)
         return;
     pthread_mutex_lock(&dump_lock);
     pthread_mutex_lock(&lock);
+    om_py_atfork_prepare();
     om_sys_lock();
 }
 
@@ -696,6 +700,7 @@ void om_tracer_atfork_parent(void)
     if (!tracer_on)
         return;
     om_sys_unlock();
+    om_py_atfork_parent();
     pthread_mutex_unlock(&lock);
     pthread_mutex_unlock(&dump_lock);
 }
@@ -707,6 +712,7 @@ void om_tracer_atfork_child(void)
     if (!tracer_on)
         return;
     om_sys_reset_lock();
+    om_py_atfork_child();
     pthread_mutex_init(&lock, NULL);
     pthread_mutex_init(&dump_lock, NULL);
     fork_gen++;

@@ -17,11 +17,14 @@ struct om_tracer_options {
     int verify;
 };
 
-/* A captured call-site stack: return addresses, innermost first. */
+/* A captured call-site stack: return addresses, innermost first, and the calling thread's
+ * Python stack (an id of the tracer's table of Python stacks; 0: none). */
 struct om_stack {
     unsigned depth;
     void *frames[OM_TRACER_MAX_DEPTH];
     unsigned walked; /* a full walk of the stack found frames the fast walk did not know */
+    unsigned full;   /* the stack came from a full walk, which read the unwind tables */
+    uint32_t py_stack;
 };
 
 /* Zeroed, page-granular memory straight from mmap, never from malloc: the tables of the

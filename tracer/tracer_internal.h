@@ -6,12 +6,35 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 #include <sys/types.h>
 
 /* uthash allocates its tables through the tracer's own memory, and survives running out. */
 #define uthash_malloc(sz) om_sys_alloc(sz)
 #define uthash_free(ptr, sz) om_sys_free(ptr, sz)
 #define HASH_NONFATAL_OOM 1
+
+/* uthash's default (Jenkins, a byte at a time) was most of interning a call site, a hash of
+ * 8-byte return addresses per request: this one takes a word at a time. */
+static inline unsigned om_hash_bytes(const void *key, size_t len)
+{
+    const unsigned char *p = key;
+    uint64_t h = 0x9e3779b97f4a7c15ull ^ len, w;
+    for (; len >= 8; p += 8, len -= 8) {
+        memcpy(&w, p, 8);
+        h = (h ^ w) * 0xff51afd7ed558ccdull;
+        h ^= h >> 32;
+    }
+    if (len) {
+        w = 0;
+        memcpy(&w, p, len);
+        h = (h ^ w) * 0xff51afd7ed558ccdull;
+    }
+    h ^= h >> 29;
+    h *= 0xc4ceb9fe1a85ec53ull;
+    return (unsigned)(h ^ (h >> 32));
+}
+#define HASH_FUNCTION(keyptr, keylen, hashv) ((hashv) = om_hash_bytes((keyptr), (size_t)(keylen)))
 #include <uthash.h>
 
 /* ---- sysmem.c: memory that never comes from malloc (the interposed path) ---- */
@@ -55,7 +78,8 @@ struct om_frame_info {
 struct om_site {
     uint32_t id;
     uint32_t depth;
-    void **frames;
+    void **frames;     /* depth native frames, then the Python stack's id: the interning key */
+    uint32_t py_stack; /* the calling thread's Python stack (om_py_stack), 0: none */
     struct om_frame_info *info; /* filled by om_sites_symbolize, outside the lock */
     int named;                  /* info has its function names (or ran out of time for them) */
     uint64_t count, total_bytes;
@@ -79,6 +103,8 @@ struct om_sites {
 
 /* Finds or adds the call site of stack. NULL when out of memory. */
 struct om_site *om_sites_intern(struct om_sites *sites, const struct om_stack *stack);
+/* The top (highest address, exclusive) of the calling thread's stack, 0 when unknown. */
+uintptr_t om_stack_top(void);
 /* Drops the frames that lie in this library (the tracer and whatever links it). */
 void om_stack_trim_self(struct om_stack *stack);
 /* Records which address range is "this library" (the module containing self) and makes
@@ -90,6 +116,31 @@ void om_stack_init(const void *self);
  * call it under the tracer's lock. Checkpoints go without names: `optmem report` finds
  * functions from module and offset. */
 void om_sites_symbolize(struct om_sites *const *tables, unsigned n, int with_names);
+
+/* ---- pyframes.c: Python frames of call sites ---- */
+
+#define OM_PY_NONE UINT32_MAX       /* not a frame: the walk ends */
+#define OM_PY_SKIP (UINT32_MAX - 1) /* a frame that has not started: left out */
+
+/* Finds a supported CPython in the process (its symbols, by name: nothing is loaded) and
+ * the layout of its frames; without one, om_py_capture returns 0 at once. */
+void om_py_init(void);
+/* The calling thread's Python stack, up to cap frames, as an id of the table of stacks (0:
+ * no Python frames). Takes no lock on the common path (a code object's first sight at an
+ * instruction, or a stack not seen before, takes the table's), never allocates through
+ * malloc, and reads memory it has not seen before through process_vm_readv, so that a
+ * broken frame ends the walk, not the process. */
+uint32_t om_py_capture(unsigned cap);
+/* A stack's frames, innermost first: frame ids shifted left by one, bit 0 set where the
+ * frame was entered from C (the outermost of a run of the eval loop). 0 or -ENOENT. */
+int om_py_stack(uint32_t stack, const uint32_t **frames, unsigned *n);
+/* What frame id names; 0 or -ENOENT. */
+int om_py_frame(uint32_t id, const char **file, const char **function, uint32_t *line);
+/* Whether a return address lies in CPython's eval loop (one run of Python frames). */
+int om_py_is_eval(uintptr_t address);
+void om_py_atfork_prepare(void);
+void om_py_atfork_parent(void);
+void om_py_atfork_child(void);
 
 /* ---- period.c: iteration detection over a token stream ---- */
 

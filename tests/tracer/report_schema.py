@@ -168,7 +168,8 @@ def _domain(r, c, forked):
                  "category")
     for i, s in enumerate(sites):
         path = "sites[%d]" % i
-        _obj(s, path, site_keys)
+        # "python" came with Python frames (2026-11-26); older reports lack it.
+        _obj(s, path, site_keys + (("python",) if "python" in s else ()))
         if s["id"] != i:
             _fail(path + ".id", "ids must equal the index")
         for j, f in enumerate(_list(s["frames"], path + ".frames")):
@@ -178,6 +179,15 @@ def _domain(r, c, forked):
             _str(f["module"], fp + ".module", nullable=True)
             _hex(f["offset"], fp + ".offset", nullable=True)
             _str(f["function"], fp + ".function", nullable=True)
+        for j, f in enumerate(_list(s.get("python", []), path + ".python")):
+            fp = "%s.python[%d]" % (path, j)
+            _obj(f, fp, ("file", "line", "function", "native_index"))
+            _str(f["file"], fp + ".file")
+            _uint(f["line"], fp + ".line")
+            _str(f["function"], fp + ".function")
+            _uint(f["native_index"], fp + ".native_index", nullable=True)
+            if f["native_index"] is not None and f["native_index"] >= len(s["frames"]):
+                _fail(fp + ".native_index", "not the index of a frame")
         for key in ("count", "total_bytes", "live_blocks", "live_bytes", "freed"):
             _uint(s[key], path + "." + key)
         _uint(s["min_size"], path + ".min_size", nullable=True)

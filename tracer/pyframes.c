@@ -1,0 +1,832 @@
+/* Python frames of call sites: the calling thread's CPython stack, read from its own
+ * interpreter frames without the GIL, without allocating and without running Python. */
+#include "log.h"
+#include "tracer_internal.h"
+
+#include <dlfcn.h>
+#include <errno.h>
+#include <link.h>
+#include <pthread.h>
+#include <string.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+/* Where CPython keeps what the walk reads, per minor version (offsets in bytes on x86-64
+ * and aarch64, from each version's headers: 3.11 checked against its installed internal
+ * headers and by tests/tracer/python_frames.py; 3.12 and 3.13 read from their headers, and
+ * checked at run time by the first walks, see `checked` below). */
+struct py_layout {
+    unsigned minor;
+    /* PyThreadState: the current frame is cframe->current_frame (3.11, 3.12) or a field
+     * of the thread state itself (ts_cframe < 0, 3.13). */
+    int ts_cframe, current_frame, ts_chunk, ts_top;
+    /* _PyInterpreterFrame */
+    int fr_code, fr_previous, fr_instr, fr_entry, fr_owner, fr_size;
+    int owner_cstack; /* the eval loop's C entry frame (3.12+), -1 where there is none */
+    /* PyCodeObject */
+    int co_filename, co_name, co_firstlineno, co_linetable, co_firsttraceable, co_code;
+    /* PyASCIIObject and PyCompactUnicodeObject sizes: where the characters start */
+    int str_ascii, str_compact;
+};
+
+static const struct py_layout layouts[] = {
+    {.minor = 11,
+     .ts_cframe = 56,
+     .current_frame = 8,
+     .ts_chunk = 296,
+     .ts_top = 304,
+     .fr_code = 32,
+     .fr_previous = 48,
+     .fr_instr = 56,
+     .fr_entry = 68,
+     .fr_owner = 69,
+     .fr_size = 72,
+     .owner_cstack = -1,
+     .co_filename = 112,
+     .co_name = 120,
+     .co_firstlineno = 72,
+     .co_linetable = 136,
+     .co_firsttraceable = 168,
+     .co_code = 184,
+     .str_ascii = 48,
+     .str_compact = 72},
+    {.minor = 12,
+     .ts_cframe = 56,
+     .current_frame = 0,
+     .ts_chunk = 232,
+     .ts_top = 240,
+     .fr_code = 0,
+     .fr_previous = 8,
+     .fr_instr = 56,
+     .fr_entry = -1,
+     .fr_owner = 70,
+     .fr_size = 72,
+     .owner_cstack = 3,
+     .co_filename = 112,
+     .co_name = 120,
+     .co_firstlineno = 68,
+     .co_linetable = 136,
+     .co_firsttraceable = 176,
+     .co_code = 192,
+     .str_ascii = 40,
+     .str_compact = 56},
+    {.minor = 13,
+     .ts_cframe = -1,
+     .current_frame = 72,
+     .ts_chunk = 232,
+     .ts_top = 240,
+     .fr_code = 0,
+     .fr_previous = 8,
+     .fr_instr = 56,
+     .fr_entry = -1,
+     .fr_owner = 70,
+     .fr_size = 72,
+     .owner_cstack = 3,
+     .co_filename = 112,
+     .co_name = 120,
+     .co_firstlineno = 68,
+     .co_linetable = 136,
+     .co_firsttraceable = 184,
+     .co_code = 200,
+     .str_ascii = 40,
+     .str_compact = 56},
+};
+
+/* Object header and field offsets shared by every supported version. */
+#define OB_TYPE 8
+#define VAR_SIZE 16
+#define BYTES_DATA 32
+#define STR_LENGTH 16
+#define STR_STATE 32
+#define CHUNK_PREVIOUS 0
+#define CHUNK_SIZE 8
+#define CHUNK_TOP 16
+#define CHUNK_DATA 24
+#define CODE_HEADER 208 /* bytes of a code object copied on a miss: covers every field read */
+
+static const struct py_layout *lay; /* NULL: no supported CPython in this process */
+static void *(*this_thread_state)(void);
+static uintptr_t code_type, unicode_type, bytes_type;
+static uintptr_t eval_lo, eval_hi;
+
+void om_py_init(void)
+{
+    const unsigned long *version = dlsym(RTLD_DEFAULT, "Py_Version");
+    if (!version)
+        return; /* not CPython, or one older than 3.11 (which has no Py_Version) */
+    unsigned major = (unsigned)(*version >> 24), minor = (unsigned)(*version >> 16) & 0xff;
+    const struct py_layout *found = NULL;
+    for (size_t i = 0; i < sizeof layouts / sizeof *layouts; i++)
+        if (major == 3 && layouts[i].minor == minor)
+            found = &layouts[i];
+    void *get = dlsym(RTLD_DEFAULT, "PyGILState_GetThisThreadState");
+    void *code = dlsym(RTLD_DEFAULT, "PyCode_Type"), *str = dlsym(RTLD_DEFAULT, "PyUnicode_Type");
+    void *bytes = dlsym(RTLD_DEFAULT, "PyBytes_Type");
+    void *eval = dlsym(RTLD_DEFAULT, "_PyEval_EvalFrameDefault");
+    if (!found || !get || !code || !str || !bytes) {
+        om_debug("python %u.%u: its frames are not read", major, minor);
+        return;
+    }
+    Dl_info info;
+    const ElfW(Sym) *sym = NULL;
+    if (eval && dladdr1(eval, &info, (void **)&sym, RTLD_DL_SYMENT) && sym && sym->st_size) {
+        eval_lo = (uintptr_t)eval;
+        eval_hi = eval_lo + sym->st_size;
+    }
+    *(void **)&this_thread_state = get;
+    code_type = (uintptr_t)code;
+    unicode_type = (uintptr_t)str;
+    bytes_type = (uintptr_t)bytes;
+    __atomic_store_n(&lay, found, __ATOMIC_RELEASE);
+    om_debug("python %u.%u: call sites carry its frames", major, minor);
+}
+
+int om_py_is_eval(uintptr_t address)
+{
+    return address >= eval_lo && address < eval_hi;
+}
+
+/* Copies n bytes at src through the kernel, which fails cleanly on memory that is not
+ * mapped or not readable: what the walk reads for the first time comes this way. */
+static int denied; /* process_vm_readv is not permitted here (a seccomp filter) */
+
+static int safe_read(void *dst, uintptr_t src, size_t n)
+{
+    struct iovec local = {dst, n}, remote = {(void *)src, n};
+    if (!src)
+        return -1;
+    int saved = errno; /* the program's, across its malloc */
+    ssize_t got = process_vm_readv(getpid(), &local, 1, &remote, 1, 0);
+    if (got < 0 && (errno == EPERM || errno == ENOSYS))
+        __atomic_store_n(&denied, 1, __ATOMIC_RELAXED);
+    errno = saved;
+    return got == (ssize_t)n ? 0 : -1;
+}
+
+/* n ranges in one call: 0 when every one was read whole. */
+static int safe_readv(struct iovec *local, struct iovec *remote, unsigned n)
+{
+    size_t total = 0;
+    for (unsigned i = 0; i < n; i++) {
+        if (!remote[i].iov_base && remote[i].iov_len)
+            return -1;
+        total += remote[i].iov_len;
+    }
+    int saved = errno;
+    ssize_t got = process_vm_readv(getpid(), local, n, remote, n, 0);
+    if (got < 0 && (errno == EPERM || errno == ENOSYS))
+        __atomic_store_n(&denied, 1, __ATOMIC_RELAXED);
+    errno = saved;
+    return got == (ssize_t)total ? 0 : -1;
+}
+
+static uintptr_t word(const unsigned char *buf, int at)
+{
+    uintptr_t v;
+    memcpy(&v, buf + at, sizeof v);
+    return v;
+}
+
+static int32_t int32_at(const unsigned char *buf, int at)
+{
+    int32_t v;
+    memcpy(&v, buf + at, sizeof v);
+    return v;
+}
+
+/* ---- frames by id: (file, function, line), interned ---- */
+
+struct py_str {
+    UT_hash_handle hh;
+    char text[];
+};
+
+struct py_key {
+    const char *file, *function;
+    uint64_t line;
+};
+
+struct py_rec {
+    struct py_key key;
+    uint32_t id;
+    UT_hash_handle hh;
+};
+
+static pthread_mutex_t py_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct py_str *strs;
+static struct py_rec *recs;
+static struct py_rec **by_id; /* append-only; old copies are kept for readers */
+static uint32_t nrecs, caprecs;
+
+static const char *intern_str(const char *s)
+{
+    struct py_str *e = NULL;
+    size_t n = strlen(s);
+    HASH_FIND(hh, strs, s, n, e);
+    if (e)
+        return e->text;
+    e = om_sys_alloc(sizeof *e + n + 1);
+    if (!e)
+        return NULL;
+    memcpy(e->text, s, n + 1);
+    HASH_ADD_KEYPTR(hh, strs, e->text, n, e);
+    return e->text;
+}
+
+/* Under py_lock. OM_PY_NONE when out of memory. */
+static uint32_t intern_frame(const char *file, const char *function, uint32_t line)
+{
+    struct py_key key = {intern_str(file), intern_str(function), line};
+    if (!key.file || !key.function)
+        return OM_PY_NONE;
+    struct py_rec *r = NULL;
+    HASH_FIND(hh, recs, &key, sizeof key, r);
+    if (r)
+        return r->id;
+    if (nrecs == caprecs) {
+        uint32_t cap = caprecs ? caprecs * 2 : 256;
+        struct py_rec **fresh = om_sys_alloc(cap * sizeof *fresh);
+        if (!fresh)
+            return OM_PY_NONE;
+        if (nrecs)
+            memcpy(fresh, by_id, nrecs * sizeof *fresh);
+        __atomic_store_n(&by_id, fresh, __ATOMIC_RELEASE);
+        caprecs = cap;
+    }
+    r = om_sys_alloc(sizeof *r);
+    if (!r)
+        return OM_PY_NONE;
+    r->key = key;
+    r->id = nrecs;
+    HASH_ADD(hh, recs, key, sizeof r->key, r);
+    by_id[r->id] = r;
+    __atomic_store_n(&nrecs, r->id + 1, __ATOMIC_RELEASE);
+    return r->id;
+}
+
+int om_py_frame(uint32_t id, const char **file, const char **function, uint32_t *line)
+{
+    uint32_t n = __atomic_load_n(&nrecs, __ATOMIC_ACQUIRE);
+    struct py_rec **ids = __atomic_load_n(&by_id, __ATOMIC_ACQUIRE);
+    if (id >= n || !ids)
+        return -ENOENT;
+    *file = ids[id]->key.file;
+    *function = ids[id]->key.function;
+    *line = (uint32_t)ids[id]->key.line;
+    return 0;
+}
+
+/* ---- resolving a code object at an instruction, once ---- */
+
+/* A str's shape from its header: 0 for a compact str of 1-, 2- or 4-byte characters. */
+static int str_shape(const struct py_layout *L, const unsigned char *head, unsigned *kind,
+                     size_t *length, size_t *data_at)
+{
+    uint32_t state;
+    memcpy(&state, head + STR_STATE, sizeof state);
+    unsigned compact = (state >> 5) & 1, ascii = (state >> 6) & 1;
+    int64_t n = (int64_t)word(head, STR_LENGTH);
+    *kind = (state >> 2) & 7;
+    if (word(head, OB_TYPE) != unicode_type || !compact ||
+        (*kind != 1 && *kind != 2 && *kind != 4) || n < 0)
+        return -1;
+    *length = n > 255 ? 255 : (size_t)n;
+    *data_at = (size_t)(ascii ? L->str_ascii : L->str_compact);
+    return 0;
+}
+
+/* Characters of kind bytes each as UTF-8, at most cap - 1 bytes. */
+static void decode(const unsigned char *chars, unsigned kind, size_t length, char *out, size_t cap)
+{
+    size_t o = 0;
+    for (size_t i = 0; i < length; i++) {
+        uint32_t c = kind == 1 ? chars[i]
+                     : kind == 2
+                         ? (uint32_t)chars[2 * i] | (uint32_t)chars[2 * i + 1] << 8
+                         : (uint32_t)chars[4 * i] | (uint32_t)chars[4 * i + 1] << 8 |
+                               (uint32_t)chars[4 * i + 2] << 16 | (uint32_t)chars[4 * i + 3] << 24;
+        unsigned char enc[4];
+        size_t k;
+        if ((c >= 0xd800 && c < 0xe000) || c > 0x10ffff)
+            c = '?'; /* a lone surrogate (an undecodable file name): not UTF-8 */
+        if (c < 0x80) {
+            enc[0] = (unsigned char)c;
+            k = 1;
+        } else if (c < 0x800) {
+            enc[0] = (unsigned char)(0xc0 | c >> 6);
+            enc[1] = (unsigned char)(0x80 | (c & 0x3f));
+            k = 2;
+        } else if (c < 0x10000) {
+            enc[0] = (unsigned char)(0xe0 | c >> 12);
+            enc[1] = (unsigned char)(0x80 | ((c >> 6) & 0x3f));
+            enc[2] = (unsigned char)(0x80 | (c & 0x3f));
+            k = 3;
+        } else {
+            enc[0] = (unsigned char)(0xf0 | (c >> 18 & 7));
+            enc[1] = (unsigned char)(0x80 | ((c >> 12) & 0x3f));
+            enc[2] = (unsigned char)(0x80 | ((c >> 6) & 0x3f));
+            enc[3] = (unsigned char)(0x80 | (c & 0x3f));
+            k = 4;
+        }
+        if (o + k >= cap)
+            break;
+        memcpy(out + o, enc, k);
+        o += k;
+    }
+    out[o] = '\0';
+}
+
+/* The location table's bytes, read through a small window. */
+struct table {
+    uintptr_t data;
+    size_t size, pos, base, have;
+    unsigned char buf[1024];
+};
+
+static int next_byte(struct table *t)
+{
+    if (t->pos >= t->size)
+        return -1;
+    if (t->pos >= t->base + t->have) {
+        size_t n = t->size - t->pos < sizeof t->buf ? t->size - t->pos : sizeof t->buf;
+        if (safe_read(t->buf, t->data + t->pos, n) != 0)
+            return -1;
+        t->base = t->pos;
+        t->have = n;
+    }
+    return t->buf[t->pos++ - t->base];
+}
+
+/* A varint of the location table: 6 bits a byte, bit 6 says another follows. */
+static int read_varint(struct table *t, uint32_t *out)
+{
+    uint32_t v = 0;
+    for (unsigned shift = 0; shift < 32; shift += 6) {
+        int b = next_byte(t);
+        if (b < 0)
+            return -1;
+        v |= (uint32_t)(b & 63) << shift;
+        if (!(b & 64)) {
+            *out = v;
+            return 0;
+        }
+    }
+    return -1;
+}
+
+/* The line of the code unit at index instr, from the location table (the format of
+ * CPython 3.11 to 3.13, Objects/locations.md): entries start with a byte whose top bit is
+ * set, bits 3-6 a code and bits 0-2 the code units covered minus one; codes 13 and 14 carry
+ * a signed line delta, 10 to 12 a delta of code - 10, 15 no location. 0 when unknown. */
+static uint32_t line_of(struct table *t, int32_t first, int32_t instr)
+{
+    int64_t line = first, addr = 0;
+    int b = next_byte(t);
+    while (b >= 0) {
+        if (!(b & 0x80))
+            return 0; /* not the start of an entry: a table we do not understand */
+        unsigned code = ((unsigned)b >> 3) & 15, len = ((unsigned)b & 7) + 1;
+        if (code == 13 || code == 14) {
+            uint32_t v;
+            if (read_varint(t, &v) != 0)
+                return 0;
+            line += v & 1 ? -(int64_t)(v >> 1) : (int64_t)(v >> 1);
+        } else if (code >= 10 && code <= 12) {
+            line += code - 10;
+        }
+        if (instr < addr + len)
+            return code == 15 || line <= 0 || line > UINT32_MAX ? 0 : (uint32_t)line;
+        addr += len;
+        /* The rest of the entry: bytes without the top bit. */
+        while ((b = next_byte(t)) >= 0 && !(b & 0x80))
+            ;
+    }
+    return 0;
+}
+
+/* The frame id of code at instr (and the code's stamp), OM_PY_SKIP for a frame that has
+ * not started (before its first traceable instruction), OM_PY_NONE when code is not a
+ * readable code object. Three reads: the code object; the headers of its file name, name
+ * and location table; their characters and bytes. */
+static uint32_t resolve(const struct py_layout *L, uintptr_t code, int32_t instr, uintptr_t *stamp)
+{
+    unsigned char head[CODE_HEADER];
+    if (safe_read(head, code, (size_t)L->co_code) != 0 || word(head, OB_TYPE) != code_type)
+        return OM_PY_NONE;
+    *stamp = word(head, L->co_linetable);
+    if (instr < int32_at(head, L->co_firsttraceable))
+        return OM_PY_SKIP;
+    uintptr_t obj[3] = {word(head, L->co_filename), word(head, L->co_name),
+                        word(head, L->co_linetable)};
+    unsigned char heads[3][64];
+    struct iovec local[3], remote[3];
+    for (int k = 0; k < 3; k++) {
+        size_t n = k < 2 ? (size_t)L->str_ascii : BYTES_DATA;
+        local[k] = (struct iovec){heads[k], n};
+        remote[k] = (struct iovec){(void *)obj[k], n};
+    }
+    char text[2][1024];
+    strcpy(text[0], "?");
+    strcpy(text[1], "?");
+    struct table t = {.data = obj[2] + BYTES_DATA};
+    unsigned kind[2] = {1, 1};
+    size_t length[2] = {0, 0}, at[2] = {0, 0};
+    int strs_ok = 0, table_ok = 0;
+    if (safe_readv(local, remote, 3) == 0) {
+        strs_ok = str_shape(L, heads[0], &kind[0], &length[0], &at[0]) == 0 &&
+                  str_shape(L, heads[1], &kind[1], &length[1], &at[1]) == 0;
+        table_ok = word(heads[2], OB_TYPE) == bytes_type && word(heads[2], VAR_SIZE) < (1u << 24);
+    }
+    if (table_ok)
+        t.size = word(heads[2], VAR_SIZE);
+    unsigned char chars[2][255 * 4];
+    for (int k = 0; k < 2; k++) {
+        size_t n = strs_ok ? length[k] * kind[k] : 0;
+        local[k] = (struct iovec){chars[k], n};
+        remote[k] = (struct iovec){(void *)(obj[k] + at[k]), n};
+    }
+    t.have = t.size < sizeof t.buf ? t.size : sizeof t.buf;
+    local[2] = (struct iovec){t.buf, t.have};
+    remote[2] = (struct iovec){(void *)t.data, t.have};
+    if ((strs_ok || table_ok) && safe_readv(local, remote, 3) == 0) {
+        for (int k = 0; k < 2 && strs_ok; k++)
+            decode(chars[k], kind[k], length[k], text[k], sizeof text[k]);
+    } else {
+        t.size = t.have = 0; /* no line */
+    }
+    uint32_t line = line_of(&t, int32_at(head, L->co_firstlineno), instr);
+    pthread_mutex_lock(&py_lock);
+    uint32_t id = intern_frame(text[0], text[1], line);
+    pthread_mutex_unlock(&py_lock);
+    return id;
+}
+
+/* ---- the cache: (code object, instruction, stamp) -> frame id ---- */
+
+/* Entries are immutable once published (code is stored last, with release); the stamp is
+ * the code object's location table, so that another code object at a freed one's address
+ * is not taken for it. */
+#define CACHE_SLOTS (1u << 16)
+#define CACHE_PROBES 8
+
+struct cache_entry {
+    uintptr_t code, stamp;
+    int32_t instr;
+    uint32_t id;
+};
+
+static struct cache_entry *cache;
+static uint32_t cache_used;
+
+static uint32_t cache_hash(uintptr_t code, int32_t instr)
+{
+    uint64_t h = ((uint64_t)code >> 4) ^ ((uint64_t)(uint32_t)instr << 40);
+    return (uint32_t)((h * 0x9e3779b97f4a7c15ull) >> 48) & (CACHE_SLOTS - 1);
+}
+
+/* The id cached for code at instr, OM_PY_NONE when there is none. The stamp is read only
+ * once (code, instr) matched an entry, so a code object is read in place only at an address
+ * that held a code object when it was resolved: a garbage pointer is never read here. */
+static uint32_t cache_find(uintptr_t code, int32_t instr, uintptr_t stamp_at, int in_place)
+{
+    const struct cache_entry *tab = __atomic_load_n(&cache, __ATOMIC_ACQUIRE);
+    if (!tab)
+        return OM_PY_NONE;
+    uint32_t h = cache_hash(code, instr);
+    uintptr_t stamp = 0;
+    int have = 0;
+    for (uint32_t i = 0; i < CACHE_PROBES; i++) {
+        const struct cache_entry *e = &tab[(h + i) & (CACHE_SLOTS - 1)];
+        uintptr_t at = __atomic_load_n(&e->code, __ATOMIC_ACQUIRE);
+        if (at == 0)
+            return OM_PY_NONE;
+        if (at != code || e->instr != instr)
+            continue;
+        if (!have) {
+            if (in_place)
+                stamp = *(const uintptr_t *)stamp_at;
+            else if (safe_read(&stamp, stamp_at, sizeof stamp) != 0)
+                return OM_PY_NONE;
+            have = 1;
+        }
+        if (e->stamp == stamp)
+            return e->id;
+    }
+    return OM_PY_NONE;
+}
+
+static void cache_add(uintptr_t code, int32_t instr, uintptr_t stamp, uint32_t id)
+{
+    pthread_mutex_lock(&py_lock);
+    if (!cache)
+        __atomic_store_n(&cache, om_sys_alloc(CACHE_SLOTS * sizeof *cache), __ATOMIC_RELEASE);
+    if (cache && cache_used < CACHE_SLOTS / 2) {
+        uint32_t h = cache_hash(code, instr);
+        for (uint32_t i = 0; i < CACHE_PROBES; i++) {
+            struct cache_entry *e = &cache[(h + i) & (CACHE_SLOTS - 1)];
+            if (e->code == code && e->instr == instr && e->stamp == stamp)
+                break; /* another thread added it */
+            if (e->code)
+                continue;
+            e->stamp = stamp;
+            e->instr = instr;
+            e->id = id;
+            __atomic_store_n(&e->code, code, __ATOMIC_RELEASE);
+            cache_used++;
+            break;
+        }
+    }
+    pthread_mutex_unlock(&py_lock);
+}
+
+/* ---- the walk ---- */
+
+#define MAX_CHUNKS 8
+#define MAX_HOPS 256 /* frames followed at most, skipped ones included */
+#define CHECKED_WALKS 64
+
+/* Until a walk has read a code object where the layout says (checked), every read goes
+ * through safe_read and is checked: a layout that does not fit the interpreter (a patch
+ * release that moved a field) turns Python frames off instead of faulting. */
+static int checked;
+static unsigned failed_checks, checked_walks;
+
+struct chunks {
+    uintptr_t lo[MAX_CHUNKS], hi[MAX_CHUNKS];
+    unsigned n;
+    uintptr_t stack_lo, stack_hi; /* the caller's part of this thread's C stack */
+};
+
+/* A word at addr: in place once the layout is checked, else through the kernel. */
+static int read_word(uintptr_t addr, uintptr_t *out)
+{
+    if (addr & 7)
+        return -1;
+    if (__atomic_load_n(&checked, __ATOMIC_RELAXED)) {
+        *out = *(const uintptr_t *)addr;
+        return 0;
+    }
+    return safe_read(out, addr, sizeof *out);
+}
+
+/* The thread's data stack: the chunks that hold its frames, each up to its top. Frames of
+ * generators and coroutines live in their objects, and 3.12's entry frames on the C
+ * stack. */
+static int find_chunks(const struct py_layout *L, uintptr_t ts, struct chunks *c)
+{
+    uintptr_t chunk, top;
+    c->n = 0;
+    if (read_word(ts + (uintptr_t)L->ts_chunk, &chunk) != 0 ||
+        read_word(ts + (uintptr_t)L->ts_top, &top) != 0)
+        return -1;
+    while (chunk && c->n < MAX_CHUNKS) {
+        uintptr_t lo = chunk + CHUNK_DATA, size, index, previous;
+        if (read_word(chunk + CHUNK_SIZE, &size) != 0 ||
+            read_word(chunk + CHUNK_PREVIOUS, &previous) != 0 ||
+            (c->n > 0 && read_word(chunk + CHUNK_TOP, &index) != 0))
+            return -1;
+        if (c->n > 0)
+            top = lo + index * sizeof(void *);
+        if (top < lo || top - lo > size)
+            return -1;
+        c->lo[c->n] = lo;
+        c->hi[c->n] = top;
+        c->n++;
+        chunk = previous;
+    }
+    return 0;
+}
+
+/* Whether a frame lies where the interpreter keeps its live frames: the thread's data
+ * stack below its top, or the C stack above this call (an entry frame). */
+static int in_place(const struct chunks *c, uintptr_t frame, size_t size)
+{
+    for (unsigned i = 0; i < c->n; i++)
+        if (frame >= c->lo[i] && frame + size <= c->hi[i])
+            return 1;
+    return frame >= c->stack_lo && frame + size <= c->stack_hi;
+}
+
+/* The walk's first reads disagreed with the layout: no Python frames from now on. */
+static void layout_failed(const char *what)
+{
+    if (__atomic_load_n(&checked, __ATOMIC_RELAXED) ||
+        __atomic_add_fetch(&failed_checks, 1, __ATOMIC_RELAXED) != 1)
+        return;
+    __atomic_store_n(&lay, NULL, __ATOMIC_RELEASE);
+    if (__atomic_load_n(&denied, __ATOMIC_RELAXED))
+        om_warn("python: process_vm_readv is not permitted; call sites carry no Python frames");
+    else
+        om_warn("python: %s does not match this interpreter's layout; call sites carry no "
+                "Python frames",
+                what);
+}
+
+/* What the calling thread's last walks found at each depth: a loop allocates from the same
+ * frames again and again, so a frame seen at the same code, instruction and stamp takes its
+ * id from here instead of the shared cache. */
+#define MEMO 32
+static __thread uintptr_t memo_instr[MEMO], memo_code[MEMO], memo_stamp[MEMO];
+static __thread uint32_t memo_id[MEMO];
+
+/* The frames of the calling thread's Python stack, innermost first, up to cap. */
+static unsigned walk(uint32_t *out, unsigned cap)
+{
+    const struct py_layout *L = __atomic_load_n(&lay, __ATOMIC_ACQUIRE);
+    if (!L || !cap)
+        return 0;
+    uintptr_t ts = (uintptr_t)this_thread_state();
+    if (!ts)
+        return 0; /* a thread that runs no Python */
+    int fast = __atomic_load_n(&checked, __ATOMIC_RELAXED);
+    uintptr_t holder = ts, frame;
+    if (L->ts_cframe >= 0 && read_word(ts + (uintptr_t)L->ts_cframe, &holder) != 0) {
+        layout_failed("the thread state");
+        return 0;
+    }
+    if (!holder)
+        return 0;
+    if (read_word(holder + (uintptr_t)L->current_frame, &frame) != 0) {
+        layout_failed("the current frame");
+        return 0;
+    }
+    if (!frame)
+        return 0;
+    struct chunks chunks;
+    if (find_chunks(L, ts, &chunks) != 0) {
+        layout_failed("the data stack");
+        return 0;
+    }
+    chunks.stack_lo = (uintptr_t)__builtin_frame_address(0);
+    chunks.stack_hi = om_stack_top();
+    unsigned n = 0, resolved = 0;
+    int early = 0; /* the walk ended at a frame it could not read */
+    unsigned char copy[128];
+    for (unsigned hop = 0; frame && n < cap && hop < MAX_HOPS; hop++) {
+        const unsigned char *f;
+        if (frame & 7) {
+            early = 1;
+            break;
+        }
+        if (fast && in_place(&chunks, frame, (size_t)L->fr_size))
+            f = (const unsigned char *)frame; /* the interpreter's live frames */
+        else if (safe_read(copy, frame, (size_t)L->fr_size) == 0)
+            f = copy; /* a generator's frame, in its object */
+        else {
+            early = 1;
+            break;
+        }
+        uintptr_t code = word(f, L->fr_code), instr_ptr = word(f, L->fr_instr);
+        char owner = (char)f[L->fr_owner];
+        frame = word(f, L->fr_previous);
+        if (L->owner_cstack >= 0 && owner == (char)L->owner_cstack) {
+            if (n)
+                out[n - 1] |= 1; /* the frame above was entered from C */
+            continue;
+        }
+        if (!code || (code & 7)) {
+            early = 1;
+            break;
+        }
+        intptr_t units = ((intptr_t)instr_ptr - (intptr_t)(code + (uintptr_t)L->co_code)) / 2;
+        if (units < -1 || units > INT32_MAX) {
+            early = 1;
+            break;
+        }
+        int32_t instr = (int32_t)units;
+        uintptr_t stamp_at = code + (uintptr_t)L->co_linetable;
+        uint32_t id = OM_PY_NONE;
+        int memo = fast && f != copy && hop < MEMO, hit = 0;
+        if (memo && memo_code[hop] == code && memo_instr[hop] == instr_ptr &&
+            memo_stamp[hop] == *(const uintptr_t *)stamp_at) {
+            id = memo_id[hop]; /* read in place: the code object was one when memoised */
+            hit = 1;
+        } else if (fast) {
+            id = cache_find(code, instr, stamp_at, f != copy);
+        }
+        if (id == OM_PY_NONE) {
+            uintptr_t stamp;
+            id = resolve(L, code, instr, &stamp);
+            if (id == OM_PY_NONE) {
+                early = 1;
+                break;
+            }
+            cache_add(code, instr, stamp, id);
+        }
+        if (memo && !hit) {
+            memo_code[hop] = code;
+            memo_instr[hop] = instr_ptr;
+            memo_stamp[hop] = *(const uintptr_t *)stamp_at;
+            memo_id[hop] = id;
+        }
+        resolved++;
+        if (id == OM_PY_SKIP)
+            continue;
+        out[n++] = id << 1 | (L->fr_entry >= 0 && f[L->fr_entry] ? 1u : 0u);
+    }
+    if (!fast && early && resolved == 0) {
+        layout_failed("the innermost frame");
+        return 0;
+    }
+    /* A walk that found code objects where the layout put them: the layout fits. */
+    if (!fast && resolved &&
+        __atomic_add_fetch(&checked_walks, 1, __ATOMIC_RELAXED) >= CHECKED_WALKS)
+        __atomic_store_n(&checked, 1, __ATOMIC_RELAXED);
+    return n;
+}
+
+/* ---- stacks by id: sequences of frames, interned ---- */
+
+struct py_stack_rec {
+    uint32_t id, n;
+    uint32_t *frames;
+    UT_hash_handle hh;
+};
+
+static struct py_stack_rec *stacks_hash;
+static struct py_stack_rec **stacks_by_id; /* append-only; old copies are kept for readers */
+static uint32_t nstacks = 1, capstacks;    /* id 0: no Python frames */
+
+/* Under py_lock. 0 when out of memory. */
+static uint32_t intern_stack(const uint32_t *frames, unsigned n)
+{
+    struct py_stack_rec *r = NULL;
+    HASH_FIND(hh, stacks_hash, frames, n * sizeof *frames, r);
+    if (r)
+        return r->id;
+    if (nstacks == capstacks || !stacks_by_id) {
+        uint32_t cap = capstacks ? capstacks * 2 : 256;
+        struct py_stack_rec **fresh = om_sys_alloc(cap * sizeof *fresh);
+        if (!fresh)
+            return 0;
+        if (stacks_by_id)
+            memcpy(fresh, stacks_by_id, nstacks * sizeof *fresh);
+        __atomic_store_n(&stacks_by_id, fresh, __ATOMIC_RELEASE);
+        capstacks = cap;
+    }
+    r = om_sys_alloc(sizeof *r);
+    uint32_t *copy = om_sys_alloc(n * sizeof *copy);
+    if (!r || !copy) {
+        om_sys_free(r, sizeof *r);
+        om_sys_free(copy, n * sizeof *copy);
+        return 0;
+    }
+    memcpy(copy, frames, n * sizeof *copy);
+    r->frames = copy;
+    r->n = n;
+    r->id = nstacks;
+    HASH_ADD_KEYPTR(hh, stacks_hash, r->frames, n * sizeof *frames, r);
+    stacks_by_id[r->id] = r;
+    __atomic_store_n(&nstacks, r->id + 1, __ATOMIC_RELEASE);
+    return r->id;
+}
+
+int om_py_stack(uint32_t stack, const uint32_t **frames, unsigned *n)
+{
+    uint32_t count = __atomic_load_n(&nstacks, __ATOMIC_ACQUIRE);
+    struct py_stack_rec **ids = __atomic_load_n(&stacks_by_id, __ATOMIC_ACQUIRE);
+    if (stack == 0 || stack >= count || !ids)
+        return -ENOENT;
+    *frames = ids[stack]->frames;
+    *n = ids[stack]->n;
+    return 0;
+}
+
+/* The calling thread's last stack: a loop that allocates from the same lines finds it
+ * here, without the table's lock. */
+static __thread uint32_t last_frames[OM_TRACER_MAX_DEPTH], last_stack;
+static __thread unsigned last_n;
+
+uint32_t om_py_capture(unsigned cap)
+{
+    uint32_t frames[OM_TRACER_MAX_DEPTH];
+    unsigned n = walk(frames, cap < OM_TRACER_MAX_DEPTH ? cap : OM_TRACER_MAX_DEPTH);
+    if (n == 0)
+        return 0;
+    if (last_stack && n == last_n && memcmp(frames, last_frames, n * sizeof *frames) == 0)
+        return last_stack;
+    pthread_mutex_lock(&py_lock);
+    uint32_t id = intern_stack(frames, n);
+    pthread_mutex_unlock(&py_lock);
+    if (id) {
+        memcpy(last_frames, frames, n * sizeof *frames);
+        last_n = n;
+        last_stack = id;
+    }
+    return id;
+}
+
+void om_py_atfork_prepare(void)
+{
+    pthread_mutex_lock(&py_lock);
+}
+
+void om_py_atfork_parent(void)
+{
+    pthread_mutex_unlock(&py_lock);
+}
+
+void om_py_atfork_child(void)
+{
+    pthread_mutex_init(&py_lock, NULL);
+}
