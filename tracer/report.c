@@ -420,6 +420,10 @@ static void write_serving(struct om_json *w, const struct om_serving_stats *v)
     kv_u64(w, "retired_blocks", v->retired_blocks);
     kv_u64(w, "iteration_requests", v->iteration_requests);
     kv_u64(w, "iteration_served", v->iteration_served);
+    kv_u64(w, "layout_calls", v->layout_calls);
+    kv_u64(w, "layout_bytes", v->layout_bytes);
+    kv_u64(w, "layout_max_bytes", v->layout_max_bytes);
+    kv_u64(w, "layout_max_us", v->layout_max_us);
     om_json_end(w, '}');
 }
 

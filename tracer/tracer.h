@@ -96,6 +96,10 @@ struct om_serving_stats {
     /* serving_requests and served_from_plan as they stood when the last served iteration
      * ended: the requests of the loop, without those the program makes after it */
     uint64_t iteration_requests, iteration_served;
+    /* The last plan's pages laid out: over how many calls, how many bytes moved or given
+     * back; the most bytes one call moved or gave back laying out any plan, and the longest
+     * time one call spent on it */
+    uint64_t layout_calls, layout_bytes, layout_max_bytes, layout_max_us;
 };
 
 /* The pool's arena: sample records of blocks inside it carry their offset. */
