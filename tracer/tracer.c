@@ -618,14 +618,16 @@ static int dump_locked(const char *tmpl, enum dump_kind kind, char *expanded, si
         memcpy(expanded, path, strlen(path) + 1);
     }
     symbolize_all(domain_count(), kind != DUMP_CHECKPOINT);
+    struct om_domain *copies[OM_TRACER_DOMAINS];
     pthread_mutex_lock(&lock);
     /* Domains opened since the names were resolved are written with addresses only. */
-    rc = om_report_write(&cfg, doms, ndoms, expanded);
+    unsigned n = ndoms;
+    rc = om_report_snapshot(doms, n, copies);
     ckpt_events = events_seen();
     ckpt_plans = plans_made();
     ckpt_ns = mono_ns();
     pthread_mutex_unlock(&lock);
-    return rc;
+    return rc == 0 ? om_report_write(&cfg, copies, n, expanded) : rc;
 }
 
 static int dump(const char *tmpl, enum dump_kind kind)
