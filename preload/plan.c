@@ -367,7 +367,7 @@ void om_pool_lay_out_pages(struct om_pool *pool)
     pool->layout_run = (struct om_move_run){0, 0};
 }
 
-/* The first free byte at or above off; top when there is none below it. */
+/* The first free byte at or above off, or top where none lies between them. */
 static size_t next_free(const struct om_arena *a, size_t off)
 {
     ptrdiff_t i = om_extents_at_or_below(&a->free, off);
@@ -389,12 +389,13 @@ void om_pool_lay_out_slice(struct om_pool *pool)
     struct timespec t0, t1;
     clock_gettime(CLOCK_MONOTONIC, &t0);
     for (unsigned w = 0; w < LAYOUT_WINDOWS && !work; w++) {
-        size_t from = next_free(a, pool->layout_next - 1) & ~(a->page - 1);
-        if (from >= a->top) {
+        size_t at = next_free(a, pool->layout_next - 1);
+        if (at >= a->top) {
             pool->layout_next = 0;
             break;
         }
-        size_t to = from + window, released = pool->stats.released_bytes;
+        size_t from = at & ~(a->page - 1), to = from + window;
+        size_t released = pool->stats.released_bytes;
         size_t moved = om_arena_move_into(a, from, to, &pool->covered, &pool->moves_left,
                                           pool->failing ? NULL : &pool->layout_run);
         pool->stats.moved_bytes += moved;
@@ -403,8 +404,8 @@ void om_pool_lay_out_slice(struct om_pool *pool)
         pool->layout_next = to + 1;
     }
     clock_gettime(CLOCK_MONOTONIC, &t1);
-    uint64_t us = (uint64_t)(t1.tv_sec - t0.tv_sec) * 1000000u +
-                  (uint64_t)(t1.tv_nsec - t0.tv_nsec + 1000000000L) / 1000u - 1000000u;
+    int64_t ns = (int64_t)(t1.tv_sec - t0.tv_sec) * 1000000000 + (t1.tv_nsec - t0.tv_nsec);
+    uint64_t us = ns > 0 ? (uint64_t)ns / 1000 : 0;
     pool->stats.layout_bytes += work;
     if (work > pool->stats.layout_max_bytes)
         pool->stats.layout_max_bytes = work;
