@@ -4,6 +4,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -502,6 +503,16 @@ struct snap {
 
 static struct snap *snaps[OM_TRACER_DOMAINS];
 
+/* A buffer of the report's, its pages made resident in one call (where the kernel can, 5.14
+ * on) instead of faulted in one by one as a report first writes them. */
+static void *map_populated(size_t size)
+{
+    void *p = om_sys_map(size);
+    if (p)
+        (void)madvise(p, size, MADV_POPULATE_WRITE);
+    return p;
+}
+
 static int snap_reserve(struct snap *sn, uint32_t nsites)
 {
     if (nsites <= sn->sites_cap)
@@ -509,8 +520,8 @@ static int snap_reserve(struct snap *sn, uint32_t nsites)
     size_t cap = sn->sites_cap ? sn->sites_cap : 256;
     while (cap < nsites)
         cap *= 2;
-    struct om_site *sites = om_sys_map(cap * sizeof *sites);
-    struct om_site **by_id = om_sys_map(cap * sizeof *by_id);
+    struct om_site *sites = map_populated(cap * sizeof *sites);
+    struct om_site **by_id = map_populated(cap * sizeof *by_id);
     if (!sites || !by_id) {
         om_sys_unmap(sites, cap * sizeof *sites);
         om_sys_unmap(by_id, cap * sizeof *by_id);
@@ -526,10 +537,10 @@ static int snap_reserve(struct snap *sn, uint32_t nsites)
 
 static int snap_domain(struct snap **slot, const struct om_domain *d)
 {
-    if (!*slot && !(*slot = om_sys_map(sizeof **slot)))
+    if (!*slot && !(*slot = map_populated(sizeof **slot)))
         return -ENOMEM;
     struct snap *sn = *slot;
-    if (!sn->records && !(sn->records = om_sys_map(OM_SAMPLE_RECORDS * sizeof *sn->records)))
+    if (!sn->records && !(sn->records = map_populated(OM_SAMPLE_RECORDS * sizeof *sn->records)))
         return -ENOMEM;
     uint32_t nsites = d->sites.count;
     if (snap_reserve(sn, nsites) != 0)
@@ -569,6 +580,21 @@ static int snap_domain(struct snap **slot, const struct om_domain *d)
     return 0;
 }
 
+void om_report_prepare(void)
+{
+    if (!write_buf)
+        write_buf = map_populated(WRITE_BUF);
+    if (!cmdline_buf)
+        cmdline_buf = om_sys_map(CMDLINE_MAX); /* read into as far as argv goes */
+    if (!snaps[OM_TRACER_HOST])
+        snaps[OM_TRACER_HOST] = map_populated(sizeof *snaps[OM_TRACER_HOST]);
+    struct snap *sn = snaps[OM_TRACER_HOST];
+    if (sn && !sn->records)
+        sn->records = map_populated(OM_SAMPLE_RECORDS * sizeof *sn->records);
+    if (sn)
+        (void)snap_reserve(sn, 1);
+}
+
 int om_report_snapshot(struct om_domain *const *domains, unsigned n, struct om_domain **out)
 {
     for (unsigned i = 0; i < n && i < OM_TRACER_DOMAINS; i++) {
@@ -599,7 +625,7 @@ static int fill_report(int fd, void *ctx)
 int om_report_write(const struct om_tracer_config *cfg, struct om_domain *const *domains,
                     unsigned ndomains, const char *path)
 {
-    if (!write_buf && !(write_buf = om_sys_map(WRITE_BUF)))
+    if (!write_buf && !(write_buf = map_populated(WRITE_BUF)))
         return -ENOMEM;
     if (!cmdline_buf)
         cmdline_buf = om_sys_map(CMDLINE_MAX); /* without it, argv is written empty */

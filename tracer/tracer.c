@@ -657,6 +657,15 @@ int om_tracer_dump(const char *path)
     return dump(tmpl, DUMP_ASKED);
 }
 
+void om_tracer_report_prepare(void)
+{
+    if (!tracer_on || !cfg.report_template[0])
+        return;
+    pthread_mutex_lock(&dump_lock);
+    om_report_prepare();
+    pthread_mutex_unlock(&dump_lock);
+}
+
 int om_tracer_checkpoint(uint64_t interval_ns)
 {
     if (!tracer_on || !cfg.report_template[0])

@@ -135,6 +135,13 @@ void om_tracer_at_exit(void);
  * passed. Never after the report written at exit. 0 or -errno. */
 int om_tracer_checkpoint(uint64_t interval_ns);
 
+/* Where a report is configured: the memory its checkpoints use (about 1.2 MiB: the writer's
+ * buffers and the copy of the host's record that a report is written from) is mapped and
+ * faulted in now, by the caller (the checkpoint thread, as it starts), rather than by the
+ * first checkpoint, which comes when the first plan is made and would fault it in while
+ * the plan serves its first iterations. */
+void om_tracer_report_prepare(void);
+
 /* Expands %p, %r, %% of tmpl (a report's or a plan's path) into out. Returns 0, -EINVAL or
  * -ENAMETOOLONG. */
 int om_path_expand(const char *tmpl, long pid, long rank, char *out, size_t outlen);
