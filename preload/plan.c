@@ -363,6 +363,21 @@ void om_pool_lay_out_pages(struct om_pool *pool)
         pool->stats.released_bytes += om_arena_release_tail(&pool->arena, pool->plan_end);
         return;
     }
+    if (!pool->host) {
+        /* A device's requests are few and large (an iteration of 32 in a replayed snapshot):
+         * slices would keep its uncovered chunks mapped beside the plan's for iterations,
+         * above the plan's peak. They go at once, as before. */
+        size_t released = pool->stats.released_bytes;
+        pool->stats.moved_bytes +=
+            om_arena_move_into(&pool->arena, 0, SIZE_MAX, &pool->covered, &pool->moves_left, NULL);
+        om_pool_release_uncovered(pool, 0, SIZE_MAX);
+        pool->stats.released_bytes += om_arena_release_tail(&pool->arena, pool->plan_end);
+        pool->stats.layout_calls = 1;
+        pool->stats.layout_bytes = pool->stats.released_bytes - released;
+        if (pool->stats.layout_bytes > pool->stats.layout_max_bytes)
+            pool->stats.layout_max_bytes = pool->stats.layout_bytes;
+        return;
+    }
     pool->layout_next = 1; /* the byte looked at next, + 1 */
     pool->layout_run = (struct om_move_run){0, 0};
 }
