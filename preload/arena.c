@@ -227,11 +227,11 @@ static int move_pages(struct om_arena *a, size_t from, size_t to, size_t n)
 }
 
 size_t om_arena_move_into(struct om_arena *a, size_t from, size_t to, const struct om_extents *keep,
-                          size_t *moves_left)
+                          size_t *moves_left, struct om_move_run *run)
 {
     size_t page = a->page, moved = 0;
     struct om_extents src, dst;
-    if (!*moves_left || !a->backend->move || om_extents_init(&src) != 0)
+    if ((!*moves_left && !run) || !a->backend->move || om_extents_init(&src) != 0)
         return 0;
     if (om_extents_init(&dst) != 0)
         goto out_src;
@@ -262,13 +262,17 @@ size_t om_arena_move_into(struct om_arena *a, size_t from, size_t to, const stru
             goto out;
     }
     size_t si = 0, di = 0, s_done = 0, d_done = 0;
-    while (si < src.n && di < dst.n && *moves_left) {
+    while (si < src.n && di < dst.n) {
         size_t s_left = src.v[si].len - s_done, d_left = dst.v[di].len - d_done;
-        size_t n = s_left < d_left ? s_left : d_left;
-        if (move_pages(a, src.v[si].off + s_done, dst.v[di].off + d_done, n) != 0)
+        size_t n = s_left < d_left ? s_left : d_left, s = src.v[si].off + s_done;
+        size_t d = dst.v[di].off + d_done;
+        int goes_on = run && run->src_end == s && run->dst_end == d;
+        if ((!goes_on && !*moves_left) || move_pages(a, s, d, n) != 0)
             break;
         moved += n;
-        --*moves_left;
+        *moves_left -= !goes_on;
+        if (run)
+            *run = (struct om_move_run){s + n, d + n};
         s_done = n == s_left ? 0 : s_done + n;
         si += n == s_left;
         d_done = n == d_left ? 0 : d_done + n;

@@ -82,12 +82,20 @@ size_t om_arena_release_range(struct om_arena *a, size_t off, size_t len);
  * the bytes released. */
 size_t om_arena_release_free(struct om_arena *a, size_t from, size_t to);
 
+/* Where a series of moves (a plan's pages, laid out in slices) ended: a move that goes on
+ * from there, source and destination both, extends the mappings the last one made rather
+ * than splitting others. */
+struct om_move_run {
+    size_t src_end, dst_end;
+};
+
 /* Where the backend moves memory: moves resident pages of free space inside [from, to) on
  * which no range of `keep` lies onto the pages inside `keep` that are free and not resident,
  * instead of releasing the one and faulting the other in. Each move takes one of
- * *moves_left and stops when none is left. Returns the bytes moved. */
+ * *moves_left, except one that goes on from where run (if not NULL) ended, and it stops
+ * when none is left. Returns the bytes moved. */
 size_t om_arena_move_into(struct om_arena *a, size_t from, size_t to, const struct om_extents *keep,
-                          size_t *moves_left);
+                          size_t *moves_left, struct om_move_run *run);
 
 /* The end of the highest byte taken: from there on to the reservation's end, all is free. */
 size_t om_arena_taken_end(const struct om_arena *a);

@@ -21,6 +21,7 @@ static void *checkpoint_loop(void *arg)
 {
     (void)arg;
     const struct timespec poll = {0, OM_CHECKPOINT_POLL_MS * 1000000L};
+    om_tracer_report_prepare();
     while (__atomic_load_n(&state, __ATOMIC_ACQUIRE) == CKPT_RUNNING) {
         nanosleep(&poll, NULL);
         if (__atomic_load_n(&state, __ATOMIC_ACQUIRE) != CKPT_RUNNING)

@@ -12,6 +12,7 @@
 #include <signal.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <time.h>
 
 /* The search stops as soon as a plan meets its lower bound; the budget bounds the one-off
  * pause of a plan that cannot. It is the time one iteration took, within these bounds: a
@@ -347,14 +348,85 @@ void om_pool_release_uncovered(struct om_pool *pool, size_t from, size_t to)
 /* Gives back every free page that no slot of the plan covers: the plan's region is resident
  * from warm-up only where the plan will touch it anyway. Pages about to go back first move
  * where slots lie on pages not resident, so that the first iteration served faults none of
- * them in (the transformer: 12 thousand faults, 133 thousand at 4 x its batch). */
-static void release_unplanned(struct om_pool *pool)
+ * them in (the transformer: 12 thousand faults, 133 thousand at 4 x its batch). A slice a
+ * call, bottom up, in windows of OM_LAYOUT_SLICE bytes: each page of a window is moved or
+ * given back at most once, and a call goes on to the next window only while those it looked
+ * at had no such page. Each slice works on the arena as it is then, under the pool's lock:
+ * only pages free at that moment move or go back. The free tail's pages go back with their
+ * windows; what becomes resident above the plan again goes at the end of the iteration. */
+#define LAYOUT_WINDOWS 4 /* windows a call may look at */
+
+void om_pool_lay_out_pages(struct om_pool *pool)
 {
-    if (om_pool_cover_slots(pool) != 0)
+    pool->stats.layout_calls = pool->stats.layout_bytes = 0;
+    pool->layout_next = 0;
+    if (om_pool_cover_slots(pool) != 0) {
+        pool->stats.released_bytes += om_arena_release_tail(&pool->arena, pool->plan_end);
         return;
-    pool->stats.moved_bytes +=
-        om_arena_move_into(&pool->arena, 0, SIZE_MAX, &pool->covered, &pool->moves_left);
-    om_pool_release_uncovered(pool, 0, SIZE_MAX);
+    }
+    if (!pool->host) {
+        /* A device's requests are few and large (an iteration of 32 in a replayed snapshot):
+         * slices would keep its uncovered chunks mapped beside the plan's for iterations,
+         * above the plan's peak. They go at once, as before. */
+        size_t released = pool->stats.released_bytes;
+        pool->stats.moved_bytes +=
+            om_arena_move_into(&pool->arena, 0, SIZE_MAX, &pool->covered, &pool->moves_left, NULL);
+        om_pool_release_uncovered(pool, 0, SIZE_MAX);
+        pool->stats.released_bytes += om_arena_release_tail(&pool->arena, pool->plan_end);
+        pool->stats.layout_calls = 1;
+        pool->stats.layout_bytes = pool->stats.released_bytes - released;
+        if (pool->stats.layout_bytes > pool->stats.layout_max_bytes)
+            pool->stats.layout_max_bytes = pool->stats.layout_bytes;
+        return;
+    }
+    pool->layout_next = 1; /* the byte looked at next, + 1 */
+    pool->layout_run = (struct om_move_run){0, 0};
+}
+
+/* The first free byte at or above off, or top where none lies between them. */
+static size_t next_free(const struct om_arena *a, size_t off)
+{
+    ptrdiff_t i = om_extents_at_or_below(&a->free, off);
+    if (i >= 0 && a->free.v[i].off + a->free.v[i].len > off)
+        return off;
+    size_t k = (size_t)(i + 1);
+    return k < a->free.n ? a->free.v[k].off : a->top;
+}
+
+void om_pool_lay_out_slice(struct om_pool *pool)
+{
+    struct om_arena *a = &pool->arena;
+    size_t window = OM_LAYOUT_SLICE > a->page ? OM_LAYOUT_SLICE : a->page, work = 0;
+    if (pool->phase != SERVE) { /* the plan went: so did its pages (om_pool_release_free) */
+        pool->layout_next = 0;
+        return;
+    }
+    pool->stats.layout_calls++;
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    for (unsigned w = 0; w < LAYOUT_WINDOWS && !work; w++) {
+        size_t at = next_free(a, pool->layout_next - 1);
+        if (at >= a->top) {
+            pool->layout_next = 0;
+            break;
+        }
+        size_t from = at & ~(a->page - 1), to = from + window;
+        size_t released = pool->stats.released_bytes;
+        size_t moved = om_arena_move_into(a, from, to, &pool->covered, &pool->moves_left,
+                                          pool->failing ? NULL : &pool->layout_run);
+        pool->stats.moved_bytes += moved;
+        om_pool_release_uncovered(pool, from, to);
+        work = moved + (pool->stats.released_bytes - released);
+        pool->layout_next = to + 1;
+    }
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    int64_t ns = (int64_t)(t1.tv_sec - t0.tv_sec) * 1000000000 + (t1.tv_nsec - t0.tv_nsec);
+    uint64_t us = ns > 0 ? (uint64_t)ns / 1000 : 0;
+    pool->stats.layout_bytes += work;
+    if (work > pool->stats.layout_max_bytes)
+        pool->stats.layout_max_bytes = work;
+    if (us > pool->stats.layout_max_us)
+        pool->stats.layout_max_us = us;
 }
 
 void om_pool_release_block(struct om_pool *pool, size_t off, size_t len, int move)
@@ -363,7 +435,7 @@ void om_pool_release_block(struct om_pool *pool, size_t off, size_t len, int mov
     size_t from = off & ~(page - 1), to = (off + len + page - 1) & ~(page - 1);
     if (move)
         pool->stats.moved_bytes +=
-            om_arena_move_into(&pool->arena, from, to, &pool->covered, &pool->moves_left);
+            om_arena_move_into(&pool->arena, from, to, &pool->covered, &pool->moves_left, NULL);
     om_pool_release_uncovered(pool, from, to);
 }
 
@@ -378,12 +450,6 @@ int om_pool_plan(struct om_pool *pool, uint32_t budget_ms)
     if (rc == 0)
         om_pool_lay_out_pages(pool);
     return rc;
-}
-
-void om_pool_lay_out_pages(struct om_pool *pool)
-{
-    release_unplanned(pool);
-    pool->stats.released_bytes += om_arena_release_tail(&pool->arena, pool->plan_end);
 }
 
 /* ---- the search on a thread of optmem's ---- */

@@ -395,6 +395,8 @@ void *om_pool_alloc(struct om_pool *pool, size_t size, size_t alignment, int zer
     if (cycle_thread)
         om_pool_after_cycle_request(pool, om_blockmap_get(&pool->blocks, off), token, alignment,
                                     &info);
+    if (pool->layout_next)
+        om_pool_lay_out_slice(pool);
     pthread_mutex_unlock(&pool->lock);
     return p;
 fail:
@@ -501,6 +503,8 @@ void om_pool_free(struct om_pool *pool, void *p, uintptr_t stream)
         om_pool_release_block(pool, gone.off, gone.len, !planned);
     else if (!planned && pool->phase != SERVE && pool->host)
         remember_freed(pool, gone.off, gone.len);
+    if (pool->layout_next)
+        om_pool_lay_out_slice(pool);
     if (pool->redzone && om_arena_check(&pool->arena) != 0) {
         pool->stats.verify_violations++;
         om_warn("verify: the arena's free extents are inconsistent");

@@ -30,6 +30,10 @@
 /* Page moves a plan may make: each may split the arena's mapping in up to four, and the
  * kernel caps a process's mappings (vm.max_map_count, 65530 by default). */
 #define PAGE_MOVES_MAX 128
+/* Bytes of pages a call may move or give back while a plan's pages are laid out: a whole
+ * plan's at once (a hundred MiB and more) held the request that installed it for
+ * milliseconds (docs/serving.md). Giving a page back costs more than moving it. */
+#define OM_LAYOUT_SLICE ((size_t)8 << 20)
 
 /* Learn: waiting for the tracer to find a period, the ring keeping the requests. Record:
  * one iteration's requests, for a period too long for the ring. Observe: the next
@@ -133,6 +137,10 @@ struct om_pool {
     struct om_request_log log; /* not loaded: this run's main-thread requests */
     struct om_extents covered; /* the bytes the iteration's slots cover */
     size_t moves_left;         /* page moves onto them the plan may still make */
+    /* The plan's pages being laid out, a slice a call: the next byte to look at + 1, 0 when
+     * none is; where its moves ended. */
+    size_t layout_next;
+    struct om_move_run layout_run;
     uint64_t main_requests, log_cycle_start;
     /* PLAN: the search under way; requests since it began (a multiple of period is where
      * the iteration planned begins again, and the plan can serve from cursor). */
@@ -205,9 +213,14 @@ void om_pool_end_of_served_iteration(struct om_pool *pool);
 /* Serving starts from the plan in slots: the next request is expected at slot cursor. */
 void om_pool_serve(struct om_pool *pool, uint64_t cursor);
 
-/* The plan in slots is laid over the arena's pages: the free pages no slot covers move onto
- * those slots' pages that are not resident, or go back, and so does the free tail. */
+/* The plan in slots is to be laid over the arena's pages: the free pages no slot covers move
+ * onto those slots' pages that are not resident, or go back, and so does the free tail. The
+ * work is done a slice a call (om_pool_lay_out_slice), from this call on. */
 void om_pool_lay_out_pages(struct om_pool *pool);
+
+/* One slice of the layout under way, if any: at most OM_LAYOUT_SLICE bytes of pages moved
+ * or given back. A plan no longer served ends it. Called once by every call into the pool. */
+void om_pool_lay_out_slice(struct om_pool *pool);
 
 /* The plan in slots is dropped, for good (stale) or, unless keep is 0, kept for when the
  * program comes back to the phase it planned where it served an iteration. */

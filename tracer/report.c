@@ -4,6 +4,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -328,21 +329,8 @@ static void write_lifetime(struct om_json *w, const char *key, uint64_t min, uin
     om_json_end(w, '}');
 }
 
-static void write_sites(struct om_json *w, struct om_domain *st)
+static void write_sites(struct om_json *w, const struct om_domain *st)
 {
-    for (uint32_t i = 0; i < st->sites.count; i++)
-        memset(st->sites.by_id[i]->live_cat_bytes, 0, sizeof st->sites.by_id[i]->live_cat_bytes);
-    /* A live block that has crossed two boundaries is persistent already; one that crossed
-     * one is taken as an arc over the boundary; a younger one is not classified yet. */
-    if (st->acct.iter_no > 0) {
-        for (uint64_t k = 0; k < st->live_cap; k++) {
-            const struct om_live *e = &st->live[k];
-            uint64_t crossed = st->acct.iter_no - e->birth_iter;
-            if (e->ptr && crossed >= 1)
-                e->site->live_cat_bytes[crossed >= 2 ? OM_CAT_PERSISTENT : OM_CAT_PER_ITERATION] +=
-                    e->size;
-        }
-    }
     om_json_key(w, "sites");
     om_json_begin(w, '[');
     for (uint32_t i = 0; i < st->sites.count; i++) {
@@ -535,12 +523,17 @@ static void write_serving(struct om_json *w, const struct om_serving_stats *v)
     kv_u64(w, "retired_blocks", v->retired_blocks);
     kv_u64(w, "iteration_requests", v->iteration_requests);
     kv_u64(w, "iteration_served", v->iteration_served);
+    kv_u64(w, "layout_calls", v->layout_calls);
+    kv_u64(w, "layout_bytes", v->layout_bytes);
+    kv_u64(w, "layout_max_bytes", v->layout_max_bytes);
+    kv_u64(w, "layout_max_us", v->layout_max_us);
     om_json_end(w, '}');
 }
 
 /* The sections every domain has, with the same keys at the top level (the host) and in
  * each entry of device_domains. */
-static void write_domain(struct om_json *w, const struct om_tracer_config *cfg, struct om_domain *d)
+static void write_domain(struct om_json *w, const struct om_tracer_config *cfg,
+                         const struct om_domain *d)
 {
     uint64_t first = sample_first(d);
     om_json_key(w, "counters");
@@ -610,6 +603,125 @@ int om_report_iterations(struct om_domain *const *doms, unsigned n)
     return found;
 }
 
+/* ---- the snapshot ---- */
+
+/* A domain as a report sees it, copied under the tracer's lock and written outside it: the
+ * domain's fields, its call sites (their frames and names are never changed once set, and
+ * are shared), the sample's records, and each site's live bytes by category. The buffers
+ * are kept from one report to the next: reports are rewritten every few seconds
+ * (checkpoints), and pages mapped anew each time would be faulted in anew. */
+struct snap {
+    struct om_domain d; /* sites.by_id and records point below; no live table */
+    struct om_site *sites, **by_id;
+    size_t sites_cap; /* sites and by_id have room for this many */
+    struct om_record *records;
+};
+
+static struct snap *snaps[OM_TRACER_DOMAINS];
+
+/* A buffer of the report's, its pages made resident in one call (where the kernel can, 5.14
+ * on) instead of faulted in one by one as a report first writes them. */
+static void *map_populated(size_t size)
+{
+    void *p = om_sys_map(size);
+    if (p)
+        (void)madvise(p, size, MADV_POPULATE_WRITE);
+    return p;
+}
+
+static int snap_reserve(struct snap *sn, uint32_t nsites)
+{
+    if (nsites <= sn->sites_cap)
+        return 0;
+    size_t cap = sn->sites_cap ? sn->sites_cap : 256;
+    while (cap < nsites)
+        cap *= 2;
+    struct om_site *sites = map_populated(cap * sizeof *sites);
+    struct om_site **by_id = map_populated(cap * sizeof *by_id);
+    if (!sites || !by_id) {
+        om_sys_unmap(sites, cap * sizeof *sites);
+        om_sys_unmap(by_id, cap * sizeof *by_id);
+        return -ENOMEM;
+    }
+    om_sys_unmap(sn->sites, sn->sites_cap * sizeof *sn->sites);
+    om_sys_unmap(sn->by_id, sn->sites_cap * sizeof *sn->by_id);
+    sn->sites = sites;
+    sn->by_id = by_id;
+    sn->sites_cap = cap;
+    return 0;
+}
+
+static int snap_domain(struct snap **slot, const struct om_domain *d)
+{
+    if (!*slot && !(*slot = map_populated(sizeof **slot)))
+        return -ENOMEM;
+    struct snap *sn = *slot;
+    if (!sn->records && !(sn->records = map_populated(OM_SAMPLE_RECORDS * sizeof *sn->records)))
+        return -ENOMEM;
+    uint32_t nsites = d->sites.count;
+    if (snap_reserve(sn, nsites) != 0)
+        return -ENOMEM;
+    sn->d = *d;
+    for (uint32_t i = 0; i < nsites; i++) {
+        sn->sites[i] = *d->sites.by_id[i];
+        memset(sn->sites[i].live_cat_bytes, 0, sizeof sn->sites[i].live_cat_bytes);
+        sn->by_id[i] = &sn->sites[i];
+    }
+    sn->d.sites.hash = NULL;
+    sn->d.sites.by_id = sn->by_id;
+    sn->d.sites.capacity = (uint32_t)sn->sites_cap;
+    /* A live block that has crossed two boundaries is persistent already; one that crossed
+     * one is taken as an arc over the boundary; a younger one is not classified yet. */
+    if (d->acct.iter_no > 0) {
+        for (uint64_t k = 0; k < d->live_cap; k++) {
+            const struct om_live *e = &d->live[k];
+            uint64_t crossed = d->acct.iter_no - e->birth_iter;
+            if (e->ptr && crossed >= 1 && e->site->id < nsites)
+                sn->sites[e->site->id]
+                    .live_cat_bytes[crossed >= 2 ? OM_CAT_PERSISTENT : OM_CAT_PER_ITERATION] +=
+                    e->size;
+        }
+    }
+    sn->d.live = NULL;
+    sn->d.live_cap = sn->d.live_used = 0;
+    /* The sample's records only, at their places in the ring. */
+    for (uint64_t q = sample_first(d); q < d->seq;) {
+        uint64_t at = q % OM_SAMPLE_RECORDS, n = OM_SAMPLE_RECORDS - at;
+        if (n > d->seq - q)
+            n = d->seq - q;
+        memcpy(&sn->records[at], &d->records[at], n * sizeof *sn->records);
+        q += n;
+    }
+    sn->d.records = sn->records;
+    return 0;
+}
+
+void om_report_prepare(void)
+{
+    if (!write_buf)
+        write_buf = map_populated(WRITE_BUF);
+    if (!cmdline_buf)
+        cmdline_buf = om_sys_map(CMDLINE_MAX); /* read into as far as argv goes */
+    if (!snaps[OM_TRACER_HOST])
+        snaps[OM_TRACER_HOST] = map_populated(sizeof *snaps[OM_TRACER_HOST]);
+    struct snap *sn = snaps[OM_TRACER_HOST];
+    if (sn && !sn->records)
+        sn->records = map_populated(OM_SAMPLE_RECORDS * sizeof *sn->records);
+    if (sn)
+        (void)snap_reserve(sn, 1);
+}
+
+int om_report_snapshot(struct om_domain *const *domains, unsigned n, struct om_domain **out)
+{
+    for (unsigned i = 0; i < n && i < OM_TRACER_DOMAINS; i++) {
+        int rc = snap_domain(&snaps[i], domains[i]);
+        if (rc != 0)
+            return rc;
+        out[i] = &snaps[i]->d;
+    }
+    return 0;
+}
+
 struct report_job {
     const struct om_tracer_config *cfg;
     struct om_domain *const *doms;
@@ -629,7 +741,7 @@ static int fill_report(int fd, void *ctx)
 int om_report_write(const struct om_tracer_config *cfg, struct om_domain *const *domains,
                     unsigned ndomains, const char *path)
 {
-    if (!write_buf && !(write_buf = om_sys_map(WRITE_BUF)))
+    if (!write_buf && !(write_buf = map_populated(WRITE_BUF)))
         return -ENOMEM;
     if (!cmdline_buf)
         cmdline_buf = om_sys_map(CMDLINE_MAX); /* without it, argv is written empty */

@@ -637,14 +637,16 @@ static int dump_locked(const char *tmpl, enum dump_kind kind, char *expanded, si
         memcpy(expanded, path, strlen(path) + 1);
     }
     symbolize_all(domain_count(), kind != DUMP_CHECKPOINT);
+    struct om_domain *copies[OM_TRACER_DOMAINS];
     pthread_mutex_lock(&lock);
     /* Domains opened since the names were resolved are written with addresses only. */
-    rc = om_report_write(&cfg, doms, ndoms, expanded);
+    unsigned n = ndoms;
+    rc = om_report_snapshot(doms, n, copies);
     ckpt_events = events_seen();
     ckpt_plans = plans_made();
     ckpt_ns = mono_ns();
     pthread_mutex_unlock(&lock);
-    return rc;
+    return rc == 0 ? om_report_write(&cfg, copies, n, expanded) : rc;
 }
 
 static int dump(const char *tmpl, enum dump_kind kind)
@@ -672,6 +674,15 @@ int om_tracer_dump(const char *path)
     if (!*tmpl)
         return -EINVAL;
     return dump(tmpl, DUMP_ASKED);
+}
+
+void om_tracer_report_prepare(void)
+{
+    if (!tracer_on || !cfg.report_template[0])
+        return;
+    pthread_mutex_lock(&dump_lock);
+    om_report_prepare();
+    pthread_mutex_unlock(&dump_lock);
 }
 
 int om_tracer_checkpoint(uint64_t interval_ns)

@@ -99,6 +99,10 @@ struct om_serving_stats {
     /* serving_requests and served_from_plan as they stood when the last served iteration
      * ended: the requests of the loop, without those the program makes after it */
     uint64_t iteration_requests, iteration_served;
+    /* The last plan's pages laid out: over how many calls, how many bytes moved or given
+     * back; the most bytes one call moved or gave back laying out any plan, and the longest
+     * time one call spent on it */
+    uint64_t layout_calls, layout_bytes, layout_max_bytes, layout_max_us;
 };
 
 /* The pool's arena: sample records of blocks inside it carry their offset. */
@@ -133,6 +137,13 @@ void om_tracer_at_exit(void);
  * a plan was made since the last, or when requests were made since and interval_ns has
  * passed. Never after the report written at exit. 0 or -errno. */
 int om_tracer_checkpoint(uint64_t interval_ns);
+
+/* Where a report is configured: the memory its checkpoints use (about 1.2 MiB: the writer's
+ * buffers and the copy of the host's record that a report is written from) is mapped and
+ * faulted in now, by the caller (the checkpoint thread, as it starts), rather than by the
+ * first checkpoint, which comes when the first plan is made and would fault it in while
+ * the plan serves its first iterations. */
+void om_tracer_report_prepare(void);
 
 /* Expands %p, %r, %% of tmpl (a report's or a plan's path) into out. Returns 0, -EINVAL or
  * -ENAMETOOLONG. */

@@ -390,8 +390,16 @@ const struct om_domain *om_tracer_domain(unsigned domain);
 
 /* ---- report.c ---- */
 
-/* Writes the report of the domains (the host first) to path (already expanded)
- * atomically. Called under the lock. */
+/* What a report of the domains needs, copied (under the tracer's lock, so that the report
+ * is of one moment and no allocating thread waits while it is written): out[i] is the copy
+ * of domains[i], valid until the next snapshot. 0 or -ENOMEM. Reports are made one at a
+ * time (the tracer's dump lock). */
+int om_report_snapshot(struct om_domain *const *domains, unsigned n, struct om_domain **out);
+/* Maps the report's buffers (the writer's, the host's copy) and faults their pages in, where
+ * not done yet. Under the dump lock. */
+void om_report_prepare(void);
+/* Writes the report of the domains (the host first; copies from om_report_snapshot) to
+ * path (already expanded) atomically. */
 int om_report_write(const struct om_tracer_config *cfg, struct om_domain *const *domains,
                     unsigned ndomains, const char *path);
 /* Managed requests this process made (not those a fork parent made), all domains. */

@@ -8,10 +8,15 @@
 #include "tracer_internal.h"
 
 #include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 static int init_tracer(unsigned warmup)
@@ -314,7 +319,7 @@ static void test_report_sections(void **state)
     assert_non_null(serving);
     assert_true(serving > dd);
     assert_non_null(strstr(serving, "\"retired_blocks\":5,"));
-    assert_non_null(strstr(serving, "\"iteration_served\":9}"));
+    assert_non_null(strstr(serving, "\"iteration_served\":9,"));
 
     /* A checkpoint: written when a plan was made since the last one, not again without
      * news, and again once requests came and the interval passed. */
@@ -348,6 +353,94 @@ static void test_report_sections(void **state)
     unlink(path);
 }
 
+/* ---- a report is written outside the tracer's lock ---- */
+
+struct dumper {
+    const char *path;
+    int rc, done;
+};
+
+static void *dump_thread(void *arg)
+{
+    struct dumper *d = arg;
+    d->rc = om_tracer_dump(d->path);
+    __atomic_store_n(&d->done, 1, __ATOMIC_RELEASE);
+    return NULL;
+}
+
+static void *request_thread(void *arg)
+{
+    int *done = arg;
+    struct om_stack s = stack_of(3);
+    om_tracer_on_alloc(OM_TRACER_HOST, (void *)(uintptr_t)0x7000000, 5000, 5008, 0, &s, NULL);
+    om_tracer_on_free(OM_TRACER_HOST, (void *)(uintptr_t)0x7000000);
+    __atomic_store_n(done, 1, __ATOMIC_RELEASE);
+    return NULL;
+}
+
+static void sleep_ms(long ms)
+{
+    struct timespec t = {ms / 1000, (ms % 1000) * 1000000L};
+    nanosleep(&t, NULL);
+}
+
+/* While a report is being written (into a pipe nobody reads yet, so its writer waits with
+ * the report half written), requests are recorded: they do not wait for the report, which
+ * shows the domains as they were when it began. */
+static void test_report_written_outside_the_lock(void **state)
+{
+    assert_int_equal(init_tracer(0), 0);
+    struct om_stack s = stack_of(2);
+    enum { REQUESTS = 8000 }; /* a report of several pipes' worth */
+    for (uintptr_t i = 0; i < REQUESTS; i++) {
+        om_tracer_on_alloc(OM_TRACER_HOST, (void *)(0x1000000 + i * 8192), 5000, 5008, 0, &s, NULL);
+        if (i % 2)
+            om_tracer_on_free(OM_TRACER_HOST, (void *)(0x1000000 + (i - 1) * 8192));
+    }
+    char dir[] = "/tmp/optmem-fifo-XXXXXX", path[64];
+    assert_non_null(mkdtemp(dir));
+    snprintf(path, sizeof path, "%s/report", dir);
+    assert_int_equal(mkfifo(path, 0600), 0);
+    int rd = open(path, O_RDONLY | O_NONBLOCK);
+    assert_true(rd >= 0);
+    int cap = fcntl(rd, F_GETPIPE_SZ), queued = 0;
+    struct dumper d = {path, -1, 0};
+    pthread_t dumper, requester;
+    assert_int_equal(pthread_create(&dumper, NULL, dump_thread, &d), 0);
+    for (int t = 0; t < 10000 && queued < cap; t += 10) { /* the pipe fills: the writer waits */
+        sleep_ms(10);
+        assert_int_equal(ioctl(rd, FIONREAD, &queued), 0);
+    }
+    int requested = 0;
+    assert_int_equal(pthread_create(&requester, NULL, request_thread, &requested), 0);
+    for (int t = 0; t < 5000 && !__atomic_load_n(&requested, __ATOMIC_ACQUIRE); t += 10)
+        sleep_ms(10);
+    int recorded_meanwhile = __atomic_load_n(&requested, __ATOMIC_ACQUIRE);
+    int written_already = __atomic_load_n(&d.done, __ATOMIC_ACQUIRE);
+    /* Whatever happened, the report is read to its end, and both threads end. */
+    assert_int_equal(fcntl(rd, F_SETFL, 0), 0);
+    size_t cap_all = 16 << 20, len = 0;
+    char *all = malloc(cap_all);
+    assert_non_null(all);
+    for (ssize_t n; (n = read(rd, all + len, cap_all - 1 - len)) > 0;)
+        len += (size_t)n;
+    all[len] = '\0';
+    pthread_join(dumper, NULL);
+    pthread_join(requester, NULL);
+    close(rd);
+    unlink(path);
+    rmdir(dir);
+    assert_true(queued >= cap);      /* the writer did wait on the pipe */
+    assert_false(written_already);   /* ... while the request came */
+    assert_true(recorded_meanwhile); /* which it did not hold up */
+    assert_int_equal(d.rc, 0);
+    char want[64];
+    snprintf(want, sizeof want, "\"managed_requests\":%d,", REQUESTS); /* not REQUESTS + 1 */
+    assert_non_null(strstr(all, want));
+    assert_non_null(strstr(all, "\"device_domains\":[]}\n"));
+    free(all);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -357,6 +450,7 @@ int main(void)
         cmocka_unit_test(test_step_marks_every_domain),
         cmocka_unit_test(test_fork_child_restarts_every_domain),
         cmocka_unit_test(test_report_sections),
+        cmocka_unit_test(test_report_written_outside_the_lock),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -440,13 +440,13 @@ static void test_move_into_kept_pages(void **state)
     /* Page 0 goes to 16 in the one move allowed; then, with sources only from page 3 on,
      * pages 3 and 4 to 17 and 18, and then page 2 to 19. */
     size_t moves = 1;
-    assert_int_equal(om_arena_move_into(&arena, 0, SIZE_MAX, &keep, &moves), p);
+    assert_int_equal(om_arena_move_into(&arena, 0, SIZE_MAX, &keep, &moves, NULL), p);
     assert_int_equal(moves, 0);
-    assert_int_equal(om_arena_move_into(&arena, 0, SIZE_MAX, &keep, &moves), 0);
+    assert_int_equal(om_arena_move_into(&arena, 0, SIZE_MAX, &keep, &moves, NULL), 0);
     moves = 128;
-    assert_int_equal(om_arena_move_into(&arena, 3 * p - 1, 5 * p + 1, &keep, &moves), 2 * p);
+    assert_int_equal(om_arena_move_into(&arena, 3 * p - 1, 5 * p + 1, &keep, &moves, NULL), 2 * p);
     assert_int_equal(moves, 127);
-    assert_int_equal(om_arena_move_into(&arena, 0, SIZE_MAX, &keep, &moves), p);
+    assert_int_equal(om_arena_move_into(&arena, 0, SIZE_MAX, &keep, &moves, NULL), p);
     assert_int_equal(om_arena_resident(&arena), 8 * p);
     assert_int_equal(arena.top, 20 * p);
     assert_int_equal(om_arena_check(&arena), 0);
@@ -465,7 +465,39 @@ static void test_move_into_kept_pages(void **state)
     assert_int_equal(arena.base[7 * p], 0xab);
     assert_int_equal(arena.base[p + 200], 0xab);
     /* The kept pages are resident now: nothing more to move. */
-    assert_int_equal(om_arena_move_into(&arena, 0, SIZE_MAX, &keep, &moves), 0);
+    assert_int_equal(om_arena_move_into(&arena, 0, SIZE_MAX, &keep, &moves, NULL), 0);
+    assert_int_equal(om_arena_check(&arena), 0);
+    om_extents_destroy(&keep);
+}
+
+/* A layout in slices: a move that goes on from where the last one ended, source and
+ * destination both, takes no move of the budget; one that does not, does. */
+static void test_move_run_goes_on(void **state)
+{
+    size_t p = arena.page;
+    struct om_extents keep;
+    assert_int_equal(om_extents_init(&keep), 0);
+    assert_int_equal(om_arena_take(&arena, 0, 8 * p), 0);
+    memset(arena.base, 0xcd, 8 * p);
+    assert_int_equal(om_arena_give(&arena, 0, 8 * p), 0);
+    assert_int_equal(om_extents_add(&keep, 16 * p, 8 * p), 0);
+    struct om_move_run run = {0, 0};
+    size_t moves = 1;
+    /* Pages 0 and 1 to 16 and 17: the one move allowed. */
+    assert_int_equal(om_arena_move_into(&arena, 0, 2 * p, &keep, &moves, &run), 2 * p);
+    assert_int_equal(moves, 0);
+    assert_int_equal(run.src_end, 2 * p);
+    assert_int_equal(run.dst_end, 18 * p);
+    /* Pages 2 and 3 go on to 18 and 19 with none left. */
+    assert_int_equal(om_arena_move_into(&arena, 2 * p, 4 * p, &keep, &moves, &run), 2 * p);
+    assert_int_equal(moves, 0);
+    /* Page 5 would start a run of its own: none is left for it. */
+    assert_int_equal(om_arena_move_into(&arena, 5 * p, 6 * p, &keep, &moves, &run), 0);
+    /* Without a run, the budget is all there is: page 4 does not go on. */
+    assert_int_equal(om_arena_move_into(&arena, 4 * p, 5 * p, &keep, &moves, NULL), 0);
+    assert_int_equal(om_arena_resident(&arena), 8 * p);
+    for (size_t i = 16; i < 20; i++)
+        assert_int_equal(arena.base[i * p + 5], 0xcd);
     assert_int_equal(om_arena_check(&arena), 0);
     om_extents_destroy(&keep);
 }
@@ -533,7 +565,7 @@ static void test_resident_matches_page_model(void **state)
             assert_int_equal(om_extents_init(&keep), 0);
             assert_int_equal(om_extents_add(&keep, lo, len), 0);
             size_t m_moves = moves, expect = m_move_into(s_lo, s_hi, lo, lo + len, &m_moves);
-            assert_int_equal(om_arena_move_into(&arena, s_lo, s_hi, &keep, &moves), expect);
+            assert_int_equal(om_arena_move_into(&arena, s_lo, s_hi, &keep, &moves, NULL), expect);
             assert_int_equal(moves, m_moves);
             om_extents_destroy(&keep);
             hits[4] += expect != 0;
@@ -633,6 +665,7 @@ int main(void)
         cmocka_unit_test_setup(test_release_tail_forgets_unbacked_above_it, setup),
         cmocka_unit_test_setup(test_empty_take_inside_a_hole, setup),
         cmocka_unit_test_setup(test_move_into_kept_pages, setup),
+        cmocka_unit_test_setup(test_move_run_goes_on, setup),
         cmocka_unit_test_setup(test_resident_matches_page_model, setup),
         cmocka_unit_test(test_backend_maps_before_use_and_releases_whole_chunks),
     };
