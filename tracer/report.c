@@ -278,6 +278,13 @@ struct om_resident_block {
     uint64_t site, size, birth, death;
 };
 
+/* What "resident" lists, gathered under the tracer's lock and written after it. */
+struct om_resident {
+    struct om_resident_block *blocks;
+    uint64_t n, cap, omitted, omitted_bytes;
+    int complete;
+};
+
 /* The Python frames, innermost first, each with the index of the native frame of the eval
  * loop that runs it: the k-th such frame runs the k-th run of Python frames, a run ending at
  * a frame entered from C. Frames past the native ones captured have a null index. */
@@ -424,73 +431,82 @@ static void write_sample(struct om_json *w, const struct om_domain *st, uint64_t
     om_json_end(w, '}');
 }
 
-static int resident_add(struct om_json *w, uint64_t *listed, const struct om_resident_block *b)
+/* Under the tracer's lock: room is made by mapping, never by malloc. */
+static void resident_add(struct om_resident *r, const struct om_resident_block *b)
 {
-    if (*listed == RESIDENT_MAX)
-        return 0;
-    ++*listed;
-    om_json_begin(w, '[');
-    om_json_u64(w, b->site);
-    om_json_u64(w, b->size);
-    om_json_u64(w, b->birth);
-    b->death == OM_NO_DEATH ? om_json_null(w) : om_json_u64(w, b->death);
-    om_json_end(w, ']');
-    return 1;
+    if (r->n == r->cap && r->cap < RESIDENT_MAX) {
+        uint64_t cap = r->cap ? r->cap * 2 : 256;
+        struct om_resident_block *blocks = om_sys_map(cap * sizeof *blocks);
+        if (blocks) {
+            if (r->n)
+                memcpy(blocks, r->blocks, r->n * sizeof *blocks);
+            om_sys_unmap(r->blocks, r->cap * sizeof *r->blocks);
+            r->blocks = blocks;
+            r->cap = cap;
+        }
+    }
+    if (r->n < r->cap) {
+        r->blocks[r->n++] = *b;
+    } else {
+        r->omitted++;
+        r->omitted_bytes += b->size;
+    }
 }
 
 /* The blocks live at the sample's first request that were born before it: what the sample
  * cannot show of the memory that each iteration finds in place (parameters, optimizer
  * state), for optmem report's breakdown. They are live now, or died later with their
- * record still in the ring, or died after their record had left it (old_deaths). */
-static void write_resident(struct om_json *w, const struct om_domain *st, uint64_t first)
+ * record still in the ring, or died after their record had left it (old_deaths). Under the
+ * tracer's lock. */
+static void collect_resident(const struct om_domain *st, uint64_t first, struct om_resident *r)
 {
-    uint64_t listed = 0, omitted = 0, omitted_bytes = 0;
-    struct om_resident_block b;
-    om_json_key(w, "resident");
-    om_json_begin(w, '{');
-    om_json_key(w, "blocks");
-    om_json_begin(w, '[');
+    r->n = r->omitted = r->omitted_bytes = 0;
+    r->complete = 1;
     for (uint64_t k = 0; k < st->live_cap; k++) {
         const struct om_live *e = &st->live[k];
-        if (!e->ptr || e->birth_seq >= first)
-            continue;
-        b = (struct om_resident_block){e->site->id, e->size, e->birth_seq, OM_NO_DEATH};
-        if (!resident_add(w, &listed, &b)) {
-            omitted++;
-            omitted_bytes += e->size;
-        }
+        if (e->ptr && e->birth_seq < first)
+            resident_add(
+                r, &(struct om_resident_block){e->site->id, e->size, e->birth_seq, OM_NO_DEATH});
     }
     uint64_t ring = st->seq > OM_SAMPLE_RECORDS ? st->seq - OM_SAMPLE_RECORDS : 0;
     for (uint64_t q = ring > st->fork_seq ? ring : st->fork_seq; q < first; q++) {
-        const struct om_record *r = &st->records[q % OM_SAMPLE_RECORDS];
-        if (r->birth_seq != q || r->death_seq == OM_NO_DEATH || r->death_seq <= first)
+        const struct om_record *rec = &st->records[q % OM_SAMPLE_RECORDS];
+        if (rec->birth_seq != q || rec->death_seq == OM_NO_DEATH || rec->death_seq <= first)
             continue;
-        b = (struct om_resident_block){r->site, r->size, q, r->death_seq};
-        if (!resident_add(w, &listed, &b)) {
-            omitted++;
-            omitted_bytes += r->size;
-        }
+        resident_add(r, &(struct om_resident_block){rec->site, rec->size, q, rec->death_seq});
     }
     uint64_t kept = st->nold_deaths < OM_OLD_DEATHS ? st->nold_deaths : OM_OLD_DEATHS;
-    int complete = 1;
     for (uint64_t k = st->nold_deaths - kept; k < st->nold_deaths; k++) {
         const struct om_old_death *o = &st->old_deaths[k % OM_OLD_DEATHS];
         if (o->death_seq <= first || o->birth_seq >= first)
             continue;
         /* Older deaths inside the sample were overwritten when the oldest kept is one. */
         if (k == st->nold_deaths - kept && st->nold_deaths > OM_OLD_DEATHS)
-            complete = 0;
-        b = (struct om_resident_block){o->site, o->size, o->birth_seq, o->death_seq};
-        if (!resident_add(w, &listed, &b)) {
-            omitted++;
-            omitted_bytes += o->size;
-        }
+            r->complete = 0;
+        resident_add(r, &(struct om_resident_block){o->site, o->size, o->birth_seq, o->death_seq});
+    }
+}
+
+static void write_resident(struct om_json *w, const struct om_resident *r)
+{
+    om_json_key(w, "resident");
+    om_json_begin(w, '{');
+    om_json_key(w, "blocks");
+    om_json_begin(w, '[');
+    for (uint64_t i = 0; r && i < r->n; i++) {
+        const struct om_resident_block *b = &r->blocks[i];
+        om_json_begin(w, '[');
+        om_json_u64(w, b->site);
+        om_json_u64(w, b->size);
+        om_json_u64(w, b->birth);
+        b->death == OM_NO_DEATH ? om_json_null(w) : om_json_u64(w, b->death);
+        om_json_end(w, ']');
     }
     om_json_end(w, ']');
-    kv_u64(w, "omitted_blocks", omitted);
-    kv_u64(w, "omitted_bytes", omitted_bytes);
+    kv_u64(w, "omitted_blocks", r ? r->omitted : 0);
+    kv_u64(w, "omitted_bytes", r ? r->omitted_bytes : 0);
     om_json_key(w, "complete");
-    om_json_bool(w, complete);
+    om_json_bool(w, r ? r->complete : 0);
     om_json_end(w, '}');
 }
 
@@ -552,7 +568,7 @@ static void write_domain(struct om_json *w, const struct om_tracer_config *cfg,
     write_iterations(w, cfg, d, first);
     write_sites(w, d);
     write_sample(w, d, first);
-    write_resident(w, d, first);
+    write_resident(w, d->resident);
 }
 
 static void write_report(struct om_json *w, const struct om_tracer_config *cfg,
@@ -611,7 +627,8 @@ int om_report_iterations(struct om_domain *const *doms, unsigned n)
  * are kept from one report to the next: reports are rewritten every few seconds
  * (checkpoints), and pages mapped anew each time would be faulted in anew. */
 struct snap {
-    struct om_domain d; /* sites.by_id and records point below; no live table */
+    struct om_domain d; /* sites.by_id, records and resident point below; no live table */
+    struct om_resident resident;
     struct om_site *sites, **by_id;
     size_t sites_cap; /* sites and by_id have room for this many */
     struct om_record *records;
@@ -682,6 +699,10 @@ static int snap_domain(struct snap **slot, const struct om_domain *d)
                     e->size;
         }
     }
+    collect_resident(d, sample_first(d), &sn->resident);
+    sn->d.resident = &sn->resident;
+    sn->d.old_deaths = NULL;
+    sn->d.nold_deaths = 0;
     sn->d.live = NULL;
     sn->d.live_cap = sn->d.live_used = 0;
     /* The sample's records only, at their places in the ring. */

@@ -381,6 +381,9 @@ struct om_domain {
     struct om_iter_acct best_acct; /* accounting as of the best lock's last boundary */
     uint64_t marks[OM_MARKS], nmarks;
     struct om_old_death *old_deaths; /* a ring of OM_OLD_DEATHS */
+    /* In a report's copy of the domain only (report.c): its "resident" blocks, collected
+     * under the lock from the live table, the ring and old_deaths, which it has not. */
+    const struct om_resident *resident;
     uint64_t nold_deaths;
 };
 

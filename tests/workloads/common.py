@@ -89,8 +89,12 @@ def rss_after_imports():
 
 
 def minor_faults():
-    """Minor page faults of the whole process (all threads) so far."""
-    return resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+    """Minor page faults of the whole process (all threads) so far; of the training thread
+    alone with OPTMEM_WORKLOAD_FAULTS=thread."""
+    who = resource.RUSAGE_SELF
+    if os.environ.get("OPTMEM_WORKLOAD_FAULTS") == "thread":
+        who = resource.RUSAGE_THREAD
+    return resource.getrusage(who).ru_minflt
 
 
 def step_marker():
