@@ -418,7 +418,7 @@ static uint32_t resolve(const struct py_layout *L, uintptr_t code, int32_t instr
         return OM_PY_SKIP;
     uintptr_t obj[3] = {word(head, L->co_filename), word(head, L->co_name),
                         word(head, L->co_linetable)};
-    unsigned char heads[3][64];
+    unsigned char heads[3][64] = {{0}};
     struct iovec local[3], remote[3];
     for (int k = 0; k < 3; k++) {
         size_t n = k < 2 ? (size_t)L->str_ascii : BYTES_DATA;
@@ -439,7 +439,7 @@ static uint32_t resolve(const struct py_layout *L, uintptr_t code, int32_t instr
     }
     if (table_ok)
         t.size = word(heads[2], VAR_SIZE);
-    unsigned char chars[2][255 * 4];
+    unsigned char chars[2][255 * 4] = {{0}};
     for (int k = 0; k < 2; k++) {
         size_t n = strs_ok ? length[k] * kind[k] : 0;
         local[k] = (struct iovec){chars[k], n};
