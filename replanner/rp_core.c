@@ -714,7 +714,7 @@ static int use_branch_and_bound(const rp_inst *in, rp_mem *m, int algo, uint32_t
                                 const rp_clock *clk)
 {
     uint64_t entries, now = rp_now_ns();
-    uint64_t left_ms = clk->deadline_ns > now ? (clk->deadline_ns - now) / 1000000u : 0;
+    uint64_t left_ns = clk->deadline_ns > now ? clk->deadline_ns - now : 0;
     int rc;
 
     if ((rc = rp_bnb_setup_size(in, m, &entries)) < 0)
@@ -722,7 +722,9 @@ static int use_branch_and_bound(const rp_inst *in, rp_mem *m, int algo, uint32_t
     /* 4096 blocks list at most 4096 * 4095 pair ends and 4096 * 8192 sections: taken as long
      * as the setup fits in the time left, past which the plan would come late. */
     if (in->nm <= OM_RP_BNB_MAX_BLOCKS)
-        return algo == OM_RP_ALGO_BNB || entries <= left_ms * BNB_SETUP_PER_MS;
+        /* In ns: a budget under a millisecond (a plan searched inline) still lists a
+         * small instance, whose setup takes microseconds. */
+        return algo == OM_RP_ALGO_BNB || entries * 1000000u <= left_ns * BNB_SETUP_PER_MS;
     if (entries > BNB_MAX_ENTRIES)
         return 0;
     return algo == OM_RP_ALGO_BNB || entries <= (uint64_t)budget_ms * BNB_ENTRIES_PER_MS;
