@@ -241,12 +241,19 @@ static void keep_event(struct om_cuda_backend *b, CUevent ev)
         om_real_cuEventDestroy_v2()(ev);
 }
 
+/* The stream a pool's stream key names: this thread's per-thread default stream has a key
+ * of its own (glue.c), the others are their handles. */
+static CUstream cu_stream(uintptr_t key)
+{
+    return key == om_cuda_thread_stream_key() ? OM_CU_STREAM_PER_THREAD : (CUstream)key;
+}
+
 /* Events belong to the context current when they are made, and may only be recorded on its
  * streams: a fence is refused while another device is current. */
 static int fence_record(void *ctx, uintptr_t stream, uintptr_t *fence)
 {
     struct om_cuda_backend *b = ctx;
-    CUstream s = stream == om_cuda_thread_stream_key() ? OM_CU_STREAM_PER_THREAD : (CUstream)stream;
+    CUstream s = cu_stream(stream);
     CUdevice current;
     if (om_real_cuCtxGetDevice()(&current) != CUDA_SUCCESS || current != b->ordinal)
         return -EXDEV;
@@ -271,7 +278,7 @@ static int fence_passed(void *ctx, uintptr_t fence)
 static int fence_wait(void *ctx, uintptr_t stream, uintptr_t fence)
 {
     om_cuStreamWaitEvent_fn wait = om_real_cuStreamWaitEvent();
-    CUstream s = stream == om_cuda_thread_stream_key() ? OM_CU_STREAM_PER_THREAD : (CUstream)stream;
+    CUstream s = cu_stream(stream);
     return wait && wait(s, (CUevent)fence, 0) == CUDA_SUCCESS ? 0 : -EIO;
 }
 

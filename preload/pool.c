@@ -314,12 +314,13 @@ static int place(struct om_pool *pool, size_t len, size_t alignment, uintptr_t s
         }
     }
     int serving = pool->phase == SERVE || pool->phase == PROLOGUE;
-    int rc = take_best_fit(pool, len, alignment, serving ? pool->plan_end : 0, stream, off);
+    size_t floor = serving ? pool->plan_end : 0;
+    int rc = take_best_fit(pool, len, alignment, floor, stream, off);
     if (rc == -ENOMEM && !pool->host) {
         /* The device is full, and pages the arena holds idle may be why: give them back and
          * try once more, as a caching allocator empties its cache before it fails. */
         om_pool_release_free(pool, 0, SIZE_MAX);
-        rc = take_best_fit(pool, len, alignment, serving ? pool->plan_end : 0, stream, off);
+        rc = take_best_fit(pool, len, alignment, floor, stream, off);
     }
     if (rc == 0 && serving) {
         pool->stats.fallbacks++;

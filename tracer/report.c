@@ -493,7 +493,7 @@ static void write_resident(struct om_json *w, const struct om_resident *r)
     om_json_begin(w, '{');
     om_json_key(w, "blocks");
     om_json_begin(w, '[');
-    for (uint64_t i = 0; r && i < r->n; i++) {
+    for (uint64_t i = 0; i < r->n; i++) {
         const struct om_resident_block *b = &r->blocks[i];
         om_json_begin(w, '[');
         om_json_u64(w, b->site);
@@ -503,10 +503,10 @@ static void write_resident(struct om_json *w, const struct om_resident *r)
         om_json_end(w, ']');
     }
     om_json_end(w, ']');
-    kv_u64(w, "omitted_blocks", r ? r->omitted : 0);
-    kv_u64(w, "omitted_bytes", r ? r->omitted_bytes : 0);
+    kv_u64(w, "omitted_blocks", r->omitted);
+    kv_u64(w, "omitted_bytes", r->omitted_bytes);
     om_json_key(w, "complete");
-    om_json_bool(w, r ? r->complete : 0);
+    om_json_bool(w, r->complete);
     om_json_end(w, '}');
 }
 
