@@ -14,17 +14,10 @@ import subprocess
 import sys
 import tempfile
 
+from checks import CheckError, expect
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 TOLERANCE = 0.01  # of the true bytes
-
-
-class CheckError(Exception):
-    pass
-
-
-def expect(cond, msg):
-    if not cond:
-        raise CheckError(msg)
 
 
 def near(got, want, what):

@@ -24,6 +24,8 @@ import tempfile
 
 from PIL import Image
 
+from checks import CheckError, expect
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 WIDTH, HEIGHT = 1300, 900
 MIN_FONT = 10
@@ -31,15 +33,6 @@ MIN_SHARE = 0.03
 MIN_PIXELS = 300
 COLOURS = {"parameters": "#4e79a7", "gradients": "#f28e2b", "optimizer_state": "#e15759",
            "activations": "#76b7b2", "temporaries": "#59a14f", "other": "#bab0ac"}
-
-
-class CheckError(Exception):
-    pass
-
-
-def expect(cond, msg):
-    if not cond:
-        raise CheckError(msg)
 
 
 def chromium(tmp, page, *how):

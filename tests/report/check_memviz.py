@@ -20,6 +20,9 @@ import subprocess
 import sys
 import tempfile
 
+import checks
+from checks import CheckError, expect
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 LOOP = os.path.join(HERE, "fixtures", "train_loop.json")
 DRIFT = os.path.join(HERE, "fixtures", "train_drift.json")
@@ -27,21 +30,8 @@ BASE = 0x7f0000000000  # the segment's address (tools/report_memviz.c)
 ROUND = 512  # PyTorch's caching allocator rounds requests up to this (tools/snapshot.h)
 
 
-class CheckError(Exception):
-    pass
-
-
-def expect(cond, msg):
-    if not cond:
-        raise CheckError(msg)
-
-
 def cli(args, argv, status=0):
-    proc = subprocess.run([args.optmem] + argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                          timeout=120)
-    expect(proc.returncode == status, "optmem %s: exit %d, expected %d\nstderr: %s" %
-           (" ".join(argv), proc.returncode, status, proc.stderr.decode()[-2000:]))
-    return proc.stdout.decode(), proc.stderr.decode()
+    return checks.cli(args, argv, status=status, timeout=120)
 
 
 def export(args, tmp, report, name, extra=()):

@@ -16,29 +16,12 @@ from html import escape as html_escape
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "tracer"))
 import report_schema  # noqa: E402
+from checks import CheckError, cli, expect  # noqa: E402
 FIXTURES = os.path.join(HERE, "fixtures")
 GOLDEN = os.path.join(HERE, "golden")
 LOOP = os.path.join(FIXTURES, "train_loop.json")
 DRIFT = os.path.join(FIXTURES, "train_drift.json")
 SVG_NS = "{http://www.w3.org/2000/svg}"
-
-
-class CheckError(Exception):
-    pass
-
-
-def expect(cond, msg):
-    if not cond:
-        raise CheckError(msg)
-
-
-def cli(args, argv, cwd=None, env=None, status=0):
-    proc = subprocess.run([args.optmem] + argv, cwd=cwd, env=env, stdout=subprocess.PIPE,
-                          stderr=subprocess.PIPE, timeout=300)
-    out, err = proc.stdout.decode(), proc.stderr.decode()
-    expect(proc.returncode == status, "optmem %s: exit %d, expected %d\nstderr: %s" %
-           (" ".join(argv), proc.returncode, status, err[-2000:]))
-    return out, err
 
 
 def rep(args, argv, **kw):

@@ -19,25 +19,14 @@ import sys
 import tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "report"))
+import checks  # noqa: E402
+from checks import CheckError, expect  # noqa: E402
 GIB = float(1 << 30)
 
 
-class CheckError(Exception):
-    pass
-
-
-def expect(cond, msg):
-    if not cond:
-        raise CheckError(msg)
-
-
 def cli(args, argv, status=0):
-    proc = subprocess.run([args.optmem] + argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                          timeout=120)
-    out, err = proc.stdout.decode(), proc.stderr.decode()
-    expect(proc.returncode == status, "optmem %s: exit %d, expected %d\nstderr: %s" %
-           (" ".join(argv), proc.returncode, status, err[-2000:]))
-    return out, err
+    return checks.cli(args, argv, status=status, timeout=120)
 
 
 def parse_plan(out):

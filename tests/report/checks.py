@@ -1,0 +1,22 @@
+"""What the report and snapshot checks share: a failed expectation, and optmem run with its exit status checked."""
+
+import subprocess
+
+
+class CheckError(Exception):
+    """A behaviour a check expected and did not see."""
+
+
+def expect(cond, msg):
+    if not cond:
+        raise CheckError(msg)
+
+
+def cli(args, argv, cwd=None, env=None, status=0, timeout=300):
+    """Runs args.optmem with argv; its (stdout, stderr) once it exited with status."""
+    proc = subprocess.run([args.optmem] + argv, cwd=cwd, env=env, stdout=subprocess.PIPE,
+                          stderr=subprocess.PIPE, timeout=timeout)
+    out, err = proc.stdout.decode(), proc.stderr.decode()
+    expect(proc.returncode == status, "optmem %s: exit %d, expected %d\nstderr: %s" %
+           (" ".join(argv), proc.returncode, status, err[-2000:]))
+    return out, err
