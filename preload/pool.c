@@ -541,6 +541,14 @@ void om_pool_publish(struct om_pool *pool)
     pthread_mutex_unlock(&pool->lock);
 }
 
+void om_pool_stats(struct om_pool *pool, struct om_serving_stats *out)
+{
+    pthread_mutex_lock(&pool->lock);
+    *out = pool->stats;
+    out->arena_top_bytes = pool->arena.top;
+    pthread_mutex_unlock(&pool->lock);
+}
+
 void om_pool_save_plan(struct om_pool *pool)
 {
     if (!pool->plan_file[0] || !pool->log.entries)

@@ -45,6 +45,10 @@ size_t om_pool_usable_size(struct om_pool *pool, const void *p);
 /* Hands the serving counters to the tracer for the report. */
 void om_pool_publish(struct om_pool *pool);
 
+/* A copy of the serving counters as om_pool_publish hands them over (the arena's top
+ * included): read-only, for tests and tools that drive a pool themselves. */
+void om_pool_stats(struct om_pool *pool, struct om_serving_stats *out);
+
 /* OPTMEM_PLAN_FILE: at exit, writes the whole-run plan of this run (when none was loaded). */
 void om_pool_save_plan(struct om_pool *pool);
 

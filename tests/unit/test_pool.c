@@ -1,0 +1,550 @@
+/* Unit tests of plan mode's pool through its module interface (pool.h): best fit while
+ * learning, a plan served from slots, fallbacks, replans, kept plans, frees of unknown
+ * pointers, calloc and alignment, with no two live blocks ever overlapping. */
+#include <errno.h>
+#include <sched.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "config.h"
+#include "engine.h"
+#include "log.h"
+#include "pool.h"
+#include "tracer.h"
+
+#define KIB ((size_t)1 << 10)
+#define MIB ((size_t)1 << 20)
+#define ARENA_BYTES ((size_t)1 << 30)
+#define MAX_LIVE 256
+#define DIRT 0xab
+
+/* The engine (the interposer and its re-entry guard) is not linked: this process's malloc
+ * is glibc's, so what the optmem-plan thread allocates has no pool to be kept out of. */
+void om_engine_enter(void) {}
+
+static struct om_pool *pool;
+static unsigned char *base;
+
+/* The guard's model: every live block, checked against each new one. */
+static struct {
+    unsigned char *p;
+    size_t len;
+} live[MAX_LIVE];
+static size_t nlive;
+
+static size_t round16(size_t n)
+{
+    return (n + 15) & ~(size_t)15;
+}
+
+static struct om_stack site(unsigned id)
+{
+    struct om_stack s = {
+        .depth = 3,
+        .frames = {(void *)(uintptr_t)(0x400000 + 64 * id), (void *)0x7000, (void *)0x7100}};
+    return s;
+}
+
+static const char *no_env(const char *name)
+{
+    return NULL;
+}
+
+/* A fresh tracer and pool; plan_thread as OPTMEM_PLAN_THREAD (0: inline, deterministic). */
+static void start(int plan_thread)
+{
+    assert_int_equal(om_config_load(&om_cfg, no_env), 0);
+    om_cfg.plan_thread = plan_thread;
+    om_log_level = OM_LOG_QUIET;
+    struct om_tracer_options opt = {
+        .min_bytes = 4096, .stack_depth = 3, .report_template = "", .mode_name = "plan"};
+    assert_int_equal(om_tracer_init(&opt), 0);
+    assert_int_equal(om_pool_create(&pool, &om_host_backend, OM_TRACER_HOST, ARENA_BYTES, &om_cfg),
+                     0);
+    uintptr_t lo;
+    size_t len;
+    om_pool_range(pool, &lo, &len);
+    base = (unsigned char *)lo;
+    assert_true(len >= ARENA_BYTES);
+    nlive = 0;
+}
+
+static int setup_inline(void **state)
+{
+    start(0);
+    return 0;
+}
+
+static struct om_serving_stats stats(void)
+{
+    struct om_serving_stats s;
+    om_pool_stats(pool, &s);
+    return s;
+}
+
+static size_t offset_of(const void *p)
+{
+    return (size_t)((const unsigned char *)p - base);
+}
+
+static void *take(unsigned id, size_t size, size_t alignment, int zero)
+{
+    struct om_stack s = site(id);
+    unsigned char *p = om_pool_alloc(pool, size, alignment, zero, OM_STREAM_NONE, &s);
+    assert_non_null(p);
+    assert_true(om_pool_contains(pool, p));
+    assert_int_equal((uintptr_t)p % (alignment > 16 ? alignment : 16), 0);
+    assert_int_equal(om_pool_usable_size(pool, p), round16(size));
+    size_t len = round16(size);
+    for (size_t k = 0; k < nlive; k++)
+        assert_false(live[k].p < p + len && p < live[k].p + live[k].len);
+    assert_true(nlive < MAX_LIVE);
+    live[nlive].p = p;
+    live[nlive++].len = len;
+    if (zero)
+        for (size_t i = 0; i < size; i++)
+            assert_int_equal(p[i], 0);
+    return p;
+}
+
+/* Dirties the block, so that a later calloc over its bytes must zero them. */
+static void give(void *p)
+{
+    for (size_t k = 0; k < nlive; k++) {
+        if (live[k].p == p) {
+            memset(p, DIRT, live[k].len);
+            live[k] = live[--nlive];
+            om_pool_free(pool, p, OM_STREAM_NONE);
+            return;
+        }
+    }
+    fail_msg("freeing %p, which the test does not hold", p);
+}
+
+/* A training step as a list of requests and frees: allocs number the step's blocks in
+ * order, a free names one of them. */
+enum { ALLOC, FREE };
+struct op {
+    int kind;
+    unsigned id; /* ALLOC: call site; FREE: the block's number in the step */
+    size_t size, alignment;
+    int zero;
+};
+
+#define STEP_MAX 32
+
+/* Phase A: 18 requests, sizes in multiples of 64 KiB (any packing is aligned), two aligned
+ * and two zeroed, lifetimes that cross. */
+static const struct op step_a[] = {
+    {ALLOC, 1, 320 * KIB, 0, 0},
+    {ALLOC, 2, 192 * KIB, 0, 1},
+    {ALLOC, 3, 64 * KIB, 0, 0},
+    {FREE, 2, 0, 0, 0},
+    {ALLOC, 4, 128 * KIB, 4096, 0},
+    {FREE, 0, 0, 0, 0},
+    {ALLOC, 5, 512 * KIB, 65536, 0},
+    {ALLOC, 6, 64 * KIB, 0, 0},
+    {FREE, 1, 0, 0, 0},
+    {ALLOC, 7, 256 * KIB, 0, 0},
+    {FREE, 5, 0, 0, 0},
+    {ALLOC, 8, 128 * KIB, 0, 1},
+    {FREE, 3, 0, 0, 0},
+    {ALLOC, 9, 64 * KIB, 0, 0},
+    {FREE, 8, 0, 0, 0},
+    {ALLOC, 10, 384 * KIB, 0, 0},
+    {FREE, 4, 0, 0, 0},
+    {FREE, 6, 0, 0, 0},
+    {ALLOC, 11, 192 * KIB, 0, 0},
+    {FREE, 7, 0, 0, 0},
+    {FREE, 9, 0, 0, 0},
+    {ALLOC, 12, 64 * KIB, 0, 0},
+    {FREE, 10, 0, 0, 0},
+    {FREE, 11, 0, 0, 0},
+    {ALLOC, 13, 64 * KIB, 0, 0},
+    {ALLOC, 14, 128 * KIB, 0, 0},
+    {FREE, 12, 0, 0, 0},
+    {ALLOC, 15, 64 * KIB, 0, 0},
+    {FREE, 13, 0, 0, 0},
+    {ALLOC, 16, 192 * KIB, 0, 0},
+    {FREE, 14, 0, 0, 0},
+    {ALLOC, 17, 64 * KIB, 0, 0},
+    {FREE, 15, 0, 0, 0},
+    {ALLOC, 18, 128 * KIB, 0, 0},
+    {FREE, 16, 0, 0, 0},
+    {FREE, 17, 0, 0, 0},
+};
+#define STEP_A_REQUESTS 18
+
+/* Phase B: other call sites and sizes (an evaluation step). */
+static const struct op step_b[] = {
+    {ALLOC, 21, 448 * KIB, 0, 0}, {ALLOC, 22, 128 * KIB, 0, 0}, {FREE, 0, 0, 0, 0},
+    {ALLOC, 23, 64 * KIB, 0, 0},  {ALLOC, 24, 640 * KIB, 0, 0}, {FREE, 1, 0, 0, 0},
+    {ALLOC, 25, 192 * KIB, 0, 1}, {FREE, 2, 0, 0, 0},           {ALLOC, 26, 320 * KIB, 0, 0},
+    {FREE, 3, 0, 0, 0},           {ALLOC, 27, 128 * KIB, 0, 0}, {FREE, 4, 0, 0, 0},
+    {ALLOC, 28, 64 * KIB, 0, 0},  {FREE, 5, 0, 0, 0},           {FREE, 6, 0, 0, 0},
+    {ALLOC, 29, 256 * KIB, 0, 0}, {FREE, 7, 0, 0, 0},           {FREE, 8, 0, 0, 0},
+    {ALLOC, 30, 64 * KIB, 0, 0},  {FREE, 9, 0, 0, 0},
+};
+#define STEP_B_REQUESTS 10
+
+#define NOPS(step) (sizeof(step) / sizeof(step)[0])
+
+/* Runs one step; offsets (when not NULL) receive each request's offset in the arena. */
+static void run_step(const struct op *ops, size_t n, size_t *offsets)
+{
+    void *blocks[STEP_MAX];
+    unsigned made = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (ops[i].kind == ALLOC) {
+            blocks[made] = take(ops[i].id, ops[i].size, ops[i].alignment, ops[i].zero);
+            if (offsets)
+                offsets[made] = offset_of(blocks[made]);
+            made++;
+        } else {
+            assert_true(ops[i].id < made);
+            give(blocks[ops[i].id]);
+        }
+    }
+}
+
+/* The most bytes of a step's blocks live at once. */
+static size_t step_lower_bound(const struct op *ops, size_t n)
+{
+    size_t sizes[STEP_MAX], live_bytes = 0, most = 0;
+    unsigned made = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (ops[i].kind == ALLOC) {
+            sizes[made] = round16(ops[i].size);
+            live_bytes += sizes[made++];
+            most = live_bytes > most ? live_bytes : most;
+        } else {
+            live_bytes -= sizes[ops[i].id];
+        }
+    }
+    return most;
+}
+
+/* Steps until a plan serves a whole step from its slots; the number of steps run. */
+static unsigned run_until_served(const struct op *ops, size_t n, unsigned requests,
+                                 unsigned max_steps)
+{
+    for (unsigned s = 1; s <= max_steps; s++) {
+        uint64_t before = stats().served_from_plan;
+        run_step(ops, n, NULL);
+        if (stats().served_from_plan - before == requests)
+            return s;
+    }
+    fail_msg("no step was served from a plan within %u steps", max_steps);
+    return 0;
+}
+
+/* (a) Learning: best fit, compact, the smallest hole that holds a request. */
+static void test_learning_best_fit(void **state)
+{
+    void *a = take(1, 256 * KIB, 0, 0);
+    void *b = take(2, 64 * KIB, 0, 0);
+    void *c = take(3, 128 * KIB, 0, 0);
+    void *d = take(4, 32 * KIB, 0, 0);
+    void *e = take(5, 16 * KIB, 0, 0);
+    /* Each above the last, with no gap. */
+    assert_int_equal(offset_of(b), offset_of(a) + 256 * KIB);
+    assert_int_equal(offset_of(c), offset_of(b) + 64 * KIB);
+    assert_int_equal(offset_of(d), offset_of(c) + 128 * KIB);
+    assert_int_equal(offset_of(e), offset_of(d) + 32 * KIB);
+    give(a);
+    give(d);
+    /* Holes of 256 and 32 KiB: 24 KiB goes to the smaller, 100 KiB to the larger. */
+    void *f = take(6, 24 * KIB, 0, 0);
+    assert_int_equal(offset_of(f), offset_of(d));
+    void *g = take(7, 100 * KIB, 0, 0);
+    assert_int_equal(offset_of(g), offset_of(a));
+    /* Nothing fits 400 KiB below the top: it goes above e. */
+    void *h = take(8, 400 * KIB, 0, 0);
+    assert_int_equal(offset_of(h), offset_of(e) + 16 * KIB);
+    struct om_serving_stats s = stats();
+    assert_int_equal(s.plans, 0);
+    assert_int_equal(s.serving_requests, 0);
+    give(b), give(c), give(e), give(f), give(g), give(h);
+    /* A learning loop of steps is placed by best fit without overlap (take() checks). */
+    for (int i = 0; i < 2; i++)
+        run_step(step_a, NOPS(step_a), NULL);
+}
+
+/* (b) A plan serves: the same request of each step at the same offset, every request from
+ * its slot, the plan at its lower bound, the arena's top still. */
+static void test_plan_serves_slots(void **state)
+{
+    void *weights = take(100, MIB, 0, 0);
+    unsigned steps = run_until_served(step_a, NOPS(step_a), STEP_A_REQUESTS, 40);
+    struct om_serving_stats s0 = stats();
+    assert_int_equal(s0.plans, 1);
+    assert_int_equal(s0.plan_slots, STEP_A_REQUESTS);
+    size_t lb = step_lower_bound(step_a, NOPS(step_a));
+    assert_int_equal(s0.plan_lower_bound_bytes, lb);
+    assert_int_equal(s0.plan_peak_bytes, lb); /* a simple instance: optimal */
+    size_t first[STEP_A_REQUESTS], now[STEP_A_REQUESTS];
+    run_step(step_a, NOPS(step_a), first);
+    struct om_serving_stats s1 = stats();
+    size_t lo = SIZE_MAX, hi = 0;
+    for (unsigned i = 0; i < STEP_A_REQUESTS; i++)
+        lo = first[i] < lo ? first[i] : lo;
+    for (unsigned r = 0, i = 0; r < NOPS(step_a); r++)
+        if (step_a[r].kind == ALLOC) {
+            size_t end = first[i++] + round16(step_a[r].size);
+            hi = end > hi ? end : hi;
+        }
+    /* The slots lie within one region of the plan's peak, clear of the weights. */
+    assert_true(hi - lo <= s0.plan_peak_bytes);
+    assert_true(lo >= offset_of(weights) + MIB || hi <= offset_of(weights));
+    for (int k = 0; k < 10; k++) {
+        run_step(step_a, NOPS(step_a), now);
+        assert_memory_equal(now, first, sizeof first);
+    }
+    struct om_serving_stats s2 = stats();
+    assert_int_equal(s2.served_from_plan - s1.served_from_plan, 10 * STEP_A_REQUESTS);
+    assert_int_equal(s2.hits - s1.hits, 10 * STEP_A_REQUESTS);
+    assert_int_equal(s2.misses, s1.misses);
+    assert_int_equal(s2.fallbacks, s1.fallbacks);
+    assert_int_equal(s2.guard_rejections, 0);
+    assert_int_equal(s2.replans, 0);
+    assert_int_equal(s2.plans, 1);
+    /* The free tail above the plan went back: the top is the plan's end, and stays. */
+    assert_int_equal(s2.arena_top_bytes, s1.arena_top_bytes);
+    assert_true(s2.arena_top_bytes <= hi + MIB);
+    assert_true(steps <= 12); /* planned within a few steps of the period's detection */
+    give(weights);
+}
+
+/* (c) A request the plan has no slot for falls back above the plan's region, overlaps
+ * nothing, and the plan goes on serving. */
+static void test_unknown_request_falls_back(void **state)
+{
+    void *weights = take(100, MIB, 0, 0);
+    run_until_served(step_a, NOPS(step_a), STEP_A_REQUESTS, 40);
+    size_t slots[STEP_A_REQUESTS];
+    run_step(step_a, NOPS(step_a), slots);
+    size_t plan_hi = 0;
+    for (unsigned r = 0, i = 0; r < NOPS(step_a); r++)
+        if (step_a[r].kind == ALLOC) {
+            size_t end = slots[i++] + round16(step_a[r].size);
+            plan_hi = end > plan_hi ? end : plan_hi;
+        }
+    struct om_serving_stats s0 = stats();
+    /* One step with a new request in the middle of it (new call site: a new token). */
+    void *blocks[STEP_MAX], *stray = NULL;
+    unsigned made = 0;
+    for (size_t r = 0; r < NOPS(step_a); r++) {
+        if (r == 5)
+            stray = take(50, 96 * KIB, 0, 1);
+        if (step_a[r].kind == ALLOC)
+            blocks[made++] =
+                take(step_a[r].id, step_a[r].size, step_a[r].alignment, step_a[r].zero);
+        else
+            give(blocks[step_a[r].id]);
+    }
+    struct om_serving_stats s1 = stats();
+    assert_true(offset_of(stray) >= plan_hi);
+    assert_int_equal(s1.fallbacks - s0.fallbacks, 1);
+    /* The stray request misses; the cursor, moved on past its slot, may make the next one
+     * look its slot up too: every request of the step is still served from its slot. */
+    assert_true(s1.misses - s0.misses >= 1);
+    assert_int_equal(s1.served_from_plan - s0.served_from_plan, STEP_A_REQUESTS);
+    /* The stray block lives on over the next steps: their slots never meet it. */
+    size_t now[STEP_A_REQUESTS];
+    for (int k = 0; k < 5; k++) {
+        run_step(step_a, NOPS(step_a), now);
+        assert_memory_equal(now, slots, sizeof slots);
+    }
+    give(stray);
+    struct om_serving_stats s2 = stats();
+    assert_int_equal(s2.replans, 0);
+    assert_int_equal(s2.served_from_plan - s1.served_from_plan, 5 * STEP_A_REQUESTS);
+    give(weights);
+}
+
+/* The guard: a block that outlives its step holds its slot's bytes; the next step's request
+ * for that slot is turned away and placed above the plan, never over the live block. */
+static void test_guard_turns_away_taken_slot(void **state)
+{
+    run_until_served(step_a, NOPS(step_a), STEP_A_REQUESTS, 40);
+    void *blocks[STEP_MAX], *kept = NULL;
+    unsigned made = 0;
+    for (size_t r = 0; r < NOPS(step_a); r++) {
+        if (step_a[r].kind == ALLOC) {
+            blocks[made++] =
+                take(step_a[r].id, step_a[r].size, step_a[r].alignment, step_a[r].zero);
+        } else if (step_a[r].id == 4) {
+            kept = blocks[4]; /* lives into the next step */
+        } else {
+            give(blocks[step_a[r].id]);
+        }
+    }
+    struct om_serving_stats s0 = stats();
+    run_step(step_a, NOPS(step_a), NULL); /* take() checks that nothing meets the kept block */
+    struct om_serving_stats s1 = stats();
+    assert_true(s1.guard_rejections > s0.guard_rejections);
+    assert_true(s1.fallbacks > s0.fallbacks);
+    give(kept);
+}
+
+/* (d) A plan that misses too often is dropped, and the new loop is learnt and planned. */
+static void test_drift_drops_plan(void **state)
+{
+    run_until_served(step_a, NOPS(step_a), STEP_A_REQUESTS, 40);
+    for (int k = 0; k < 4; k++)
+        run_step(step_a, NOPS(step_a), NULL);
+    assert_int_equal(stats().replans, 0);
+    run_step(step_b, NOPS(step_b), NULL);
+    run_step(step_b, NOPS(step_b), NULL);
+    struct om_serving_stats s = stats();
+    assert_int_equal(s.replans, 1);
+    run_until_served(step_b, NOPS(step_b), STEP_B_REQUESTS, 40);
+    s = stats();
+    assert_int_equal(s.plans, 2);
+    assert_int_equal(s.plan_slots, STEP_B_REQUESTS);
+    assert_int_equal(s.plan_lower_bound_bytes, step_lower_bound(step_b, NOPS(step_b)));
+}
+
+/* (e) A kept plan serves again when its phase comes back, without a search. */
+static void test_phase_comes_back(void **state)
+{
+    void *weights = take(100, MIB, 0, 0);
+    size_t a_first[STEP_A_REQUESTS], a_again[STEP_A_REQUESTS];
+    run_until_served(step_a, NOPS(step_a), STEP_A_REQUESTS, 40);
+    for (int k = 0; k < 4; k++)
+        run_step(step_a, NOPS(step_a), a_first);
+    run_until_served(step_b, NOPS(step_b), STEP_B_REQUESTS, 40);
+    for (int k = 0; k < 4; k++)
+        run_step(step_b, NOPS(step_b), NULL);
+    struct om_serving_stats s0 = stats();
+    assert_int_equal(s0.plans, 2);
+    assert_int_equal(s0.reused_plans, 0);
+    /* A again: the first step follows the kept plan, the next ones are served whole. */
+    run_step(step_a, NOPS(step_a), NULL);
+    run_step(step_a, NOPS(step_a), NULL);
+    struct om_serving_stats s1 = stats();
+    assert_int_equal(s1.reused_plans, 1);
+    assert_int_equal(s1.plans, 2);
+    run_step(step_a, NOPS(step_a), a_again);
+    assert_memory_equal(a_again, a_first, sizeof a_first);
+    assert_int_equal(stats().served_from_plan - s1.served_from_plan, STEP_A_REQUESTS);
+    /* And B's plan, kept in turn, comes back as well. */
+    for (int k = 0; k < 3; k++)
+        run_step(step_a, NOPS(step_a), NULL);
+    run_step(step_b, NOPS(step_b), NULL);
+    run_step(step_b, NOPS(step_b), NULL);
+    struct om_serving_stats s2 = stats();
+    assert_int_equal(s2.reused_plans, 2);
+    assert_int_equal(s2.plans, 2);
+    give(weights);
+}
+
+/* (f) Frees of pointers that are no block are counted and ignored; usable_size says 0. */
+static void test_unknown_pointers(void **state)
+{
+    unsigned char *a = take(1, 64 * KIB, 0, 0);
+    assert_int_equal(om_pool_usable_size(pool, a + 16), 0);
+    assert_int_equal(om_pool_usable_size(pool, a + 64 * KIB + 4096), 0);
+    assert_false(om_pool_contains(pool, base - 1));
+    assert_false(om_pool_contains(pool, base + ARENA_BYTES + 4 * MIB));
+    assert_true(om_pool_contains(pool, base));
+    om_pool_free(pool, a + 16, OM_STREAM_NONE); /* inside a block */
+    om_pool_free(pool, base + 100 * MIB, OM_STREAM_NONE);
+    assert_int_equal(stats().invalid_frees, 2);
+    assert_int_equal(om_pool_usable_size(pool, a), 64 * KIB); /* a lives on */
+    memset(a, 1, 64 * KIB);
+    give(a);
+    om_pool_free(pool, a, OM_STREAM_NONE); /* a double free */
+    assert_int_equal(stats().invalid_frees, 3);
+    assert_int_equal(om_pool_usable_size(pool, a), 0);
+    void *b = take(2, 64 * KIB, 0, 0); /* the bytes serve again */
+    assert_ptr_equal(b, a);
+    give(b);
+}
+
+/* (g) calloc over a reused slot: the slot held the last step's dirt (give() writes it), and
+ * the request that takes it must read zeros, every step. take() checks each byte. */
+static void test_calloc_in_reused_slot(void **state)
+{
+    run_until_served(step_a, NOPS(step_a), STEP_A_REQUESTS, 40);
+    size_t first[STEP_A_REQUESTS], now[STEP_A_REQUESTS];
+    run_step(step_a, NOPS(step_a), first);
+    /* Request 1 and request 7 are zeroed; their slots are other blocks' too, or their own
+     * from the step before: either way dirtied since. */
+    for (int k = 0; k < 4; k++) {
+        uint64_t before = stats().served_from_plan;
+        run_step(step_a, NOPS(step_a), now);
+        assert_int_equal(stats().served_from_plan - before, STEP_A_REQUESTS);
+        assert_int_equal(now[1], first[1]);
+        assert_int_equal(now[7], first[7]);
+    }
+    /* Zeroing counts even for a request below the arena's high-water mark served by best
+     * fit: a dirty hole, then a calloc into it. */
+    unsigned char *x = take(60, 128 * KIB, 0, 0);
+    give(x);
+    unsigned char *y = take(61, 128 * KIB, 0, 1);
+    give(y);
+}
+
+/* (h) Alignments up to 2 MiB are the arena's, while learning and from slots; larger ones,
+ * and requests beyond a quarter of the arena, are refused (the real allocator's). */
+static void test_alignment(void **state)
+{
+    size_t aligns[] = {16, 64, 256, 4096, 65536, MIB, 2 * MIB};
+    for (size_t i = 0; i < sizeof aligns / sizeof aligns[0]; i++) {
+        void *p = take(70 + (unsigned)i, 40 * KIB + 16 * i, aligns[i], 0);
+        give(p);
+    }
+    void *pinned = take(80, 4 * KIB, 0, 0); /* the next is not at an aligned top by chance */
+    void *big_align = take(81, 100 * KIB, 2 * MIB, 0);
+    struct om_stack s = site(82);
+    assert_null(om_pool_alloc(pool, 100 * KIB, 4 * MIB, 0, OM_STREAM_NONE, &s));
+    assert_null(om_pool_alloc(pool, ARENA_BYTES / 4 + 4096, 0, 0, OM_STREAM_NONE, &s));
+    give(big_align);
+    give(pinned);
+    /* Served steps keep step A's 4 KiB and 64 KiB alignments (take() checks each). */
+    run_until_served(step_a, NOPS(step_a), STEP_A_REQUESTS, 40);
+    for (int k = 0; k < 3; k++)
+        run_step(step_a, NOPS(step_a), NULL);
+}
+
+/* The search on the optmem-plan thread: the plan serves from an iteration boundary after
+ * the search ended, which comes within a bounded number of steps. */
+static void test_plan_thread(void **state)
+{
+    start(1);
+    void *weights = take(100, MIB, 0, 0);
+    unsigned steps = 0;
+    for (; steps < 5000 && stats().served_from_plan == 0; steps++) {
+        run_step(step_a, NOPS(step_a), NULL);
+        sched_yield(); /* the search may need the CPU the loop holds */
+    }
+    assert_true(steps < 5000);
+    run_until_served(step_a, NOPS(step_a), STEP_A_REQUESTS, 100);
+    struct om_serving_stats s = stats();
+    assert_int_equal(s.plans, 1);
+    assert_int_equal(s.plan_lower_bound_bytes, step_lower_bound(step_a, NOPS(step_a)));
+    give(weights);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup(test_learning_best_fit, setup_inline),
+        cmocka_unit_test_setup(test_plan_serves_slots, setup_inline),
+        cmocka_unit_test_setup(test_unknown_request_falls_back, setup_inline),
+        cmocka_unit_test_setup(test_guard_turns_away_taken_slot, setup_inline),
+        cmocka_unit_test_setup(test_drift_drops_plan, setup_inline),
+        cmocka_unit_test_setup(test_phase_comes_back, setup_inline),
+        cmocka_unit_test_setup(test_unknown_pointers, setup_inline),
+        cmocka_unit_test_setup(test_calloc_in_reused_slot, setup_inline),
+        cmocka_unit_test_setup(test_alignment, setup_inline),
+        cmocka_unit_test(test_plan_thread),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
