@@ -72,6 +72,16 @@ static int parse_plan_file(const char *text, struct om_config *cfg)
     return parse_path_template(text, cfg->plan_file, sizeof cfg->plan_file);
 }
 
+/* A directory, taken as it is: each file's name carries its pid. */
+static int parse_plan_dump(const char *text, struct om_config *cfg)
+{
+    size_t len = strlen(text);
+    if (len + 64 > sizeof cfg->plan_dump) /* room for /plan-PID-DOMAIN-N.csv */
+        return -ENAMETOOLONG;
+    memcpy(cfg->plan_dump, text, len + 1);
+    return 0;
+}
+
 int om_parse_size(const char *text, size_t *out)
 {
     if (*text < '0' || *text > '9')
@@ -230,6 +240,7 @@ static const struct om_env_var om_env_table[] = {
     {"OPTMEM_VERIFY", "0", parse_verify, "0 or 1"},
     {"OPTMEM_HUGEPAGES", "0", parse_hugepages, "0 or 1"},
     {"OPTMEM_PLAN_THREAD", "auto", parse_plan_thread, "auto, 0 or 1"},
+    {"OPTMEM_PLAN_DUMP", "", parse_plan_dump, "a directory path of at most 4032 characters"},
 };
 
 int om_config_load(struct om_config *cfg, om_getenv_fn getenv_fn)

@@ -15,6 +15,7 @@ struct om_config {
     enum om_mode mode;
     char report[PATH_MAX];    /* template with %p and %r; empty: no report */
     char plan_file[PATH_MAX]; /* empty: no saved plan */
+    char plan_dump[PATH_MAX]; /* a directory for each planning instance; empty: none */
     size_t min_bytes;
     unsigned stack_depth;
     unsigned warmup; /* 0: detect iterations; N: N optmem_step() iterations */

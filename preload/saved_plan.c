@@ -1,6 +1,7 @@
 /* The whole-run plan: building it from the request log, and its file, written atomically
  * and checked field by field when read, since a plan file may be stale or corrupt. */
 #include "saved_plan.h"
+#include "plan_dump.h"
 #include "replanner.h"
 #include "tracer.h"
 
@@ -184,7 +185,10 @@ static int plan_part(struct line *l, struct part *p, om_rp_block *pb, uint64_t *
                      const om_rp_options *opt)
 {
     om_rp_result res;
-    int rc = om_rp_plan(pb, part_instance(l, p, pb), opt, poff, &res);
+    size_t n = part_instance(l, p, pb);
+    if (!p->peak) /* its first search; the others are the same instance */
+        om_plan_dump(OM_TRACER_HOST, "a part of a saved plan's line", pb, n, 0);
+    int rc = om_rp_plan(pb, n, opt, poff, &res);
     if (rc != 0 || (p->peak && res.peak >= p->peak))
         return rc;
     for (size_t x = p->first; x < p->end; x++)
@@ -302,6 +306,8 @@ static int plan_circle(struct build *b, const struct om_request_log *log, uint64
     if (rc != 0)
         return rc;
     opt->goal = CLOSE_ENOUGH(lb);
+    om_plan_dump(OM_TRACER_HOST, "a saved plan's circle: the iteration's arcs", b->circle, narcs,
+                 period);
     if ((rc = om_rp_plan(b->circle, narcs, opt, b->circle_off, res)) != 0)
         return rc;
     *n = narcs;

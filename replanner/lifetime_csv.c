@@ -1,17 +1,23 @@
-/* MiniMalloc's lifetime CSV (id,lower,upper,size[,alignment]) for the CLI and the tests. */
+/* MiniMalloc's lifetime CSV (id,lower,upper,size[,alignment]), with optmem's fixed blocks and
+ * period, for the CLI, the tests and the preload library's OPTMEM_PLAN_DUMP. */
 #include "rp_internal.h"
 
 #include <ctype.h>
 #include <errno.h>
 #include <inttypes.h>
 #include <string.h>
+#include <unistd.h>
 
 #define LINE_MAX_LEN 4096
 #define MAX_COLS 64
 
-enum { COL_ID, COL_LOWER, COL_UPPER, COL_SIZE, COL_ALIGN, NCOLS };
+enum { COL_ID, COL_LOWER, COL_UPPER, COL_SIZE, COL_ALIGN, COL_FIXED, COL_OFFSET, NCOLS };
 
-static const char *const col_names[NCOLS] = {"id", "lower", "upper", "size", "alignment"};
+static const char *const col_names[NCOLS] = {"id",        "lower", "upper", "size",
+                                             "alignment", "fixed", "offset"};
+
+/* A comment line giving the cyclic timeline's period: "# period: P". */
+#define PERIOD_KEY "period:"
 
 typedef struct reader {
     const char *path;
@@ -23,6 +29,7 @@ typedef struct reader {
     size_t n, cap;
     int col[NCOLS]; /* field index of each known column, -1 if absent */
     int ncols;
+    uint64_t period, period_line; /* from a "# period: P" line; 0: none */
 } reader;
 
 /* Splits a line in place at commas; trims blanks and the line end. Returns the field count. */
@@ -89,7 +96,51 @@ static int header(reader *r, char *line, uint64_t lineno)
                            "%s:%" PRIu64 ": header lacks column '%s' (need id,lower,upper,size)",
                            r->path, lineno, col_names[c]),
                    -EINVAL;
+    /* offset is an output column (ignored) unless fixed says which blocks keep theirs. */
+    if (r->col[COL_FIXED] >= 0 && r->col[COL_OFFSET] < 0)
+        return rp_errf(r->err, r->errlen,
+                       "%s:%" PRIu64 ": header has column 'fixed' but no 'offset' to fix blocks at",
+                       r->path, lineno),
+               -EINVAL;
+    if (r->col[COL_FIXED] < 0)
+        r->col[COL_OFFSET] = -1;
     r->ncols = n;
+    return 0;
+}
+
+/* A line starting with '#': a comment, or "# period: P" (once, P at least 1). */
+static int comment(reader *r, const char *line, uint64_t lineno)
+{
+    char value[32];
+    const char *p = line + 1;
+    uint64_t v;
+    size_t len;
+
+    while (isspace((unsigned char)*p))
+        p++;
+    if (strncmp(p, PERIOD_KEY, strlen(PERIOD_KEY)) != 0)
+        return 0;
+    p += strlen(PERIOD_KEY);
+    while (isspace((unsigned char)*p))
+        p++;
+    len = strlen(p);
+    while (len && isspace((unsigned char)p[len - 1]))
+        len--;
+    if (len >= sizeof value)
+        len = sizeof value - 1;
+    memcpy(value, p, len);
+    value[len] = '\0';
+    if (parse_u64(value, &v) != 0 || v == 0)
+        return rp_errf(r->err, r->errlen, "%s:%" PRIu64 ": period '%s' is not a positive integer",
+                       r->path, lineno, value),
+               -EINVAL;
+    if (r->period_line)
+        return rp_errf(r->err, r->errlen,
+                       "%s:%" PRIu64 ": a second period (the first on line %" PRIu64 ")", r->path,
+                       lineno, r->period_line),
+               -EINVAL;
+    r->period = v;
+    r->period_line = lineno;
     return 0;
 }
 
@@ -156,6 +207,12 @@ static int row(reader *r, char *line, uint64_t lineno)
     b->upper = v[COL_UPPER];
     b->size = v[COL_SIZE];
     b->align = v[COL_ALIGN];
+    if (v[COL_FIXED] > 1)
+        return rp_errf(r->err, r->errlen, "%s:%" PRIu64 ": fixed '%s' is not 0 or 1", r->path,
+                       lineno, f[r->col[COL_FIXED]]),
+               -EINVAL;
+    b->fixed = (int)v[COL_FIXED];
+    b->offset = b->fixed ? v[COL_OFFSET] : 0;
     /* The same checks as the planner's, but named by file and line. */
     if (om_rp_validate(b, 1, 0, msg, sizeof(msg)) < 0)
         return rp_errf(r->err, r->errlen, "%s:%" PRIu64 ": %s", r->path, lineno, msg), -EINVAL;
@@ -195,7 +252,14 @@ static int no_duplicates(reader *r)
 int om_rp_csv_read(const char *path, const om_rp_allocator *alloc, om_rp_block **blocks, size_t *n,
                    char *err, size_t errlen)
 {
-    reader r = {path, alloc, err, errlen, NULL, NULL, 0, 0, {0}, 0};
+    uint64_t period;
+    return om_rp_csv_read_instance(path, alloc, blocks, n, &period, err, errlen);
+}
+
+int om_rp_csv_read_instance(const char *path, const om_rp_allocator *alloc, om_rp_block **blocks,
+                            size_t *n, uint64_t *period, char *err, size_t errlen)
+{
+    reader r = {path, alloc, err, errlen, NULL, NULL, 0, 0, {0}, 0, 0, 0};
     char line[LINE_MAX_LEN];
     uint64_t lineno = 0;
     int rc = 0, have_header = 0;
@@ -203,6 +267,7 @@ int om_rp_csv_read(const char *path, const om_rp_allocator *alloc, om_rp_block *
 
     *blocks = NULL;
     *n = 0;
+    *period = 0;
     if (!(f = fopen(path, "r"))) {
         rc = -errno;
         rp_errf(err, errlen, "%s: %s", path, strerror(errno));
@@ -225,6 +290,11 @@ int om_rp_csv_read(const char *path, const om_rp_allocator *alloc, om_rp_block *
             p++;
         if (!*p)
             continue;
+        if (*p == '#') {
+            if ((rc = comment(&r, p, lineno)) < 0)
+                goto out;
+            continue;
+        }
         rc = have_header ? row(&r, p, lineno) : header(&r, p, lineno);
         if (rc < 0)
             goto out;
@@ -264,6 +334,7 @@ out:
         *blocks = exact;
     }
     *n = r.n;
+    *period = r.period;
     return 0;
 }
 
@@ -273,26 +344,94 @@ void om_rp_csv_free(const om_rp_allocator *alloc, om_rp_block *blocks, size_t n)
         alloc->release(alloc->ctx, blocks, n * sizeof(*blocks));
 }
 
-int om_rp_csv_write(FILE *f, const om_rp_block *blocks, size_t n, const uint64_t *offsets)
-{
-    int aligned = 0;
+/* Output without stdio and without malloc (the preload library writes from inside an
+ * interposed allocator): lines go through a buffer on the stack. */
+typedef struct writer {
+    int fd, rc;
+    size_t used;
+    char buf[4096];
+} writer;
 
-    for (size_t i = 0; i < n; i++)
+static void flush(writer *w)
+{
+    size_t done = 0;
+    while (w->rc == 0 && done < w->used) {
+        ssize_t k = write(w->fd, w->buf + done, w->used - done);
+        if (k < 0 && errno == EINTR)
+            continue;
+        if (k <= 0)
+            w->rc = k < 0 ? -errno : -EIO;
+        else
+            done += (size_t)k;
+    }
+    w->used = 0;
+}
+
+static void put(writer *w, const char *text)
+{
+    for (; *text; text++) {
+        if (w->used == sizeof w->buf)
+            flush(w);
+        w->buf[w->used++] = *text;
+    }
+}
+
+static void put_u64(writer *w, uint64_t v, char sep)
+{
+    char digits[24], *p = digits + sizeof digits;
+    *--p = '\0';
+    if (sep)
+        *--p = sep;
+    do
+        *--p = (char)('0' + v % 10);
+    while ((v /= 10) != 0);
+    put(w, p);
+}
+
+int om_rp_csv_write_fd(int fd, const om_rp_block *blocks, size_t n, uint64_t period,
+                       const uint64_t *offsets, const char *comment_text)
+{
+    writer w = {.fd = fd};
+    int aligned = 0, fixed = 0;
+
+    for (size_t i = 0; i < n; i++) {
         aligned |= blocks[i].align > 1;
-    if (fprintf(f, "id,lower,upper,size%s,offset\n", aligned ? ",alignment" : "") < 0)
-        return -EIO;
+        fixed |= blocks[i].fixed;
+    }
+    if (comment_text) {
+        put(&w, "# ");
+        put(&w, comment_text);
+        put(&w, "\n");
+    }
+    if (period) {
+        put(&w, "# " PERIOD_KEY " ");
+        put_u64(&w, period, '\n');
+    }
+    put(&w, "id,lower,upper,size");
+    put(&w, aligned ? ",alignment" : "");
+    put(&w, fixed ? ",fixed" : "");
+    put(&w, offsets || fixed ? ",offset\n" : "\n");
     for (size_t i = 0; i < n; i++) {
         const om_rp_block *b = &blocks[i];
-        int rc;
+        int more = aligned || fixed || offsets;
+        put_u64(&w, b->id, ',');
+        put_u64(&w, b->lower, ',');
+        put_u64(&w, b->upper, ',');
+        put_u64(&w, b->size, more ? ',' : '\n');
         if (aligned)
-            rc = fprintf(
-                f, "%" PRIu64 ",%" PRIu64 ",%" PRIu64 ",%" PRIu64 ",%" PRIu64 ",%" PRIu64 "\n",
-                b->id, b->lower, b->upper, b->size, b->align ? b->align : 1, offsets[i]);
-        else
-            rc = fprintf(f, "%" PRIu64 ",%" PRIu64 ",%" PRIu64 ",%" PRIu64 ",%" PRIu64 "\n", b->id,
-                         b->lower, b->upper, b->size, offsets[i]);
-        if (rc < 0)
-            return -EIO;
+            put_u64(&w, b->align ? b->align : 1, fixed || offsets ? ',' : '\n');
+        if (fixed)
+            put_u64(&w, (uint64_t)b->fixed, ',');
+        if (offsets || fixed)
+            put_u64(&w, offsets ? offsets[i] : b->fixed ? b->offset : 0, '\n');
     }
-    return fflush(f) == 0 ? 0 : -errno;
+    flush(&w);
+    return w.rc;
+}
+
+int om_rp_csv_write(FILE *f, const om_rp_block *blocks, size_t n, const uint64_t *offsets)
+{
+    if (fflush(f) != 0)
+        return -errno;
+    return om_rp_csv_write_fd(fileno(f), blocks, n, 0, offsets, NULL);
 }

@@ -120,14 +120,25 @@ const char *om_rp_gap_owner(uint64_t peak, uint64_t lower_bound, uint64_t proven
 /*
  * MiniMalloc's CSV: header naming at least id,lower,upper,size in any order, optional
  * alignment, other columns (offset) ignored; one block per line, unsigned decimal integers.
- * Reads a whole file: *blocks from alloc, *n set. Duplicate ids are rejected. 0, -EINVAL
- * (message "FILE:LINE: problem" in err), -ENOENT and other -errno from fopen/read, -ENOMEM.
+ * optmem's additions: lines starting with '#' are comments, "# period: P" gives a cyclic
+ * timeline's period (*period, 0 without one); a column fixed (0 or 1) fixes the blocks that
+ * have 1 at their offset column (memory live when the plan is made). Reads a whole file:
+ * *blocks from alloc, *n set. Duplicate ids are rejected. 0, -EINVAL (message
+ * "FILE:LINE: problem" in err), -ENOENT and other -errno from fopen/read, -ENOMEM.
  */
+int om_rp_csv_read_instance(const char *path, const om_rp_allocator *alloc, om_rp_block **blocks,
+                            size_t *n, uint64_t *period, char *err, size_t errlen);
+/* The same, without the period. */
 int om_rp_csv_read(const char *path, const om_rp_allocator *alloc, om_rp_block **blocks, size_t *n,
                    char *err, size_t errlen);
 /* Releases what om_rp_csv_read returned. */
 void om_rp_csv_free(const om_rp_allocator *alloc, om_rp_block *blocks, size_t n);
-/* Writes id,lower,upper,size[,alignment],offset; 0 or -errno. */
+/* Writes "# comment" (unless NULL), "# period: P" (unless 0), then
+ * id,lower,upper,size[,alignment][,fixed][,offset]: offset is offsets[i] where given, else
+ * a fixed block's own (0 for the others). Never allocates, no stdio. 0 or -errno. */
+int om_rp_csv_write_fd(int fd, const om_rp_block *blocks, size_t n, uint64_t period,
+                       const uint64_t *offsets, const char *comment);
+/* om_rp_csv_write_fd on a stdio stream (flushed first), no period, no comment. */
 int om_rp_csv_write(FILE *f, const om_rp_block *blocks, size_t n, const uint64_t *offsets);
 
 #endif

@@ -17,8 +17,9 @@ static void usage(FILE *f)
     fprintf(f,
             "usage: optmem plan FILE.csv|SNAPSHOT.pickle [--budget-ms N] [--algo NAME]\n"
             "                  [--seed N] [--period P] [-o OUT.csv]\n"
-            "Places the buffers of a lifetime CSV (header id,lower,upper,size[,alignment];\n"
-            "lifetimes half-open [lower,upper)) in one pool and prints the peak against the\n"
+            "Places the buffers of a lifetime CSV (header id,lower,upper,size[,alignment]\n"
+            "[,fixed,offset]; lifetimes half-open [lower,upper); a line \"# period: P\" makes\n"
+            "the timeline cyclic) in one pool and prints the peak against the\n"
             "lower bound (max bytes live at once), greedy by size's peak, which it never\n"
             "exceeds, and the bound proven so far (how much of the gap is the bound's).\n"
             "A PyTorch memory snapshot (torch.cuda.memory._dump_snapshot, recognised by its\n"
@@ -26,7 +27,8 @@ static void usage(FILE *f)
             "  --budget-ms N  search time in milliseconds (default %d)\n"
             "  --algo NAME    auto (default), greedy, local or bnb\n"
             "  --seed N       seed of the randomized search (default 1)\n"
-            "  --period P     cyclic timeline of period P (0 <= lower < P, upper <= lower + P)\n"
+            "  --period P     cyclic timeline of period P (0 <= lower < P, upper <= lower + P);\n"
+            "                 overrides the file's \"# period: P\"\n"
             "  -o OUT.csv     write the input columns plus offset (a snapshot's lifetimes: one\n"
             "                 file per device and stream, OUT.dD.sS.csv, when there are several)\n"
             "  -h, --help     this text\n",
@@ -196,8 +198,9 @@ int om_cmd_plan(int argc, char **argv)
     om_rp_options opt = {0};
     om_rp_result res;
     om_rp_block *blocks = NULL;
-    uint64_t *off = NULL, v;
+    uint64_t *off = NULL, v, file_period = 0;
     const char *in = NULL, *out = NULL;
+    int period_given = 0;
     char err[512];
     size_t n = 0;
     int ret = OM_EXIT_FAILURE, rc;
@@ -236,6 +239,7 @@ int om_cmd_plan(int argc, char **argv)
                 goto missing;
             if (parse_num(val, UINT64_MAX, &opt.period) < 0)
                 goto bad_value;
+            period_given = 1;
         } else if (is_opt(a, "--algo")) {
             if (!(val = opt_value(argc, argv, &i, "--algo")))
                 goto missing;
@@ -268,10 +272,13 @@ int om_cmd_plan(int argc, char **argv)
     if (om_pickle_sniff(in))
         return plan_snapshot(in, out, &opt);
 
-    if ((rc = om_rp_csv_read(in, &opt.alloc, &blocks, &n, err, sizeof(err))) < 0) {
+    if ((rc = om_rp_csv_read_instance(in, &opt.alloc, &blocks, &n, &file_period, err,
+                                      sizeof(err))) < 0) {
         fprintf(stderr, "optmem: plan: %s\n", err);
         goto out;
     }
+    if (!period_given) /* the file's "# period: P", if any */
+        opt.period = file_period;
     if (!(off = calloc(n ? n : 1, sizeof(*off)))) {
         fprintf(stderr, "optmem: plan: out of memory\n");
         goto out;
@@ -287,6 +294,8 @@ int om_cmd_plan(int argc, char **argv)
     }
     printf("file:        %s\n", in);
     printf("buffers:     %zu\n", n);
+    if (opt.period)
+        printf("period:      %" PRIu64 " (cyclic)\n", opt.period);
     printf("lower bound: %" PRIu64 "\n", res.lower_bound);
     printf("peak:        %" PRIu64 "\n", res.peak);
     printf("peak/LB:     %.4f\n",

@@ -2,6 +2,7 @@
 #include "rp_test_util.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <setjmp.h>
@@ -142,6 +143,59 @@ static void test_write_roundtrip(void **state)
     assert_int_equal(t_live_bytes(), 0);
 }
 
+/* optmem's additions: comments, the period, fixed blocks; written by om_rp_csv_write_fd and
+ * read back as they were. */
+static void test_period_and_fixed(void **state)
+{
+    char err[512] = "", path[128];
+    om_rp_block in[3] = {{.id = 1, .lower = 0, .upper = 4, .size = 64, .align = 16},
+                         {.id = 2, .lower = 3, .upper = 9, .size = 32},
+                         {.id = 9, .lower = 0, .upper = 6, .size = 128, .offset = 256, .fixed = 1}},
+                *b;
+    size_t n;
+    uint64_t period;
+    int fd;
+    (void)state;
+
+    snprintf(path, sizeof(path), "%s/cyclic.csv", dir);
+    assert_true((fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644)) >= 0);
+    assert_int_equal(om_rp_csv_write_fd(fd, in, 3, 6, NULL, "a test instance"), 0);
+    close(fd);
+    assert_int_equal(om_rp_csv_read_instance(path, &t_alloc, &b, &n, &period, err, sizeof(err)), 0);
+    assert_int_equal(n, 3);
+    assert_int_equal(period, 6);
+    for (size_t i = 0; i < n; i++) {
+        assert_int_equal(b[i].id, in[i].id);
+        assert_int_equal(b[i].upper, in[i].upper);
+        assert_int_equal(b[i].size, in[i].size);
+        assert_int_equal(b[i].fixed, in[i].fixed);
+        assert_int_equal(b[i].offset, in[i].offset);
+    }
+    assert_int_equal(b[0].align, 16);
+    om_rp_csv_free(&t_alloc, b, n);
+    /* Read without the period, the file is the same set of blocks. */
+    assert_int_equal(om_rp_csv_read(path, &t_alloc, &b, &n, err, sizeof(err)), 0);
+    assert_int_equal(n, 3);
+    om_rp_csv_free(&t_alloc, b, n);
+    unlink(path);
+    /* A plain MiniMalloc file has no period; offset without fixed is ignored. */
+    assert_int_equal(read_text("# made by hand\nid,lower,upper,size,offset\n1,0,4,8,999\n", err,
+                               sizeof(err), &b, &n),
+                     0);
+    assert_int_equal(b[0].fixed, 0);
+    assert_int_equal(b[0].offset, 0);
+    om_rp_csv_free(&t_alloc, b, n);
+    expect_error("# period: 0\nid,lower,upper,size\n1,0,4,8\n",
+                 "1: period '0' is not a positive integer");
+    expect_error("# period: x\nid,lower,upper,size\n1,0,4,8\n",
+                 "1: period 'x' is not a positive integer");
+    expect_error("# period: 8\nid,lower,upper,size\n# period: 9\n1,0,4,8\n",
+                 "3: a second period (the first on line 1)");
+    expect_error("id,lower,upper,size,fixed\n1,0,4,8,1\n", "1: header has column 'fixed'");
+    expect_error("id,lower,upper,size,fixed,offset\n1,0,4,8,2,0\n", "2: fixed '2' is not 0 or 1");
+    assert_int_equal(t_live_bytes(), 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -149,6 +203,7 @@ int main(void)
         cmocka_unit_test(test_errors),
         cmocka_unit_test(test_missing_file),
         cmocka_unit_test(test_write_roundtrip),
+        cmocka_unit_test(test_period_and_fixed),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

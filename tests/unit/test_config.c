@@ -68,6 +68,8 @@ static void test_every_variable(void **state)
                                       "1",
                                       "OPTMEM_HUGEPAGES",
                                       "1",
+                                      "OPTMEM_PLAN_DUMP",
+                                      "/tmp/instances",
                                       NULL};
     struct om_config cfg;
     assert_int_equal(load(env, &cfg), 0);
@@ -81,6 +83,21 @@ static void test_every_variable(void **state)
     assert_int_equal(cfg.log_level, 0);
     assert_int_equal(cfg.verify, 1);
     assert_int_equal(cfg.hugepages, 1);
+    assert_string_equal(cfg.plan_dump, "/tmp/instances");
+}
+
+/* OPTMEM_PLAN_DUMP: a directory, unset by default; one too long for its files' names is
+ * refused with one line and the default (no dump). */
+static void test_plan_dump(void **state)
+{
+    static char long_dir[4040];
+    memset(long_dir, 'd', sizeof long_dir - 1);
+    const char *const env[] = {"OPTMEM_LOG", "quiet", "OPTMEM_PLAN_DUMP", long_dir, NULL};
+    struct om_config cfg;
+    assert_int_equal(load(NULL, &cfg), 0);
+    assert_string_equal(cfg.plan_dump, "");
+    assert_int_equal(load(env, &cfg), 1);
+    assert_string_equal(cfg.plan_dump, "");
 }
 
 static void test_bad_values_take_defaults(void **state)
@@ -196,6 +213,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_defaults),
         cmocka_unit_test(test_every_variable),
+        cmocka_unit_test(test_plan_dump),
         cmocka_unit_test(test_bad_values_take_defaults),
         cmocka_unit_test(test_sizes),
         cmocka_unit_test(test_zero_and_limits),
