@@ -194,6 +194,20 @@ static const struct op step_b[] = {
 
 #define NOPS(step) (sizeof(step) / sizeof(step)[0])
 
+/* Runs ops [from, to) of a step whose blocks so far are blocks[0, *made). */
+static void run_ops(const struct op *ops, size_t from, size_t to, void **blocks, unsigned *made)
+{
+    for (size_t i = from; i < to; i++) {
+        if (ops[i].kind == ALLOC) {
+            blocks[*made] = take(ops[i].id, ops[i].size, ops[i].alignment, ops[i].zero);
+            ++*made;
+        } else {
+            assert_true(ops[i].id < *made);
+            give(blocks[ops[i].id]);
+        }
+    }
+}
+
 /* Runs one step; offsets (when not NULL) receive each request's offset in the arena. */
 static void run_step(const struct op *ops, size_t n, size_t *offsets)
 {
@@ -336,17 +350,11 @@ static void test_unknown_request_falls_back(void **state)
         }
     struct om_serving_stats s0 = stats();
     /* One step with a new request in the middle of it (new call site: a new token). */
-    void *blocks[STEP_MAX], *stray = NULL;
+    void *blocks[STEP_MAX], *stray;
     unsigned made = 0;
-    for (size_t r = 0; r < NOPS(step_a); r++) {
-        if (r == 5)
-            stray = take(50, 96 * KIB, 0, 1);
-        if (step_a[r].kind == ALLOC)
-            blocks[made++] =
-                take(step_a[r].id, step_a[r].size, step_a[r].alignment, step_a[r].zero);
-        else
-            give(blocks[step_a[r].id]);
-    }
+    run_ops(step_a, 0, 5, blocks, &made);
+    stray = take(50, 96 * KIB, 0, 1);
+    run_ops(step_a, 5, NOPS(step_a), blocks, &made);
     struct om_serving_stats s1 = stats();
     assert_true(offset_of(stray) >= plan_hi);
     assert_int_equal(s1.fallbacks - s0.fallbacks, 1);
