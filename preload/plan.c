@@ -167,8 +167,8 @@ static void place_plan(const struct om_pool *pool, om_rp_block *in, size_t narcs
     opt.budget_ms = OBSTACLE_BUDGET_MS;
     opt.goal = pl->peak + fixed_bytes;
     om_rp_result res;
-    om_plan_dump(pool->domain, "the arcs packed around the live blocks (fixed)", in, narcs + nfixed,
-                 pool->period);
+    om_plan_dump(pool->domain, in, narcs + nfixed, pool->period,
+                 "the arcs packed around the live blocks (fixed) for up to %u ms", opt.budget_ms);
     if (om_rp_plan(in, narcs + nfixed, &opt, spare, &res) != 0 ||
         covered_bytes(in, spare, narcs) > pl->peak + pl->peak / 128)
         return;
@@ -298,7 +298,8 @@ static int build_plan(struct om_pool *pool, size_t scratch_from, size_t scratch_
         .err = err,
         .errlen = sizeof err};
     om_rp_result res;
-    om_plan_dump(pool->domain, "the iteration's arcs, searched inline", in, n, pool->period);
+    om_plan_dump(pool->domain, in, n, pool->period,
+                 "the iteration's arcs, searched inline for up to %u ms", opt.budget_ms);
     rc = om_rp_plan(in, n, &opt, offsets, &res);
     if (rc != 0) {
         om_info("plan of %zu blocks failed: %s", n, err);
@@ -560,8 +561,9 @@ int om_pool_plan_start(struct om_pool *pool)
     }
     job->opt = (om_rp_options){.period = pool->period,
                                .budget_ms = om_pool_search_budget_ms(pool, PLAN_BUDGET_MIN_MS)};
-    om_plan_dump(pool->domain, "the iteration's arcs, searched on the optmem-plan thread", job->in,
-                 job->n, pool->period);
+    om_plan_dump(pool->domain, job->in, job->n, pool->period,
+                 "the iteration's arcs, searched on the optmem-plan thread for up to %u ms",
+                 job->opt.budget_ms);
     int rc = start_thread(job);
     if (rc != 0) {
         om_sys_unmap(job, bytes);

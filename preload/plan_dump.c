@@ -6,6 +6,7 @@
 #include "tracer.h"
 
 #include <errno.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
@@ -26,14 +27,14 @@ static int fill_dump(int fd, void *ctx)
     return om_rp_csv_write_fd(fd, d->blocks, d->n, d->period, NULL, d->comment);
 }
 
-void om_plan_dump(unsigned domain, const char *what, const om_rp_block *blocks, size_t n,
-                  uint64_t period)
+void om_plan_dump(unsigned domain, const om_rp_block *blocks, size_t n, uint64_t period,
+                  const char *what, ...)
 {
     if (!om_cfg.plan_dump[0] || __atomic_load_n(&dump_failed, __ATOMIC_RELAXED))
         return;
     unsigned k = __atomic_add_fetch(&dumped, 1, __ATOMIC_RELAXED);
     long pid = (long)getpid();
-    char path[PATH_MAX], comment[256];
+    char path[PATH_MAX], comment[256], search[160];
     om_rp_block *copy = NULL;
     size_t bytes = (n ? n : 1) * sizeof *copy;
     int rc = -ENAMETOOLONG;
@@ -55,8 +56,12 @@ void om_plan_dump(unsigned domain, const char *what, const om_rp_block *blocks, 
         if (copy[i].id == UINT64_MAX)
             copy[i].id = next++;
     }
+    va_list ap;
+    va_start(ap, what);
+    vsnprintf(search, sizeof search, what, ap);
+    va_end(ap);
     snprintf(comment, sizeof comment, "optmem planning instance: pid %ld, domain %u, %s", pid,
-             domain, what);
+             domain, search);
     struct dump d = {copy, n, period, comment};
     rc = om_file_replace(path, fill_dump, &d);
 out:

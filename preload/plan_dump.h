@@ -9,10 +9,11 @@
 #include <stdint.h>
 
 /* Writes blocks (period 0: a line) to OPTMEM_PLAN_DUMP/plan-PID-DOMAIN-N.csv, N counting the
- * process's instances from 1, with `what` (the search it is for) in a comment. Nothing
- * without OPTMEM_PLAN_DUMP. Allocates only through mmap; a file that cannot be written gives
- * one warning, after which no more are tried: the program and its planning go on. */
-void om_plan_dump(unsigned domain, const char *what, const om_rp_block *blocks, size_t n,
-                  uint64_t period);
+ * process's instances from 1, with what (printf's format: the search it is for) in a
+ * comment. Nothing without OPTMEM_PLAN_DUMP. Allocates only through mmap; a file that cannot
+ * be written gives one warning, after which no more are tried: the program and its planning
+ * go on. */
+void om_plan_dump(unsigned domain, const om_rp_block *blocks, size_t n, uint64_t period,
+                  const char *what, ...) __attribute__((format(printf, 5, 6)));
 
 #endif

@@ -187,7 +187,8 @@ static int plan_part(struct line *l, struct part *p, om_rp_block *pb, uint64_t *
     om_rp_result res;
     size_t n = part_instance(l, p, pb);
     if (!p->peak) /* its first search; the others are the same instance */
-        om_plan_dump(OM_TRACER_HOST, "a part of a saved plan's line", pb, n, 0);
+        om_plan_dump(OM_TRACER_HOST, pb, n, 0, "a part of a saved plan's line for up to %u ms",
+                     opt->budget_ms);
     int rc = om_rp_plan(pb, n, opt, poff, &res);
     if (rc != 0 || (p->peak && res.peak >= p->peak))
         return rc;
@@ -306,8 +307,8 @@ static int plan_circle(struct build *b, const struct om_request_log *log, uint64
     if (rc != 0)
         return rc;
     opt->goal = CLOSE_ENOUGH(lb);
-    om_plan_dump(OM_TRACER_HOST, "a saved plan's circle: the iteration's arcs", b->circle, narcs,
-                 period);
+    om_plan_dump(OM_TRACER_HOST, b->circle, narcs, period,
+                 "a saved plan's circle: the iteration's arcs, for up to %u ms", opt->budget_ms);
     if ((rc = om_rp_plan(b->circle, narcs, opt, b->circle_off, res)) != 0)
         return rc;
     *n = narcs;

@@ -1,13 +1,17 @@
 /* Unit tests of plan mode's pool through its module interface (pool.h): best fit while
  * learning, a plan served from slots, fallbacks, replans, kept plans, frees of unknown
  * pointers, calloc and alignment, with no two live blocks ever overlapping. */
+#include <dirent.h>
 #include <errno.h>
 #include <sched.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <cmocka.h>
 
@@ -15,6 +19,8 @@
 #include "engine.h"
 #include "log.h"
 #include "pool.h"
+#include "replanner.h"
+#include "saved_plan.h"
 #include "tracer.h"
 
 #define KIB ((size_t)1 << 10)
@@ -55,11 +61,14 @@ static const char *no_env(const char *name)
     return NULL;
 }
 
-/* A fresh tracer and pool; plan_thread as OPTMEM_PLAN_THREAD (0: inline, deterministic). */
-static void start(int plan_thread)
+/* A fresh tracer and pool; plan_thread as OPTMEM_PLAN_THREAD (0: inline, deterministic),
+ * hugepages as OPTMEM_HUGEPAGES (pages do not move), dump as OPTMEM_PLAN_DUMP. */
+static void start_with(int plan_thread, int hugepages, const char *dump)
 {
     assert_int_equal(om_config_load(&om_cfg, no_env), 0);
     om_cfg.plan_thread = plan_thread;
+    om_cfg.hugepages = hugepages;
+    snprintf(om_cfg.plan_dump, sizeof om_cfg.plan_dump, "%s", dump);
     om_log_level = OM_LOG_QUIET;
     struct om_tracer_options opt = {
         .min_bytes = 4096, .stack_depth = 3, .report_template = "", .mode_name = "plan"};
@@ -72,6 +81,11 @@ static void start(int plan_thread)
     base = (unsigned char *)lo;
     assert_true(len >= ARENA_BYTES);
     nlive = 0;
+}
+
+static void start(int plan_thread)
+{
+    start_with(plan_thread, 0, "");
 }
 
 static int setup_inline(void **state)
@@ -521,6 +535,71 @@ static void test_alignment(void **state)
         run_step(step_a, NOPS(step_a), NULL);
 }
 
+/* OPTMEM_PLAN_DUMP, where pages do not move (huge pages): a hole too small for the plan
+ * below a small live block, so the arcs are packed again around the live blocks above the
+ * hole. Both instances are written, the second with its fixed block, in the CSV the
+ * replanner reads back, and each has the lower bound of the in-program plan or the fixed
+ * block's bytes on top of it. */
+static void test_plan_dump(void **state)
+{
+    char dir[] = "/tmp/optmem_test_pool_XXXXXX";
+    assert_non_null(mkdtemp(dir));
+    start_with(0, 1, dir);
+    void *weights = take(100, MIB, 0, 0);
+    void *spacer = take(101, MIB + 64 * KIB, 0, 0);
+    void *small = take(102, 16 * KIB, 0, 0); /* above the hole spacer leaves */
+    give(spacer);
+    run_until_served(step_a, NOPS(step_a), STEP_A_REQUESTS, 40);
+    size_t lb = step_lower_bound(step_a, NOPS(step_a));
+    DIR *d = opendir(dir);
+    assert_non_null(d);
+    struct dirent *e;
+    int alone = 0, around = 0;
+    while ((e = readdir(d)) != NULL) {
+        if (e->d_name[0] == '.')
+            continue;
+        char path[512], line[256];
+        snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+        assert_int_equal(strncmp(e->d_name, "plan-", 5), 0);
+        FILE *f = fopen(path, "r");
+        assert_non_null(f);
+        assert_non_null(fgets(line, sizeof line, f));
+        fclose(f);
+        om_rp_block *blocks;
+        size_t n;
+        uint64_t period, bound;
+        char err[256];
+        assert_int_equal(
+            om_rp_csv_read_instance(path, &om_rp_mmap, &blocks, &n, &period, err, sizeof err), 0);
+        assert_int_equal(period, STEP_A_REQUESTS);
+        assert_int_equal(om_rp_lower_bound(blocks, n, period, &om_rp_mmap, &bound, err, sizeof err),
+                         0);
+        size_t fixed = 0;
+        for (size_t i = 0; i < n; i++)
+            fixed += blocks[i].fixed ? blocks[i].size : 0;
+        if (strstr(line, "packed around the live blocks")) {
+            around++;
+            assert_int_equal(fixed, 16 * KIB);
+            assert_int_equal(n, STEP_A_REQUESTS + 1);
+        } else {
+            assert_non_null(strstr(line, "searched inline"));
+            alone++;
+            assert_int_equal(fixed, 0);
+            assert_int_equal(n, STEP_A_REQUESTS);
+        }
+        assert_int_equal(bound, lb + fixed);
+        om_rp_csv_free(&om_rp_mmap, blocks, n);
+        unlink(path);
+    }
+    closedir(d);
+    rmdir(dir);
+    assert_int_equal(alone, 1);
+    assert_int_equal(around, 1);
+    om_cfg.plan_dump[0] = '\0';
+    give(small);
+    give(weights);
+}
+
 /* The search on the optmem-plan thread: the plan serves from an iteration boundary after
  * the search ended, which comes within a bounded number of steps. */
 static void test_plan_thread(void **state)
@@ -552,6 +631,7 @@ int main(void)
         cmocka_unit_test_setup(test_unknown_pointers, setup_inline),
         cmocka_unit_test_setup(test_calloc_in_reused_slot, setup_inline),
         cmocka_unit_test_setup(test_alignment, setup_inline),
+        cmocka_unit_test(test_plan_dump),
         cmocka_unit_test(test_plan_thread),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
