@@ -1,6 +1,7 @@
 /* Unit tests of plan mode's pool through its module interface (pool.h): best fit while
- * learning, a plan served from slots, fallbacks, replans, kept plans, frees of unknown
- * pointers, calloc and alignment, with no two live blocks ever overlapping. */
+ * learning, a plan served from slots, fallbacks, the guard, replans, kept plans, frees of
+ * unknown pointers, calloc, alignment, OPTMEM_PLAN_DUMP and the optmem-plan thread, with no
+ * two live blocks ever overlapping. */
 #include <dirent.h>
 #include <errno.h>
 #include <sched.h>
