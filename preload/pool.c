@@ -41,27 +41,6 @@ static int on_main_thread(void)
     return tls_main;
 }
 
-/* Serves the saved plan from the first request: its iteration's slots are the plan, its
- * prologue is walked by a cursor of its own. */
-static int install_saved_plan(struct om_pool *pool)
-{
-    const struct om_saved_plan *sp = &pool->saved;
-    pool->period = sp->period;
-    memcpy(pool->slots, sp->slots + sp->nprologue, sp->period * sizeof *pool->slots);
-    if (om_slot_index_build(&pool->plan_index, pool->slots, pool->period) != 0 ||
-        om_pool_cover_slots(pool) != 0)
-        return -ENOMEM;
-    pool->plan_end = sp->peak;
-    pool->stats.plan_peak_bytes = sp->peak;
-    pool->stats.plan_lower_bound_bytes = sp->lower_bound;
-    pool->stats.plan_greedy_bytes = pool->stats.plan_proven_bound_bytes = 0;
-    pool->stats.plan_time_us = 0;
-    pool->stats.plan_slots = sp->period;
-    pool->stats.saved_plan = 1;
-    pool->phase = sp->nprologue ? PROLOGUE : SERVE;
-    return 0;
-}
-
 static void open_plan_file(struct om_pool *pool, const struct om_config *cfg)
 {
     if (om_path_expand(cfg->plan_file, (long)getpid(), om_env_rank(), pool->plan_file,
@@ -73,7 +52,7 @@ static void open_plan_file(struct om_pool *pool, const struct om_config *cfg)
     char err[128] = "";
     int rc = om_saved_plan_read(pool->plan_file, om_saved_plan_program(), pool->arena.reserved,
                                 &pool->saved, err, sizeof err);
-    if (rc == 0 && pool->saved.period <= MAX_PERIOD && install_saved_plan(pool) == 0) {
+    if (rc == 0 && pool->saved.period <= MAX_PERIOD && om_pool_start_saved(pool) == 0) {
         om_info("serving the saved plan %s (%llu prologue requests, an iteration of %llu)",
                 pool->plan_file, (unsigned long long)pool->saved.nprologue,
                 (unsigned long long)pool->saved.period);
@@ -101,11 +80,10 @@ int om_pool_create(struct om_pool **out, const struct om_backend *backend, unsig
     if (rc == 0)
         rc = om_blockmap_init(&pool->blocks);
     if (rc == 0) {
-        pool->records = om_sys_map(MAX_PERIOD * sizeof *pool->records);
-        pool->slots = om_sys_map(MAX_PERIOD * sizeof *pool->slots);
         pool->freed = om_sys_map(FREED_RANGES * sizeof *pool->freed);
         pool->ring = om_sys_map(RING * sizeof *pool->ring);
-        if (!pool->records || !pool->slots || !pool->freed || !pool->ring)
+        if (om_plan_map(&pool->plan, MAX_PERIOD) != 0 ||
+            om_plan_map(&pool->next, MAX_PERIOD) != 0 || !pool->freed || !pool->ring)
             rc = -ENOMEM;
     }
     if (rc != 0)
@@ -117,7 +95,7 @@ int om_pool_create(struct om_pool **out, const struct om_backend *backend, unsig
     pool->max_request = pool->host ? pool->arena.reserved / 4 : pool->arena.reserved;
     pool->redzone = cfg->verify && pool->host ? REDZONE : 0;
     pool->hugepages = cfg->hugepages && pool->host;
-    pool->log_cycle_start = UINT64_MAX;
+    pool->plan.log_cycle_start = pool->next.log_cycle_start = UINT64_MAX;
     pool->steady_from = UINT64_MAX;
     if (cfg->plan_file[0] && pool->host)
         open_plan_file(pool, cfg);
@@ -186,7 +164,7 @@ static int place_in_prologue(struct om_pool *pool, size_t len, size_t alignment,
                              size_t *off)
 {
     uint64_t s = om_slot_index_take(&pool->saved.prologue, pool->saved.slots, token);
-    if (s == UINT64_MAX && token == pool->slots[0].token &&
+    if (s == UINT64_MAX && token == pool->plan.slots[0].token &&
         pool->prologue_cursor + PROLOGUE_TAIL >= pool->saved.nprologue) {
         end_prologue(pool);
         return -1;
@@ -245,7 +223,7 @@ static void release_failing_plan(struct om_pool *pool)
     pool->failing = 1;
     pool->moves_left = 0; /* blocks freed now would move their pages back onto the slots' */
     if (pool->covered.n)
-        om_pool_release_free(pool, pool->covered.v[0].off, pool->plan_end);
+        om_pool_release_free(pool, pool->covered.v[0].off, pool->plan.end);
 }
 
 /* Best fit among the free bytes and, for a request in stream order, the blocks freed on its
@@ -285,9 +263,10 @@ static int place(struct om_pool *pool, size_t len, size_t alignment, uintptr_t s
             *flags = OM_BLOCK_PLANNED | OM_BLOCK_PROLOGUE;
             return 0;
         }
+        const struct om_plan *plan = &pool->plan;
         uint64_t s = pool->cursor;
-        if (pool->slots[s].token != token) {
-            s = om_slot_index_find(&pool->plan_index, pool->slots, token, pool->cursor);
+        if (plan->slots[s].token != token) {
+            s = om_slot_index_find(&plan->index, plan->slots, token, pool->cursor);
             pool->stats.misses++;
             pool->iteration_misses++;
             pool->iteration_unknown += s == UINT64_MAX;
@@ -299,14 +278,14 @@ static int place(struct om_pool *pool, size_t len, size_t alignment, uintptr_t s
         }
         uint64_t next = s == UINT64_MAX ? pool->cursor + 1 : s + 1;
         int anew = s != UINT64_MAX && s < pool->cursor; /* the iteration began anew */
-        planned = s != UINT64_MAX && take_planned(pool, pool->slots[s].offset, pool->slots[s].len,
+        planned = s != UINT64_MAX && take_planned(pool, plan->slots[s].offset, plan->slots[s].len,
                                                   len, alignment, stream);
         if (planned)
-            *off = pool->slots[s].offset;
-        pool->cursor = next < pool->period ? next : 0;
+            *off = plan->slots[s].offset;
+        pool->cursor = next < plan->period ? next : 0;
         pool->window_requests++;
         pool->window_turned_away += !planned;
-        if (anew || next >= pool->period)
+        if (anew || next >= plan->period)
             om_pool_end_of_served_iteration(pool);
         if (planned) {
             *flags = OM_BLOCK_PLANNED;
@@ -314,7 +293,7 @@ static int place(struct om_pool *pool, size_t len, size_t alignment, uintptr_t s
         }
     }
     int serving = pool->phase == SERVE || pool->phase == PROLOGUE;
-    size_t floor = serving ? pool->plan_end : 0;
+    size_t floor = serving ? pool->plan.end : 0;
     int rc = take_best_fit(pool, len, alignment, floor, stream, off);
     if (rc == -ENOMEM && !pool->host) {
         /* The device is full, and pages the arena holds idle may be why: give them back and
@@ -439,8 +418,8 @@ static struct om_block take_block(struct om_pool *pool, void *p, int *found)
             e->upper = pool->learnt;
     } else if (b->record && b->generation == pool->generation &&
                (pool->phase == RECORD || pool->phase == OBSERVE)) {
-        pool->records[b->record - 1].upper =
-            pool->phase == RECORD ? pool->nrecords : pool->period + pool->observed;
+        pool->next.records[b->record - 1].upper =
+            pool->phase == RECORD ? pool->next.nrecords : pool->period + pool->observed;
     }
     gone = *b;
     if (gone.log)
@@ -546,9 +525,10 @@ void om_pool_save_plan(struct om_pool *pool)
     if (!pool->plan_file[0] || !pool->log.entries)
         return;
     pthread_mutex_lock(&pool->lock);
-    uint64_t n0 = pool->log_cycle_start;
+    const struct om_plan *served = &pool->plan;
+    uint64_t n0 = served->log_cycle_start;
     struct om_cycle_arc *arcs = NULL;
-    size_t narcs = 0, bytes = (pool->nrecords ? pool->nrecords : 1) * sizeof *arcs;
+    size_t narcs = 0, bytes = (served->nrecords ? served->nrecords : 1) * sizeof *arcs;
     struct om_saved_plan plan = {0};
     char err[256] = "";
     int rc = -ENOENT;
@@ -563,13 +543,13 @@ void om_pool_save_plan(struct om_pool *pool)
     rc = -ENOMEM;
     if (!(arcs = om_sys_map(bytes)))
         goto out;
-    for (size_t r = 0; r < pool->nrecords; r++) {
-        const struct record *rec = &pool->records[r];
-        if (om_record_periods(rec, pool->period) == 0)
+    for (size_t r = 0; r < served->nrecords; r++) {
+        const struct record *rec = &served->records[r];
+        if (om_record_periods(rec, served->period) == 0)
             arcs[narcs++] = (struct om_cycle_arc){r,          rec->token, rec->lower,
                                                   rec->upper, rec->len,   rec->alignment};
     }
-    rc = om_saved_plan_build(&pool->log, n0, arcs, narcs, pool->period,
+    rc = om_saved_plan_build(&pool->log, n0, arcs, narcs, served->period,
                              om_pool_search_budget_ms(pool, 0), &plan, err, sizeof err);
     if (rc == 0 && (rc = om_saved_plan_write(pool->plan_file, om_saved_plan_program(), &plan)))
         snprintf(err, sizeof err, "%s", strerror(-rc));
@@ -577,7 +557,7 @@ out:
     if (rc == 0)
         om_info("plan saved to %s: %llu prologue requests and an iteration of %llu, peak %.1f "
                 "MiB (%.3f of its lower bound)",
-                pool->plan_file, (unsigned long long)n0, (unsigned long long)pool->period,
+                pool->plan_file, (unsigned long long)n0, (unsigned long long)served->period,
                 plan.peak / 1048576.0,
                 plan.lower_bound ? (double)plan.peak / (double)plan.lower_bound : 1.0);
     else
