@@ -135,7 +135,8 @@ struct om_kept_plan *om_pool_match_kept(struct om_pool *pool, uint64_t token,
         /* While a plan serves, k replaces it only where it missed (a program that changed
          * phase), not where their requests are alike. */
         uint64_t missed = pool->stats.misses - k->run_misses;
-        if (k->matched >= match_needed(k) && (pool->phase != SERVE || missed * 8 > k->matched)) {
+        if (k->matched >= match_needed(k) &&
+            (pool->phase != SERVE || om_misses_too_many(missed, k->matched))) {
             k->last_served = ++pool->kept_clock; /* not the entry the plan it replaces takes */
             return k;
         }

@@ -103,7 +103,8 @@ void om_pool_end_of_served_iteration(struct om_pool *pool)
                    !period_failed(pool, pool->tracer_period, pool->tracer_evidence);
     if (pool->grace) {
         pool->grace = 0;
-    } else if (stale || outgrown || pool->iteration_misses * 8 > pool->window_requests) {
+    } else if (stale || outgrown ||
+               om_misses_too_many(pool->iteration_misses, pool->window_requests)) {
         om_debug("%llu misses in %llu requests of an iteration of %llu%s: learning again",
                  (unsigned long long)pool->iteration_misses,
                  (unsigned long long)pool->window_requests, (unsigned long long)plan->period,
@@ -344,7 +345,7 @@ static void unroll_twice(struct om_pool *pool)
         struct record *copy = &next->records[r + p];
         *copy = next->records[r];
         copy->lower += p;
-        if (copy->upper != NO_DEATH)
+        if (copy->upper != OM_NO_DEATH)
             copy->upper += p;
     }
     next->nrecords = pool->period = 2 * p;
@@ -360,7 +361,7 @@ static uint64_t ring_put(struct om_pool *pool, struct om_block *b, uint64_t toke
 {
     uint64_t now = pool->learnt++;
     pool->ring[now % RING] =
-        (struct record){token, now, NO_DEATH, b->size, b->len, alignment, b->log, info->ns};
+        (struct record){token, now, OM_NO_DEATH, b->size, b->len, alignment, b->log, info->ns};
     b->record = (uint32_t)now + 1;
     b->flags |= OM_BLOCK_RING;
     return now;
@@ -399,7 +400,7 @@ static void learn_request(struct om_pool *pool, struct om_block *b, uint64_t now
     uint64_t first = pick_iteration(pool, now - back, p, now);
     for (uint64_t r = 0; r < p; r++) {
         const struct record *e = &pool->ring[(first + r) % RING];
-        uint64_t upper = e->upper == NO_DEATH ? NO_DEATH : e->upper - first;
+        uint64_t upper = e->upper == OM_NO_DEATH ? OM_NO_DEATH : e->upper - first;
         pool->next.records[r] =
             (struct record){e->token, r, upper, e->size, e->len, e->alignment, 0, 0};
     }
@@ -452,7 +453,7 @@ void om_pool_after_cycle_request(struct om_pool *pool, struct om_block *b, uint6
     if (pool->phase == RECORD) {
         struct om_plan *next = &pool->next;
         next->records[next->nrecords] =
-            (struct record){token, next->nrecords, NO_DEATH, b->size, b->len, alignment, 0, 0};
+            (struct record){token, next->nrecords, OM_NO_DEATH, b->size, b->len, alignment, 0, 0};
         b->record = (uint32_t)++next->nrecords;
         b->flags &= ~OM_BLOCK_RING;
         b->generation = pool->generation;

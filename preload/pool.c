@@ -271,7 +271,7 @@ static int place(struct om_pool *pool, size_t len, size_t alignment, uintptr_t s
             pool->iteration_misses++;
             pool->iteration_unknown += s == UINT64_MAX;
             if (pool->iteration_misses >= FAILING_MISSES && !pool->failing && !pool->grace &&
-                pool->iteration_misses * 8 > pool->window_requests)
+                om_misses_too_many(pool->iteration_misses, pool->window_requests))
                 release_failing_plan(pool);
         } else {
             pool->stats.hits++;
@@ -414,7 +414,7 @@ static struct om_block take_block(struct om_pool *pool, void *p, int *found)
     if (b->flags & OM_BLOCK_RING) {
         /* Unless a later request took its place in the ring. */
         struct record *e = &pool->ring[(b->record - 1) % RING];
-        if ((uint32_t)e->lower == b->record - 1 && e->upper == NO_DEATH)
+        if ((uint32_t)e->lower == b->record - 1 && e->upper == OM_NO_DEATH)
             e->upper = pool->learnt;
     } else if (b->record && b->generation == pool->generation &&
                (pool->phase == RECORD || pool->phase == OBSERVE)) {

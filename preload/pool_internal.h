@@ -4,6 +4,7 @@
 #define OPTMEM_PRELOAD_POOL_INTERNAL_H
 
 #include "arena.h"
+#include "om_common.h"
 #include "blockmap.h"
 #include "pending.h"
 #include "pool.h"
@@ -15,7 +16,6 @@
 #include <stdint.h>
 
 #define MAX_PERIOD (1u << 20) /* longer iterations are served by best fit only */
-#define NO_DEATH UINT64_MAX
 #define MIN_PERIOD 3 /* shorter "iterations" are runs of equal requests, not a training step */
 #define FAILED_PERIODS 8
 /* A plan that serves this many iterations proves the program steady again. */
@@ -34,6 +34,16 @@
  * plan's at once (a hundred MiB and more) held the request that installed it for
  * milliseconds (docs/serving.md). Giving a page back costs more than moving it. */
 #define OM_LAYOUT_SLICE ((size_t)8 << 20)
+
+/* A plan misses too often, the program having changed, where more than one request in
+ * OM_MISS_SHARE of those judged missed: the test that drops a plan at the end of a window,
+ * gives its pages back within one, and lets a kept plan replace the plan serving. */
+#define OM_MISS_SHARE 8
+
+static inline int om_misses_too_many(uint64_t misses, uint64_t requests)
+{
+    return misses * OM_MISS_SHARE > requests;
+}
 
 /* Learn: waiting for the tracer to find a period, the ring keeping the requests. Record:
  * one iteration's requests, for a period too long for the ring. Observe: the next
@@ -55,7 +65,7 @@ struct record {
  * within two (a plan of two iterations places it), 2 for more or a death not known yet. */
 static inline int om_record_periods(const struct record *rec, uint64_t p)
 {
-    if (rec->upper == NO_DEATH || rec->upper > rec->lower + 2 * p)
+    if (rec->upper == OM_NO_DEATH || rec->upper > rec->lower + 2 * p)
         return 2;
     return rec->upper > rec->lower + p;
 }
