@@ -1,5 +1,5 @@
-/* Plan mode's phases: learning a period, picking an iteration and planning it, judging the
- * iterations served. */
+/* Plan mode's phase machine: learning a period, picking an iteration, installing plans (the
+ * only caller of om_pool_install), judging the iterations served. */
 #include "pool_internal.h"
 
 #include "config.h"

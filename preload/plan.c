@@ -1,5 +1,5 @@
-/* A plan for the iteration in records: the arcs packed by the replanner and laid over the
- * arena's free pages, the pages it does not cover given back. */
+/* Making a plan: the arcs of the iteration in next packed by the replanner (inline, or on the
+ * optmem-plan thread) and placed over the arena. */
 #include "pool_internal.h"
 
 #include "engine.h"
@@ -11,8 +11,6 @@
 #include <pthread.h>
 #include <signal.h>
 #include <string.h>
-#include <sys/mman.h>
-#include <time.h>
 
 /* The search stops as soon as a plan meets its lower bound; the budget bounds the one-off
  * pause of a plan that cannot. It is the time one iteration took, within these bounds: a
@@ -24,12 +22,6 @@
 /* Packing around live blocks rarely meets its bound, and the plan packed alone is the
  * fallback: a shorter search. */
 #define OBSTACLE_BUDGET_MS 50
-
-void om_pool_release_free(struct om_pool *pool, size_t from, size_t to)
-{
-    pool->stats.released_bytes += om_arena_release_free(&pool->arena, from, to);
-    pool->nfreed = 0;
-}
 
 /* The replanner's working memory, carved from the arena's free pages above every live block:
  * they are resident already and the plan reuses them next, where fresh mappings would add
@@ -211,7 +203,6 @@ static int place_arcs(struct om_pool *pool, om_rp_block *in, size_t n, uint64_t 
 {
     struct om_plan *next = &pool->next;
     struct om_arena *a = &pool->arena;
-    size_t page = a->page;
     struct placement pl = {.offsets = offsets, .res = *res, .peak = res->peak};
     if (spare)
         place_plan(pool, in, n, opt, &pl, spare);
@@ -229,16 +220,7 @@ static int place_arcs(struct om_pool *pool, om_rp_block *in, size_t n, uint64_t 
             (struct om_slot){rec->token, base + offsets[i], rec->len, rec->alignment};
     }
     next->end = base + pl.peak;
-    /* The region is dense and every iteration reuses it: huge pages make its first touch
-     * a few hundred faults instead of one per page, and cost at most one partly used huge
-     * page. Opt-in: with the kernel's default defrag=madvise, a huge page fault may wait
-     * for compaction when memory is fragmented. A refusal leaves small pages. */
-    if (pool->hugepages) {
-        size_t from = base & ~(page - 1), len = align_to(base + pl.peak, OM_ARENA_ALIGNMENT) - from;
-        if (len > a->reserved - from) /* never beyond the arena's own mapping */
-            len = a->reserved - from;
-        (void)madvise(a->base + from, len, MADV_HUGEPAGE);
-    }
+    om_pool_advise_huge(pool, base, base + pl.peak);
     next->peak = pl.peak;
     next->lower_bound = pl.res.lower_bound;
     next->greedy = pl.res.greedy_peak;
@@ -309,131 +291,6 @@ out:
     if (in)
         alloc.release(&scratch, in, cap * sizeof *in);
     return rc;
-}
-
-int om_pool_cover_slots(struct om_pool *pool)
-{
-    pool->moves_left = om_pool_pages_move(pool) ? PAGE_MOVES_MAX : 0;
-    om_extents_destroy(&pool->covered);
-    if (om_extents_init(&pool->covered) != 0)
-        return -ENOMEM;
-    const struct om_plan *plan = &pool->plan;
-    for (uint64_t s = 0; s < plan->period; s++)
-        if (plan->slots[s].len &&
-            om_extents_add(&pool->covered, plan->slots[s].offset, plan->slots[s].len) != 0) {
-            om_extents_destroy(&pool->covered);
-            return -ENOMEM;
-        }
-    return 0;
-}
-
-void om_pool_release_uncovered(struct om_pool *pool, size_t from, size_t to)
-{
-    const struct om_extents *c = &pool->covered;
-    ptrdiff_t i = om_extents_at_or_below(c, from);
-    size_t gap = from;
-    for (size_t k = i < 0 ? 0 : (size_t)i; k < c->n && c->v[k].off < to; k++) {
-        if (c->v[k].off > gap)
-            om_pool_release_free(pool, gap, c->v[k].off);
-        if (c->v[k].off + c->v[k].len > gap)
-            gap = c->v[k].off + c->v[k].len;
-    }
-    if (to > gap)
-        om_pool_release_free(pool, gap, to);
-}
-
-/* Gives back every free page that no slot of the plan covers: the plan's region is resident
- * from warm-up only where the plan will touch it anyway. Pages about to go back first move
- * where slots lie on pages not resident, so that the first iteration served faults none of
- * them in (the transformer: 12 thousand faults, 133 thousand at 4 x its batch). A slice a
- * call, bottom up, in windows of OM_LAYOUT_SLICE bytes: each page of a window is moved or
- * given back at most once, and a call goes on to the next window only while those it looked
- * at had no such page. Each slice works on the arena as it is then, under the pool's lock:
- * only pages free at that moment move or go back. The free tail's pages go back with their
- * windows; what becomes resident above the plan again goes at the end of the iteration. */
-#define LAYOUT_WINDOWS 4 /* windows a call may look at */
-
-void om_pool_lay_out_pages(struct om_pool *pool)
-{
-    pool->stats.layout_calls = pool->stats.layout_bytes = 0;
-    pool->layout_next = 0;
-    if (om_pool_cover_slots(pool) != 0) {
-        pool->stats.released_bytes += om_arena_release_tail(&pool->arena, pool->plan.end);
-        return;
-    }
-    if (!pool->host) {
-        /* A device's requests are few and large (an iteration of 32 in a replayed snapshot):
-         * slices would keep its uncovered chunks mapped beside the plan's for iterations,
-         * above the plan's peak. They go at once, as before. */
-        size_t released = pool->stats.released_bytes;
-        pool->stats.moved_bytes +=
-            om_arena_move_into(&pool->arena, 0, SIZE_MAX, &pool->covered, &pool->moves_left, NULL);
-        om_pool_release_uncovered(pool, 0, SIZE_MAX);
-        pool->stats.released_bytes += om_arena_release_tail(&pool->arena, pool->plan.end);
-        pool->stats.layout_calls = 1;
-        pool->stats.layout_bytes = pool->stats.released_bytes - released;
-        if (pool->stats.layout_bytes > pool->stats.layout_max_bytes)
-            pool->stats.layout_max_bytes = pool->stats.layout_bytes;
-        return;
-    }
-    pool->layout_next = 1; /* the byte looked at next, + 1 */
-    pool->layout_run = (struct om_move_run){0, 0};
-}
-
-/* The first free byte at or above off, or top where none lies between them. */
-static size_t next_free(const struct om_arena *a, size_t off)
-{
-    ptrdiff_t i = om_extents_at_or_below(&a->free, off);
-    if (i >= 0 && a->free.v[i].off + a->free.v[i].len > off)
-        return off;
-    size_t k = (size_t)(i + 1);
-    return k < a->free.n ? a->free.v[k].off : a->top;
-}
-
-void om_pool_lay_out_slice(struct om_pool *pool)
-{
-    struct om_arena *a = &pool->arena;
-    size_t window = OM_LAYOUT_SLICE > a->page ? OM_LAYOUT_SLICE : a->page, work = 0;
-    if (pool->phase != SERVE) { /* the plan went: so did its pages (om_pool_release_free) */
-        pool->layout_next = 0;
-        return;
-    }
-    pool->stats.layout_calls++;
-    struct timespec t0, t1;
-    clock_gettime(CLOCK_MONOTONIC, &t0);
-    for (unsigned w = 0; w < LAYOUT_WINDOWS && !work; w++) {
-        size_t at = next_free(a, pool->layout_next - 1);
-        if (at >= a->top) {
-            pool->layout_next = 0;
-            break;
-        }
-        size_t from = at & ~(a->page - 1), to = from + window;
-        size_t released = pool->stats.released_bytes;
-        size_t moved = om_arena_move_into(a, from, to, &pool->covered, &pool->moves_left,
-                                          pool->failing ? NULL : &pool->layout_run);
-        pool->stats.moved_bytes += moved;
-        om_pool_release_uncovered(pool, from, to);
-        work = moved + (pool->stats.released_bytes - released);
-        pool->layout_next = to + 1;
-    }
-    clock_gettime(CLOCK_MONOTONIC, &t1);
-    int64_t ns = (int64_t)(t1.tv_sec - t0.tv_sec) * 1000000000 + (t1.tv_nsec - t0.tv_nsec);
-    uint64_t us = ns > 0 ? (uint64_t)ns / 1000 : 0;
-    pool->stats.layout_bytes += work;
-    if (work > pool->stats.layout_max_bytes)
-        pool->stats.layout_max_bytes = work;
-    if (us > pool->stats.layout_max_us)
-        pool->stats.layout_max_us = us;
-}
-
-void om_pool_release_block(struct om_pool *pool, size_t off, size_t len, int move)
-{
-    size_t page = pool->arena.page;
-    size_t from = off & ~(page - 1), to = (off + len + page - 1) & ~(page - 1);
-    if (move)
-        pool->stats.moved_bytes +=
-            om_arena_move_into(&pool->arena, from, to, &pool->covered, &pool->moves_left, NULL);
-    om_pool_release_uncovered(pool, from, to);
 }
 
 int om_pool_plan(struct om_pool *pool, uint32_t budget_ms)

@@ -1,5 +1,6 @@
-/* Plan mode's internals, shared by the pool's entry points (pool.c) and its phases
- * (phases.c). */
+/* Plan mode's internals, shared by the pool's files: pool.c (entry points, placement),
+ * phases.c (the phase machine), plan.c (making a plan), kept.c (plan values, kept plans),
+ * pages.c (the page policy) and pool_saved.c (OPTMEM_PLAN_FILE). */
 #ifndef OPTMEM_PRELOAD_POOL_INTERNAL_H
 #define OPTMEM_PRELOAD_POOL_INTERNAL_H
 
@@ -170,32 +171,46 @@ struct om_pool {
     uint64_t kept_clock;
 };
 
+/* ---- pool.c: the entry points and placement ---- */
+
+/* The guard: the planned offset is handed out when the slot holds the request and no live
+ * block overlaps it (counted as served); 0 when not (a guard rejection counted). */
+int om_pool_take_planned(struct om_pool *pool, size_t offset, size_t slot_len, size_t len,
+                         size_t alignment, uintptr_t stream);
+
+/* ---- phases.c: the phase machine ---- */
+
 /* Learning starts over: what the ring holds was before a gap (served, or recorded). */
 void om_pool_learn(struct om_pool *pool);
 
-/* Free pages in [from, to) go back; the ring of freed blocks waiting for release empties
- * with them. */
-void om_pool_release_free(struct om_pool *pool, size_t from, size_t to);
+/* Serving starts from the plan installed: the next request is expected at slot cursor. */
+void om_pool_serve(struct om_pool *pool, uint64_t cursor);
 
-/* Whether free pages move onto a plan's instead of going back: where the backend can move
- * them, and not with huge pages, which fault 2 MiB at a time and which small pages moved
- * in would split. */
-static inline int om_pool_pages_move(const struct om_pool *pool)
-{
-    return pool->arena.backend->move && !pool->hugepages;
-}
+/* The one way a plan comes to serve (only the phase machine calls it): the plan made,
+ * pool->next, is moved in (next takes the buffers of the plan it replaces); a saved plan's
+ * iteration or a kept plan is copied. Its index built, its figures in the stats, serving
+ * from slot cursor on, its pages laid out (a saved plan's, at start: only the slots'
+ * bytes). 0 or -ENOMEM, nothing served from it. */
+int om_pool_install(struct om_pool *pool, struct om_plan *plan, uint64_t cursor,
+                    enum om_plan_origin origin);
 
-/* Sets covered to the bytes of the iteration's slots, and the moves onto them the plan may
- * make. 0 or -ENOMEM (then it is empty). */
-int om_pool_cover_slots(struct om_pool *pool);
+/* Serving starts from the saved plan loaded (pool->saved): its prologue, then its
+ * iteration. 0 or -ENOMEM. */
+int om_pool_start_saved(struct om_pool *pool);
 
-/* Free pages in [from, to) that no slot of the iteration covers go back. */
-void om_pool_release_uncovered(struct om_pool *pool, size_t from, size_t to);
+/* A served iteration ended: once a period's requests at least were served since the last
+ * judgement, a replan when they missed too often. */
+void om_pool_end_of_served_iteration(struct om_pool *pool);
 
-/* The free pages of [off, off + len), a block freed while serving, that no slot of the
- * iteration covers go back; with move, those that can first move onto the slots' pages that
- * are not resident, while moves are left. */
-void om_pool_release_block(struct om_pool *pool, size_t off, size_t len, int move);
+/* The plan serving is dropped, for good (stale) or, unless keep is 0, kept for when the
+ * program comes back to the phase it planned where it served an iteration. */
+void om_pool_leave_plan(struct om_pool *pool, int keep);
+
+/* Advances the phase after a request of the iteration-defining thread was placed. */
+void om_pool_after_cycle_request(struct om_pool *pool, struct om_block *b, uint64_t token,
+                                 size_t alignment, const struct om_alloc_info *info);
+
+/* ---- plan.c: making a plan ---- */
 
 /* How long a search for a plan may take: as long as the iteration took (iteration_ns), at
  * least least_ms, at most 2 s. */
@@ -207,9 +222,9 @@ uint32_t om_pool_search_budget_ms(const struct om_pool *pool, uint32_t least_ms)
  * lower bound is not placed (-EAGAIN); 0: the whole budget. */
 int om_pool_plan(struct om_pool *pool, uint32_t budget_ms);
 
-/* The search for a plan of the iteration in next starts on the optmem-plan thread,
- * from a copy of the arcs: 0 (job set), -ENOENT when no block of the iteration dies within
- * it, -ENOTSUP where the plan may be packed around live blocks (a device, huge pages), or
+/* The search for a plan of the iteration in next starts on the optmem-plan thread, from a
+ * copy of the arcs: 0 (job set), -ENOENT when no block of the iteration dies within it,
+ * -ENOTSUP where the plan may be packed around live blocks (a device, huge pages), or
  * -EAGAIN / -ENOMEM where no thread or no memory could be had: then the plan is made
  * inline (om_pool_plan). */
 int om_pool_plan_start(struct om_pool *pool);
@@ -224,37 +239,7 @@ void om_pool_plan_abandon(struct om_pool *pool);
 /* In a fork child: the search under way was the parent's thread's; learning starts again. */
 void om_pool_plan_atfork_child(struct om_pool *pool);
 
-/* A served iteration ended: once a period's requests at least were served since the last
- * judgement, a replan when they missed too often. */
-void om_pool_end_of_served_iteration(struct om_pool *pool);
-
-/* Serving starts from the plan installed: the next request is expected at slot cursor. */
-void om_pool_serve(struct om_pool *pool, uint64_t cursor);
-
-/* The one way a plan comes to serve (phases.c, the phase machine, calls it): the plan made,
- * pool->next, is moved in (next takes the buffers of the plan it replaces); a saved plan's
- * iteration or a kept plan is copied. Its index built, its figures in the stats, serving
- * from slot cursor on, its pages laid out (a saved plan's, at start: only the slots'
- * bytes). 0 or -ENOMEM, nothing served from it. */
-int om_pool_install(struct om_pool *pool, struct om_plan *plan, uint64_t cursor,
-                    enum om_plan_origin origin);
-
-/* Serving starts from the saved plan loaded (pool->saved): its prologue, then its
- * iteration. 0 or -ENOMEM. */
-int om_pool_start_saved(struct om_pool *pool);
-
-/* The plan installed is to be laid over the arena's pages: the free pages no slot covers move
- * onto those slots' pages that are not resident, or go back, and so does the free tail. The
- * work is done a slice a call (om_pool_lay_out_slice), from this call on. */
-void om_pool_lay_out_pages(struct om_pool *pool);
-
-/* One slice of the layout under way, if any: at most OM_LAYOUT_SLICE bytes of pages moved
- * or given back. A plan no longer served ends it. Called once by every call into the pool. */
-void om_pool_lay_out_slice(struct om_pool *pool);
-
-/* The plan serving is dropped, for good (stale) or, unless keep is 0, kept for when the
- * program comes back to the phase it planned where it served an iteration. */
-void om_pool_leave_plan(struct om_pool *pool, int keep);
+/* ---- kept.c: plan values, and the plans kept for phases that come back ---- */
 
 /* Maps a plan's slots and records for cap entries: 0 or -ENOMEM (then it holds none). */
 int om_plan_map(struct om_plan *plan, size_t cap);
@@ -266,7 +251,7 @@ void om_plan_unmap(struct om_plan *plan);
  * when too small); not the index. 0 or -ENOMEM (dst is then empty). */
 int om_plan_copy(struct om_plan *dst, const struct om_plan *src);
 
-/* The plan serving, which served, is kept: a copy (kept.c). */
+/* The plan serving, which served, is kept: a copy. */
 void om_pool_keep_plan(struct om_pool *pool);
 
 /* The kept plan now serving did not hold: it is forgotten. */
@@ -279,8 +264,78 @@ void om_pool_forget_kept(struct om_pool *pool);
 struct om_kept_plan *om_pool_match_kept(struct om_pool *pool, uint64_t token,
                                         const struct om_alloc_info *info);
 
-/* Advances the phase after a request of the iteration-defining thread was placed. */
-void om_pool_after_cycle_request(struct om_pool *pool, struct om_block *b, uint64_t token,
-                                 size_t alignment, const struct om_alloc_info *info);
+/* ---- pages.c: the page policy ---- */
+
+/* Maps the ring of freed blocks whose pages may go back before a plan. 0 or -ENOMEM. */
+int om_pool_pages_init(struct om_pool *pool);
+
+/* Whether free pages move onto a plan's instead of going back: where the backend can move
+ * them, and not with huge pages, which fault 2 MiB at a time and which small pages moved
+ * in would split. */
+static inline int om_pool_pages_move(const struct om_pool *pool)
+{
+    return pool->arena.backend->move && !pool->hugepages;
+}
+
+/* Free pages in [from, to) go back; the ring of freed blocks waiting for release empties
+ * with them. */
+void om_pool_release_free(struct om_pool *pool, size_t from, size_t to);
+
+/* Before a plan (host only), after a request that made pages resident: the holes freed
+ * longest ago give their pages back while the resident pages exceed the peak of live bytes
+ * by more than a small share. */
+void om_pool_release_idle(struct om_pool *pool);
+
+/* A block freed at once, back in the arena: what becomes of its pages. */
+void om_pool_pages_freed(struct om_pool *pool, const struct om_block *gone);
+
+/* A block freed in stream order, back in the arena once its fence passed (om_pending's
+ * callback; ctx: the pool). */
+void om_pool_settled(void *ctx, size_t off, size_t len);
+
+/* After a miss: a plan that has missed too often in this window gives the free pages of its
+ * region back at once, and makes no more page moves. */
+void om_pool_release_if_failing(struct om_pool *pool);
+
+/* OPTMEM_HUGEPAGES=1: the plan's region [from, to) is advised huge pages. */
+void om_pool_advise_huge(struct om_pool *pool, size_t from, size_t to);
+
+/* Sets covered to the bytes of the iteration's slots, and the moves onto them the plan may
+ * make. 0 or -ENOMEM (then it is empty). */
+int om_pool_cover_slots(struct om_pool *pool);
+
+/* Free pages in [from, to) that no slot of the iteration covers go back. */
+void om_pool_release_uncovered(struct om_pool *pool, size_t from, size_t to);
+
+/* The free pages of [off, off + len), a block freed while serving, that no slot of the
+ * iteration covers go back; with move, those that can first move onto the slots' pages that
+ * are not resident, while moves are left. */
+void om_pool_release_block(struct om_pool *pool, size_t off, size_t len, int move);
+
+/* The plan installed is to be laid over the arena's pages: the free pages no slot covers
+ * move onto those slots' pages that are not resident, or go back, and so does the free tail.
+ * The work is done a slice a call (om_pool_lay_out_slice), from this call on. */
+void om_pool_lay_out_pages(struct om_pool *pool);
+
+/* One slice of the layout under way, if any: at most OM_LAYOUT_SLICE bytes of pages moved
+ * or given back. A plan no longer served ends it. Called once by every call into the pool. */
+void om_pool_lay_out_slice(struct om_pool *pool);
+
+/* ---- pool_saved.c: OPTMEM_PLAN_FILE in the pool ---- */
+
+/* Loads the plan file cfg names and serves it from the first request, or logs this run's
+ * main-thread requests for the plan saved at exit. */
+void om_pool_open_plan_file(struct om_pool *pool, const struct om_config *cfg);
+
+/* A main-thread request while a saved plan's prologue is served: 1 when served at its
+ * token's next prologue slot, 0 when not, -1 when it begins the iteration (this run's
+ * prologue was shorter than the saved one), which then serves it. */
+int om_pool_place_in_prologue(struct om_pool *pool, size_t len, size_t alignment, uint64_t token,
+                              size_t *off);
+
+/* In the grace iteration after the prologue: 1 when the request took its token's prologue
+ * slot still unused (this run's prologue was longer than the saved one). */
+int om_pool_place_in_prologue_left(struct om_pool *pool, size_t len, size_t alignment,
+                                   uint64_t token, size_t *off);
 
 #endif
