@@ -147,7 +147,7 @@ static void plan_failed(struct om_pool *pool, int rc)
     om_pool_learn(pool);
 }
 
-/* Plans the iteration in records; serving goes on at the slot of the next request. The
+/* Plans the iteration in next; serving goes on at the slot of the next request. The
  * search runs on the optmem-plan thread where it can, best fit serving meanwhile: its plan
  * serves from the next iteration boundary after it ends (the request whose slot is cursor,
  * a multiple of period requests on). */
@@ -298,7 +298,7 @@ static uint64_t pick_iteration(const struct om_pool *pool, uint64_t latest, uint
     }
 }
 
-/* Where the iteration in records holds fewest bytes of its own (a training step's end:
+/* Where the iteration in next holds fewest bytes of its own (a training step's end:
  * the optimizer's state and the weights live on, the activations are gone). Planned there,
  * the plan's region starts right above the blocks that outlive iterations, over the pages
  * that warm-up left free, and no block of the iteration stands in its way. */
@@ -330,7 +330,7 @@ static uint64_t quietest_request(const struct om_pool *pool, uint64_t p)
 
 /* Blocks that live longer than a period but less than two (numpy code's weights: each
  * step's new array is freed at the next step's update) are no arcs of one iteration: the
- * iteration in records is planned twice over, on a circle of two periods where each such
+ * iteration in next is planned twice over, on a circle of two periods where each such
  * block has two slots it takes in turns. */
 static void unroll_twice(struct om_pool *pool)
 {

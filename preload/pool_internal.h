@@ -49,7 +49,7 @@ static inline int om_misses_too_many(uint64_t misses, uint64_t requests)
 /* Learn: waiting for the tracer to find a period, the ring keeping the requests. Record:
  * one iteration's requests, for a period too long for the ring. Observe: the next
  * iteration, to see when the last blocks die. Plan: the optmem-plan thread searches for a
- * plan of the iteration in records while best fit goes on. Serve. Prologue: a saved plan
+ * plan of the iteration in next while best fit goes on. Serve. Prologue: a saved plan
  * serves the main thread's requests before the iteration. */
 enum phase { LEARN, RECORD, OBSERVE, PLAN, SERVE, PROLOGUE };
 
