@@ -1,34 +1,70 @@
-/* Plans kept for phases that come back: a plan that held, dropped when the program changed
- * (training gave way to evaluation), serves again as soon as the program's requests follow
- * it again, instead of being learnt and planned anew. */
+/* Plan values and the plans kept for phases that come back: a plan that held, dropped when
+ * the program changed (training gave way to evaluation), serves again as soon as the
+ * program's requests follow it again, instead of being learnt and planned anew. */
 #include "pool_internal.h"
 
-#include "log.h"
-
+#include <errno.h>
 #include <string.h>
 
 /* Requests in a row that must follow a kept plan (all of its iteration's, when fewer) before
  * it serves again. */
 #define KEPT_MATCH 16
 
+void om_plan_unmap(struct om_plan *plan)
+{
+    om_slot_index_free(&plan->index);
+    om_sys_unmap(plan->slots, plan->cap * sizeof *plan->slots);
+    om_sys_unmap(plan->records, plan->cap * sizeof *plan->records);
+    memset(plan, 0, sizeof *plan);
+}
+
+int om_plan_map(struct om_plan *plan, size_t cap)
+{
+    plan->cap = cap;
+    plan->slots = om_sys_map(cap * sizeof *plan->slots);
+    plan->records = om_sys_map(cap * sizeof *plan->records);
+    if (plan->slots && plan->records)
+        return 0;
+    om_plan_unmap(plan);
+    return -ENOMEM;
+}
+
+int om_plan_copy(struct om_plan *dst, const struct om_plan *src)
+{
+    size_t need = src->period > src->nrecords ? src->period : src->nrecords;
+    if (dst->cap < need) {
+        om_plan_unmap(dst);
+        if (om_plan_map(dst, need) != 0)
+            return -ENOMEM;
+    }
+    struct om_plan v = *src;
+    v.slots = dst->slots;
+    v.records = dst->records;
+    v.cap = dst->cap;
+    v.index = dst->index;
+    memcpy(v.slots, src->slots, src->period * sizeof *v.slots);
+    if (src->nrecords)
+        memcpy(v.records, src->records, src->nrecords * sizeof *v.records);
+    *dst = v;
+    return 0;
+}
+
 static uint64_t match_needed(const struct om_kept_plan *k)
 {
-    return k->period < KEPT_MATCH ? k->period : KEPT_MATCH;
+    return k->plan.period < KEPT_MATCH ? k->plan.period : KEPT_MATCH;
 }
 
 static void forget(struct om_kept_plan *k)
 {
-    om_slot_index_free(&k->index);
-    om_sys_unmap(k->slots, k->period * sizeof *k->slots);
-    om_sys_unmap(k->records, k->period * sizeof *k->records);
+    om_plan_unmap(&k->plan);
     memset(k, 0, sizeof *k);
 }
 
-/* Whether k is the plan now in slots: the same iteration of the same requests. */
-static int same_plan(const struct om_pool *pool, const struct om_kept_plan *k)
+/* Whether a and b are the same iteration of the same requests, placed alike. */
+static int same_plan(const struct om_plan *a, const struct om_plan *b)
 {
-    return k->period == pool->period && k->plan_end == pool->plan_end &&
-           memcmp(k->slots, pool->slots, k->period * sizeof *k->slots) == 0;
+    return a->period == b->period && a->end == b->end &&
+           memcmp(a->slots, b->slots, a->period * sizeof *a->slots) == 0;
 }
 
 /* The entry a plan goes to: its own (a plan dropped again, or made again alike), an empty
@@ -38,12 +74,12 @@ static struct om_kept_plan *entry_for(struct om_pool *pool)
     struct om_kept_plan *oldest = &pool->kept[0];
     for (unsigned i = 0; i < KEPT_PLANS; i++) {
         struct om_kept_plan *k = &pool->kept[i];
-        if (k->period && same_plan(pool, k))
+        if (k->plan.period && same_plan(&pool->plan, &k->plan))
             return k;
     }
     for (unsigned i = 0; i < KEPT_PLANS; i++) {
         struct om_kept_plan *k = &pool->kept[i];
-        if (!k->period)
+        if (!k->plan.period)
             return k;
         if (k->last_served < oldest->last_served)
             oldest = k;
@@ -55,29 +91,13 @@ static struct om_kept_plan *entry_for(struct om_pool *pool)
 void om_pool_keep_plan(struct om_pool *pool)
 {
     struct om_kept_plan *k = entry_for(pool);
-    uint64_t p = pool->period;
-    if (!k->period) {
-        k->period = p;
-        k->slots = om_sys_map(p * sizeof *k->slots);
-        k->records = om_sys_map(p * sizeof *k->records);
-        if (k->slots)
-            memcpy(k->slots, pool->slots, p * sizeof *k->slots);
-        if (!k->slots || !k->records || om_slot_index_build(&k->index, k->slots, p) != 0) {
-            forget(k);
-            return;
-        }
+    int same = k->plan.period != 0; /* its slots and index are those of the plan already */
+    if (om_plan_copy(&k->plan, &pool->plan) != 0 ||
+        ((!same || !k->plan.index.cap) &&
+         om_slot_index_build(&k->plan.index, k->plan.slots, k->plan.period) != 0)) {
+        forget(k);
+        return;
     }
-    /* A saved plan is made at exit from the records of the plan then serving. */
-    memcpy(k->records, pool->records, p * sizeof *k->records);
-    k->nrecords = pool->nrecords;
-    k->log_cycle_start = pool->log_cycle_start;
-    k->plan_end = pool->plan_end;
-    k->unrolled = pool->unrolled;
-    k->peak = pool->stats.plan_peak_bytes;
-    k->lower_bound = pool->stats.plan_lower_bound_bytes;
-    k->greedy = pool->stats.plan_greedy_bytes;
-    k->proven_bound = pool->stats.plan_proven_bound_bytes;
-    k->nslots = pool->stats.plan_slots;
     k->last_served = ++pool->kept_clock;
     k->cursor = k->matched = 0;
 }
@@ -89,71 +109,37 @@ void om_pool_forget_kept(struct om_pool *pool)
     pool->kept_from = 0;
 }
 
-/* The kept plan serves from the slot after the request that completed its match. */
-static void serve_again(struct om_pool *pool, struct om_kept_plan *k)
-{
-    uint64_t p = k->period;
-    struct om_slot_index index = {0}; /* over k's slots: the same positions as their copy */
-    if (om_slot_index_build(&index, k->slots, p) != 0) {
-        k->matched = 0;
-        return;
-    }
-    k->last_served = ++pool->kept_clock; /* not the entry the plan it replaces takes */
-    if (pool->phase == SERVE)
-        om_pool_leave_plan(pool, 1);
-    /* Blocks the plan before placed give up their pages, where k's slots do not lie. */
-    pool->generation++;
-    om_slot_index_free(&pool->plan_index);
-    pool->plan_index = index;
-    memcpy(pool->slots, k->slots, p * sizeof *pool->slots);
-    memcpy(pool->records, k->records, p * sizeof *pool->records);
-    pool->nrecords = k->nrecords;
-    pool->log_cycle_start = k->log_cycle_start;
-    pool->period = p;
-    pool->unrolled = k->unrolled;
-    pool->plan_end = k->plan_end;
-    pool->stats.plan_peak_bytes = k->peak;
-    pool->stats.plan_lower_bound_bytes = k->lower_bound;
-    pool->stats.plan_greedy_bytes = k->greedy;
-    pool->stats.plan_proven_bound_bytes = k->proven_bound;
-    pool->stats.plan_slots = k->nslots;
-    pool->stats.reused_plans++;
-    pool->kept_from = (unsigned)(k - pool->kept) + 1;
-    om_debug("plan: the plan of a %llu-request iteration made before serves again",
-             (unsigned long long)p);
-    om_pool_serve(pool, k->cursor);
-    om_pool_lay_out_pages(pool);
-}
-
-int om_pool_match_kept(struct om_pool *pool, uint64_t token, const struct om_alloc_info *info)
+struct om_kept_plan *om_pool_match_kept(struct om_pool *pool, uint64_t token,
+                                        const struct om_alloc_info *info)
 {
     for (unsigned i = 0; i < KEPT_PLANS; i++) {
         struct om_kept_plan *k = &pool->kept[i];
+        const struct om_plan *plan = &k->plan;
         /* Where the tracer finds another period, the plan was for a part of it (a loop
          * inside a step, planned before the whole step repeated enough): that period is
          * learnt instead. */
-        uint64_t p = k->unrolled ? k->period / 2 : k->period;
-        if (!k->period || (info->periodic && info->period != p) || pool->kept_from == i + 1)
+        uint64_t p = plan->unrolled ? plan->period / 2 : plan->period;
+        if (!plan->period || (info->periodic && info->period != p) || pool->kept_from == i + 1)
             continue;
         /* A slot without a token is a block that outlives the iteration: any request. */
-        uint64_t s = k->cursor, expected = k->slots[s].token;
+        uint64_t s = k->cursor, expected = plan->slots[s].token;
         if (expected != token && expected) {
-            s = om_slot_index_find(&k->index, k->slots, token, k->cursor);
+            s = om_slot_index_find(&plan->index, plan->slots, token, k->cursor);
             k->matched = 0;
         }
         if (s == UINT64_MAX)
             continue;
-        k->cursor = s + 1 < k->period ? s + 1 : 0;
+        k->cursor = s + 1 < plan->period ? s + 1 : 0;
         if (++k->matched == 1)
             k->run_misses = pool->stats.misses;
         /* While a plan serves, k replaces it only where it missed (a program that changed
          * phase), not where their requests are alike. */
         uint64_t missed = pool->stats.misses - k->run_misses;
-        if (k->matched >= match_needed(k) && (pool->phase != SERVE || missed * 8 > k->matched)) {
-            serve_again(pool, k);
-            if (pool->phase == SERVE && pool->kept_from == i + 1)
-                return 1;
+        if (k->matched >= match_needed(k) &&
+            (pool->phase != SERVE || om_misses_too_many(missed, k->matched))) {
+            k->last_served = ++pool->kept_clock; /* not the entry the plan it replaces takes */
+            return k;
         }
     }
-    return 0;
+    return NULL;
 }

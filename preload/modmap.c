@@ -1,6 +1,7 @@
 /* Position-independent frame keys from a table of executable segments, rebuilt when the
  * loader reports new modules and published by a pointer swap, never under a lock. */
 #include "modmap.h"
+#include "om_common.h"
 
 #include <link.h>
 #include <stdatomic.h>
@@ -21,19 +22,11 @@ struct table {
 
 static _Atomic(struct table *) current;
 
-static uint64_t hash_bytes(const char *s)
-{
-    uint64_t h = 0xcbf29ce484222325ull;
-    for (; *s; s++)
-        h = (h ^ (unsigned char)*s) * 0x100000001b3ull;
-    return h;
-}
-
 static int collect(struct dl_phdr_info *info, size_t size, void *data)
 {
     struct table *t = data;
     t->adds = info->dlpi_adds;
-    uint64_t name = hash_bytes(info->dlpi_name ? info->dlpi_name : "");
+    uint64_t name = om_fnv1a_str(OM_FNV_OFFSET, info->dlpi_name ? info->dlpi_name : "");
     for (int i = 0; i < info->dlpi_phnum; i++) {
         const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
         if (ph->p_type != PT_LOAD || !(ph->p_flags & PF_X) || t->n == t->cap)

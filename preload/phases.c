@@ -1,5 +1,5 @@
-/* Plan mode's phases: learning a period, picking an iteration and planning it, judging the
- * iterations served. */
+/* Plan mode's phase machine: learning a period, picking an iteration, installing plans (the
+ * only caller of om_pool_install), judging the iterations served. */
 #include "pool_internal.h"
 
 #include "config.h"
@@ -18,7 +18,7 @@ void om_pool_learn(struct om_pool *pool)
     pool->period = 0;
     pool->steady_from = UINT64_MAX;
     pool->plan_at = 0;
-    pool->unrolled = 0;
+    pool->next.unrolled = 0;
     pool->stale_iterations = pool->iteration_unknown = 0;
 }
 
@@ -30,11 +30,11 @@ static uint64_t span_ns(uint64_t from, uint64_t to)
 
 static void start_recording(struct om_pool *pool, const struct om_block *b, uint64_t ns)
 {
-    pool->log_cycle_start = b->log ? b->log - 1 : UINT64_MAX;
+    pool->next.log_cycle_start = b->log ? b->log - 1 : UINT64_MAX;
     pool->record_start_ns = ns;
     pool->phase = RECORD;
     pool->generation++;
-    pool->nrecords = 0;
+    pool->next.nrecords = 0;
     pool->cursor = 0;
 }
 
@@ -46,13 +46,13 @@ static int period_failed(const struct om_pool *pool, uint64_t period, uint64_t e
     return 0;
 }
 
-/* A plan failed for this period: it is not planned again until it has repeated over twice the
- * requests it had now. */
-static void remember_failed_period(struct om_pool *pool)
+/* A plan failed for its period: it is not planned again until it has repeated over twice
+ * the requests it had when planned. */
+static void remember_failed_period(struct om_pool *pool, const struct om_plan *plan)
 {
     pool->failed[pool->nfailed % FAILED_PERIODS].period =
-        pool->unrolled ? pool->period / 2 : pool->period;
-    pool->failed[pool->nfailed++ % FAILED_PERIODS].evidence = 2 * pool->evidence;
+        plan->unrolled ? plan->period / 2 : plan->period;
+    pool->failed[pool->nfailed++ % FAILED_PERIODS].evidence = 2 * plan->evidence;
 }
 
 /* A plan whose iterations keep making requests it has no slot for was made while the
@@ -70,7 +70,7 @@ void om_pool_leave_plan(struct om_pool *pool, int keep)
      * step soon cannot. One that held a while was right until the program changed, and its
      * period may well come back. */
     if (keep && pool->served_iterations < STEADY_ITERATIONS && !pool->kept_from)
-        remember_failed_period(pool);
+        remember_failed_period(pool, &pool->plan);
     /* One served iteration shows the plan right for a phase, which may come back (an
      * evaluation phase of a few steps, planned in its last ones). One that served none does
      * not come back (it was a part of a step, or another run's). */
@@ -87,7 +87,8 @@ void om_pool_end_of_served_iteration(struct om_pool *pool)
      * changed (an evaluation loop, some of whose requests are the training step's) does so
      * every few requests, each short run missing less than its share of a period: misses
      * are judged over a period's requests at least. */
-    if (pool->window_requests < pool->period)
+    const struct om_plan *plan = &pool->plan;
+    if (pool->window_requests < plan->period)
         return;
     pool->stale_iterations = pool->iteration_unknown ? pool->stale_iterations + 1 : 0;
     pool->iteration_unknown = 0;
@@ -96,16 +97,17 @@ void om_pool_end_of_served_iteration(struct om_pool *pool)
      * finds the whole step only some steps later) serves most requests of the step, so
      * rarely misses enough to be dropped, but turns some away in every window: once the
      * tracer knows a longer period for two of its iterations, that one is planned. */
-    int outgrown = pool->window_turned_away && pool->tracer_period > pool->period &&
+    int outgrown = pool->window_turned_away && pool->tracer_period > plan->period &&
                    pool->tracer_period <= MAX_PERIOD &&
                    pool->tracer_evidence >= 2 * pool->tracer_period &&
                    !period_failed(pool, pool->tracer_period, pool->tracer_evidence);
     if (pool->grace) {
         pool->grace = 0;
-    } else if (stale || outgrown || pool->iteration_misses * 8 > pool->window_requests) {
+    } else if (stale || outgrown ||
+               om_misses_too_many(pool->iteration_misses, pool->window_requests)) {
         om_debug("%llu misses in %llu requests of an iteration of %llu%s: learning again",
                  (unsigned long long)pool->iteration_misses,
-                 (unsigned long long)pool->window_requests, (unsigned long long)pool->period,
+                 (unsigned long long)pool->window_requests, (unsigned long long)plan->period,
                  stale      ? ", and requests without a slot in each of the last ones"
                  : outgrown ? ", a part of the tracer's longer iteration"
                             : "");
@@ -121,7 +123,7 @@ void om_pool_end_of_served_iteration(struct om_pool *pool)
         /* Pages above the plan that this iteration's fallbacks used are used again by the
          * next one's: giving them back would fault them in again every iteration (and on a
          * device, synchronize it and remap them). */
-        size_t keep = pool->fallback_end > pool->plan_end ? pool->fallback_end : pool->plan_end;
+        size_t keep = pool->fallback_end > plan->end ? pool->fallback_end : plan->end;
         pool->stats.released_bytes += om_arena_release_tail(&pool->arena, keep);
         if (++pool->served_iterations == STEADY_ITERATIONS)
             pool->nfailed = 0;
@@ -141,16 +143,17 @@ void om_pool_end_of_served_iteration(struct om_pool *pool)
 static void plan_failed(struct om_pool *pool, int rc)
 {
     if (rc == -ENOENT) /* no block died within the period: a layer inside a step */
-        remember_failed_period(pool);
+        remember_failed_period(pool, &pool->next);
     om_pool_learn(pool);
 }
 
-/* Plans the iteration in records; serving goes on at the slot of the next request. The
+/* Plans the iteration in next; serving goes on at the slot of the next request. The
  * search runs on the optmem-plan thread where it can, best fit serving meanwhile: its plan
  * serves from the next iteration boundary after it ends (the request whose slot is cursor,
  * a multiple of period requests on). */
 static void plan_now(struct om_pool *pool, uint64_t cursor)
 {
+    pool->next.period = pool->period;
     /* Most plans meet their lower bound at once: those serve from the next request. The
      * search for the others would hold up the request (OPTMEM_PLAN_THREAD). */
     int rc = om_cfg.plan_thread < 0    ? om_pool_plan(pool, PLAN_INLINE_MS)
@@ -167,29 +170,25 @@ static void plan_now(struct om_pool *pool, uint64_t cursor)
         if (rc != -ENOENT)
             rc = om_pool_plan(pool, 0);
     }
-    if (rc != 0) {
+    if (rc == 0)
+        rc = om_pool_install(pool, &pool->next, cursor, OM_PLAN_FRESH);
+    if (rc != 0)
         plan_failed(pool, rc);
-        return;
-    }
-    pool->kept_from = 0;
-    om_pool_serve(pool, cursor);
 }
 
 /* A request while the search runs: at each iteration boundary, its plan serves if it is
  * done (a program that changed meanwhile misses it, and is learnt again as from any plan). */
 static void await_plan(struct om_pool *pool)
 {
-    if (++pool->plan_wait % pool->period != 0)
+    if (++pool->plan_wait % pool->next.period != 0)
         return;
     int rc = om_pool_plan_take(pool);
     if (rc == -EINPROGRESS)
         return;
-    if (rc != 0) {
+    if (rc == 0)
+        rc = om_pool_install(pool, &pool->next, pool->cursor, OM_PLAN_FRESH);
+    if (rc != 0)
         plan_failed(pool, rc);
-        return;
-    }
-    pool->kept_from = 0;
-    om_pool_serve(pool, pool->cursor);
 }
 
 void om_pool_serve(struct om_pool *pool, uint64_t cursor)
@@ -200,6 +199,76 @@ void om_pool_serve(struct om_pool *pool, uint64_t cursor)
     pool->iteration_misses = pool->window_requests = pool->served_iterations = 0;
     pool->window_turned_away = 0;
     pool->failing = 0;
+}
+
+int om_pool_install(struct om_pool *pool, struct om_plan *plan, uint64_t cursor,
+                    enum om_plan_origin origin)
+{
+    if (plan == &pool->next) { /* moved in: no copy of its slots and records */
+        struct om_plan old = pool->plan;
+        pool->plan = pool->next;
+        pool->next = old;
+    } else if (om_plan_copy(&pool->plan, plan) != 0) {
+        return -ENOMEM;
+    }
+    struct om_plan *p = &pool->plan;
+    if (om_slot_index_build(&p->index, p->slots, p->period) != 0)
+        return -ENOMEM;
+    if (origin == OM_PLAN_SAVED && om_pool_cover_slots(pool) != 0)
+        return -ENOMEM;
+    /* Blocks the plan before placed give up their pages where this one's slots do not lie. */
+    pool->generation++;
+    pool->stats.plan_peak_bytes = p->peak;
+    pool->stats.plan_lower_bound_bytes = p->lower_bound;
+    pool->stats.plan_greedy_bytes = p->greedy;
+    pool->stats.plan_proven_bound_bytes = p->proven_bound;
+    pool->stats.plan_time_us = p->time_us;
+    pool->stats.plan_slots = p->nslots;
+    pool->stats.plans += origin == OM_PLAN_FRESH;
+    pool->stats.reused_plans += origin == OM_PLAN_KEPT;
+    pool->stats.saved_plan |= origin == OM_PLAN_SAVED;
+    /* The kept plan serving now, so that its match is not followed while it serves. */
+    pool->kept_from =
+        origin == OM_PLAN_KEPT ? (unsigned)((struct om_kept_plan *)plan - pool->kept) + 1 : 0;
+    om_pool_serve(pool, cursor);
+    if (origin != OM_PLAN_SAVED) /* a saved plan serves from the start: no page is there */
+        om_pool_lay_out_pages(pool);
+    return 0;
+}
+
+int om_pool_start_saved(struct om_pool *pool)
+{
+    const struct om_saved_plan *sp = &pool->saved;
+    struct om_plan iteration = {.slots = sp->slots + sp->nprologue,
+                                .period = sp->period,
+                                .log_cycle_start = UINT64_MAX,
+                                .end = sp->peak,
+                                .peak = sp->peak,
+                                .lower_bound = sp->lower_bound,
+                                .nslots = sp->period};
+    int rc = om_pool_install(pool, &iteration, 0, OM_PLAN_SAVED);
+    if (rc == 0 && sp->nprologue)
+        pool->phase = PROLOGUE;
+    return rc;
+}
+
+/* A request followed on the kept plans: the one whose match it completes serves from the
+ * next request on (1), the plan serving, if any, kept in turn. */
+static int serve_kept(struct om_pool *pool, uint64_t token, const struct om_alloc_info *info)
+{
+    struct om_kept_plan *k = om_pool_match_kept(pool, token, info);
+    if (!k)
+        return 0;
+    if (pool->phase == SERVE)
+        om_pool_leave_plan(pool, 1);
+    om_debug("plan: the plan of a %llu-request iteration made before serves again",
+             (unsigned long long)k->plan.period);
+    if (om_pool_install(pool, &k->plan, k->cursor, OM_PLAN_KEPT) != 0) {
+        om_pool_release_free(pool, 0, SIZE_MAX);
+        om_pool_learn(pool);
+        return 0;
+    }
+    return 1;
 }
 
 /* Of the iterations in the ring, the latest in which fewest blocks outlived a period: a
@@ -229,7 +298,7 @@ static uint64_t pick_iteration(const struct om_pool *pool, uint64_t latest, uint
     }
 }
 
-/* Where the iteration in records holds fewest bytes of its own (a training step's end:
+/* Where the iteration in next holds fewest bytes of its own (a training step's end:
  * the optimizer's state and the weights live on, the activations are gone). Planned there,
  * the plan's region starts right above the blocks that outlive iterations, over the pages
  * that warm-up left free, and no block of the iteration stands in its way. */
@@ -239,7 +308,7 @@ static uint64_t quietest_request(const struct om_pool *pool, uint64_t p)
     if (!delta)
         return best;
     for (uint64_t r = 0; r < p; r++) {
-        const struct record *rec = &pool->records[r];
+        const struct record *rec = &pool->next.records[r];
         if (om_record_periods(rec, p) != 0)
             continue;
         delta[rec->lower] += rec->len;
@@ -261,25 +330,26 @@ static uint64_t quietest_request(const struct om_pool *pool, uint64_t p)
 
 /* Blocks that live longer than a period but less than two (numpy code's weights: each
  * step's new array is freed at the next step's update) are no arcs of one iteration: the
- * iteration in records is planned twice over, on a circle of two periods where each such
+ * iteration in next is planned twice over, on a circle of two periods where each such
  * block has two slots it takes in turns. */
 static void unroll_twice(struct om_pool *pool)
 {
-    uint64_t p = pool->nrecords;
+    struct om_plan *next = &pool->next;
+    uint64_t p = next->nrecords;
     int needed = 0;
     for (uint64_t r = 0; r < p && !needed; r++)
-        needed = om_record_periods(&pool->records[r], p) == 1;
+        needed = om_record_periods(&next->records[r], p) == 1;
     if (!needed || 2 * p > MAX_PERIOD)
         return;
     for (uint64_t r = 0; r < p; r++) {
-        struct record *copy = &pool->records[r + p];
-        *copy = pool->records[r];
+        struct record *copy = &next->records[r + p];
+        *copy = next->records[r];
         copy->lower += p;
-        if (copy->upper != NO_DEATH)
+        if (copy->upper != OM_NO_DEATH)
             copy->upper += p;
     }
-    pool->nrecords = pool->period = 2 * p;
-    pool->unrolled = 1;
+    next->nrecords = pool->period = 2 * p;
+    next->unrolled = 1;
 }
 
 /* A request into the ring, its death to come. The ring goes on while a plan serves: a plan
@@ -291,7 +361,7 @@ static uint64_t ring_put(struct om_pool *pool, struct om_block *b, uint64_t toke
 {
     uint64_t now = pool->learnt++;
     pool->ring[now % RING] =
-        (struct record){token, now, NO_DEATH, b->size, b->len, alignment, b->log, info->ns};
+        (struct record){token, now, OM_NO_DEATH, b->size, b->len, alignment, b->log, info->ns};
     b->record = (uint32_t)now + 1;
     b->flags |= OM_BLOCK_RING;
     return now;
@@ -330,10 +400,11 @@ static void learn_request(struct om_pool *pool, struct om_block *b, uint64_t now
     uint64_t first = pick_iteration(pool, now - back, p, now);
     for (uint64_t r = 0; r < p; r++) {
         const struct record *e = &pool->ring[(first + r) % RING];
-        uint64_t upper = e->upper == NO_DEATH ? NO_DEATH : e->upper - first;
-        pool->records[r] = (struct record){e->token, r, upper, e->size, e->len, e->alignment, 0, 0};
+        uint64_t upper = e->upper == OM_NO_DEATH ? OM_NO_DEATH : e->upper - first;
+        pool->next.records[r] =
+            (struct record){e->token, r, upper, e->size, e->len, e->alignment, 0, 0};
     }
-    pool->nrecords = p;
+    pool->next.nrecords = p;
     /* first + p <= now: the next iteration's first request is in the ring too. */
     pool->iteration_ns = span_ns(pool->ring[first % RING].ns, pool->ring[(first + p) % RING].ns);
     if (!pool->plan_at && p != pool->outgrown_period) {
@@ -344,8 +415,8 @@ static void learn_request(struct om_pool *pool, struct om_block *b, uint64_t now
     }
     pool->plan_at = pool->outgrown_period = 0;
     uint32_t log = pool->ring[first % RING].log;
-    pool->log_cycle_start = log ? log - 1 : UINT64_MAX;
-    pool->evidence = info->periodic;
+    pool->next.log_cycle_start = log ? log - 1 : UINT64_MAX;
+    pool->next.evidence = info->periodic;
     unroll_twice(pool);
     plan_now(pool, (back + 1) % pool->period);
 }
@@ -369,10 +440,10 @@ void om_pool_after_cycle_request(struct om_pool *pool, struct om_block *b, uint6
     if (pool->phase == SERVE) {
         /* A plan that misses: the program may have come back to a kept plan's phase. */
         if (pool->iteration_misses)
-            om_pool_match_kept(pool, token, info);
+            serve_kept(pool, token, info);
         return;
     }
-    if (om_pool_match_kept(pool, token, info))
+    if (serve_kept(pool, token, info))
         return;
     if (pool->phase == LEARN) {
         learn_request(pool, b, now, info);
@@ -380,12 +451,13 @@ void om_pool_after_cycle_request(struct om_pool *pool, struct om_block *b, uint6
             return;
     }
     if (pool->phase == RECORD) {
-        pool->records[pool->nrecords] =
-            (struct record){token, pool->nrecords, NO_DEATH, b->size, b->len, alignment, 0, 0};
-        b->record = (uint32_t)++pool->nrecords;
+        struct om_plan *next = &pool->next;
+        next->records[next->nrecords] =
+            (struct record){token, next->nrecords, OM_NO_DEATH, b->size, b->len, alignment, 0, 0};
+        b->record = (uint32_t)++next->nrecords;
         b->flags &= ~OM_BLOCK_RING;
         b->generation = pool->generation;
-        if (pool->nrecords == pool->period) {
+        if (next->nrecords == pool->period) {
             pool->phase = OBSERVE;
             pool->observed = 0;
         }
@@ -393,7 +465,7 @@ void om_pool_after_cycle_request(struct om_pool *pool, struct om_block *b, uint6
         if (++pool->observed == 1) /* the next iteration's first request */
             pool->iteration_ns = span_ns(pool->record_start_ns, info->ns);
         if (pool->observed == pool->period) {
-            pool->evidence = info->periodic;
+            pool->next.evidence = info->periodic;
             plan_now(pool, 0);
         }
     }

@@ -1,5 +1,5 @@
-/* A plan for the iteration in records: the arcs packed by the replanner and laid over the
- * arena's free pages, the pages it does not cover given back. */
+/* Making a plan: the arcs of the iteration in next packed by the replanner (inline, or on the
+ * optmem-plan thread) and placed over the arena. */
 #include "pool_internal.h"
 
 #include "engine.h"
@@ -12,8 +12,6 @@
 #include <pthread.h>
 #include <signal.h>
 #include <string.h>
-#include <sys/mman.h>
-#include <time.h>
 
 /* The search stops as soon as a plan meets its lower bound; the budget bounds the one-off
  * pause of a plan that cannot. It is the time one iteration took, within these bounds: a
@@ -25,12 +23,6 @@
 /* Packing around live blocks rarely meets its bound, and the plan packed alone is the
  * fallback: a shorter search. */
 #define OBSTACLE_BUDGET_MS 50
-
-void om_pool_release_free(struct om_pool *pool, size_t from, size_t to)
-{
-    pool->stats.released_bytes += om_arena_release_free(&pool->arena, from, to);
-    pool->nfreed = 0;
-}
 
 /* The replanner's working memory, carved from the arena's free pages above every live block:
  * they are resident already and the plan reuses them next, where fresh mappings would add
@@ -162,7 +154,7 @@ static void place_plan(const struct om_pool *pool, om_rp_block *in, size_t narcs
     if (!low)
         return;
     size_t base = align_to(low->off, max_align), fixed_bytes;
-    size_t nfixed = live_obstacles(a, base, pool->period, in + narcs, &fixed_bytes);
+    size_t nfixed = live_obstacles(a, base, pool->next.period, in + narcs, &fixed_bytes);
     om_rp_options opt = *dense_opt;
     opt.budget_ms = OBSTACLE_BUDGET_MS;
     opt.goal = pl->peak + fixed_bytes;
@@ -187,15 +179,14 @@ uint32_t om_pool_search_budget_ms(const struct om_pool *pool, uint32_t least_ms)
     return ms > SEARCH_BUDGET_MAX_MS ? SEARCH_BUDGET_MAX_MS : (uint32_t)ms;
 }
 
-/* The recorded iteration's arcs, planned and placed; the replanner works on the free pages
- * in [scratch_from, scratch_to). */
-/* The recorded iteration's arcs into in (room for nrecords): their count. */
+/* The arcs of the iteration in next into in (room for its records): their count. */
 static size_t gather_arcs(const struct om_pool *pool, om_rp_block *in)
 {
+    const struct om_plan *next = &pool->next;
     size_t n = 0;
-    for (size_t r = 0; r < pool->nrecords; r++) {
-        const struct record *rec = &pool->records[r];
-        if (om_record_periods(rec, pool->period) != 0)
+    for (size_t r = 0; r < next->nrecords; r++) {
+        const struct record *rec = &next->records[r];
+        if (om_record_periods(rec, next->period) != 0)
             continue;
         in[n++] = (om_rp_block){.id = r,
                                 .lower = rec->lower,
@@ -206,15 +197,15 @@ static size_t gather_arcs(const struct om_pool *pool, om_rp_block *in)
     return n;
 }
 
-/* The arcs' offsets, packed alone, laid over the arena as it is now: slots, plan_end and the
- * plan's counters set. With spare (room for a plan), a placement around live blocks may be
- * searched for as well; without, the plan goes where it fits as packed. */
-static int install_plan(struct om_pool *pool, om_rp_block *in, size_t n, uint64_t *offsets,
-                        uint64_t *spare, const om_rp_options *opt, const om_rp_result *res,
-                        int on_thread)
+/* The arcs' offsets, packed alone, placed over the arena as it is now: next's slots, end and
+ * figures set. With spare (room for a plan), a placement around live blocks may be searched
+ * for as well; without, the plan goes where it fits as packed. */
+static int place_arcs(struct om_pool *pool, om_rp_block *in, size_t n, uint64_t *offsets,
+                      uint64_t *spare, const om_rp_options *opt, const om_rp_result *res,
+                      int on_thread)
 {
+    struct om_plan *next = &pool->next;
     struct om_arena *a = &pool->arena;
-    size_t page = a->page;
     struct placement pl = {.offsets = offsets, .res = *res, .peak = res->peak};
     if (spare)
         place_plan(pool, in, n, opt, &pl, spare);
@@ -225,37 +216,24 @@ static int install_plan(struct om_pool *pool, om_rp_block *in, size_t n, uint64_
         om_warn("the arena has no room left for a plan of %.1f MiB", pl.peak / 1048576.0);
         return -ENOMEM;
     }
-    memset(pool->slots, 0, pool->period * sizeof *pool->slots);
+    memset(next->slots, 0, next->period * sizeof *next->slots);
     for (size_t i = 0; i < n; i++) {
-        struct record *rec = &pool->records[in[i].id];
-        pool->slots[in[i].id] =
+        struct record *rec = &next->records[in[i].id];
+        next->slots[in[i].id] =
             (struct om_slot){rec->token, base + offsets[i], rec->len, rec->alignment};
     }
-    int rc = om_slot_index_build(&pool->plan_index, pool->slots, pool->period);
-    if (rc != 0)
-        return rc;
-    pool->plan_end = base + pl.peak;
-    /* The region is dense and every iteration reuses it: huge pages make its first touch
-     * a few hundred faults instead of one per page, and cost at most one partly used huge
-     * page. Opt-in: with the kernel's default defrag=madvise, a huge page fault may wait
-     * for compaction when memory is fragmented. A refusal leaves small pages. */
-    if (pool->hugepages) {
-        size_t from = base & ~(page - 1), len = align_to(base + pl.peak, OM_ARENA_ALIGNMENT) - from;
-        if (len > a->reserved - from) /* never beyond the arena's own mapping */
-            len = a->reserved - from;
-        (void)madvise(a->base + from, len, MADV_HUGEPAGE);
-    }
-    pool->stats.plan_peak_bytes = pl.peak;
-    pool->stats.plan_lower_bound_bytes = pl.res.lower_bound;
-    pool->stats.plan_greedy_bytes = pl.res.greedy_peak;
-    pool->stats.plan_proven_bound_bytes = pl.res.proven_bound;
-    pool->stats.plan_time_us = pl.res.elapsed_ns / 1000;
-    pool->stats.plan_slots = n;
-    pool->stats.plans++;
+    next->end = base + pl.peak;
+    om_pool_advise_huge(pool, base, base + pl.peak);
+    next->peak = pl.peak;
+    next->lower_bound = pl.res.lower_bound;
+    next->greedy = pl.res.greedy_peak;
+    next->proven_bound = pl.res.proven_bound;
+    next->time_us = pl.res.elapsed_ns / 1000;
+    next->nslots = n;
     om_info("plan: %zu slots of a %llu-request iteration (packed around %zu live blocks), "
             "peak %.1f MiB (%.3f of its lower bound, greedy by size %.3f%s; %s) in %.1f ms "
             "(%s), budget %u ms",
-            n, (unsigned long long)pool->period, pl.nfixed, pl.peak / 1048576.0,
+            n, (unsigned long long)next->period, pl.nfixed, pl.peak / 1048576.0,
             pl.res.lower_bound ? (double)pl.peak / (double)pl.res.lower_bound : 1.0,
             pl.res.lower_bound ? (double)pl.res.greedy_peak / (double)pl.res.lower_bound : 1.0,
             pl.res.greedy_cut ? " cut at the deadline" : "",
@@ -276,7 +254,7 @@ static int build_plan(struct om_pool *pool, size_t scratch_from, size_t scratch_
         scratch.end = scratch.start;
     scratch.next = scratch.start;
     om_rp_allocator alloc = {scratch_alloc, scratch_release, &scratch};
-    size_t n = 0, cap = pool->nrecords + a->free.n + 1;
+    size_t n = 0, cap = pool->next.nrecords + a->free.n + 1;
     om_rp_block *in = alloc.alloc(&scratch, cap * sizeof *in);
     uint64_t *offsets = alloc.alloc(&scratch, cap * sizeof *offsets);
     uint64_t *spare = alloc.alloc(&scratch, cap * sizeof *spare);
@@ -286,13 +264,13 @@ static int build_plan(struct om_pool *pool, size_t scratch_from, size_t scratch_
     n = gather_arcs(pool, in);
     if (n == 0) { /* every block outlives the period: nothing to serve */
         om_debug("plan: none of the %llu-request iteration's blocks dies within it",
-                 (unsigned long long)pool->period);
+                 (unsigned long long)pool->next.period);
         rc = -ENOENT;
         goto out;
     }
     char err[256] = "";
     om_rp_options opt = {
-        .period = pool->period,
+        .period = pool->next.period,
         .budget_ms = budget_ms ? budget_ms : om_pool_search_budget_ms(pool, PLAN_BUDGET_MIN_MS),
         .alloc = alloc,
         .err = err,
@@ -309,7 +287,7 @@ static int build_plan(struct om_pool *pool, size_t scratch_from, size_t scratch_
         rc = -EAGAIN; /* a longer search may find a lower plan */
         goto out;
     }
-    rc = install_plan(pool, in, n, offsets, spare, &opt, &res, 0);
+    rc = place_arcs(pool, in, n, offsets, spare, &opt, &res, 0);
 out:
     if (spare)
         alloc.release(&scratch, spare, cap * sizeof *spare);
@@ -320,141 +298,13 @@ out:
     return rc;
 }
 
-int om_pool_cover_slots(struct om_pool *pool)
-{
-    pool->moves_left = om_pool_pages_move(pool) ? PAGE_MOVES_MAX : 0;
-    om_extents_destroy(&pool->covered);
-    if (om_extents_init(&pool->covered) != 0)
-        return -ENOMEM;
-    for (uint64_t s = 0; s < pool->period; s++)
-        if (pool->slots[s].len &&
-            om_extents_add(&pool->covered, pool->slots[s].offset, pool->slots[s].len) != 0) {
-            om_extents_destroy(&pool->covered);
-            return -ENOMEM;
-        }
-    return 0;
-}
-
-void om_pool_release_uncovered(struct om_pool *pool, size_t from, size_t to)
-{
-    const struct om_extents *c = &pool->covered;
-    ptrdiff_t i = om_extents_at_or_below(c, from);
-    size_t gap = from;
-    for (size_t k = i < 0 ? 0 : (size_t)i; k < c->n && c->v[k].off < to; k++) {
-        if (c->v[k].off > gap)
-            om_pool_release_free(pool, gap, c->v[k].off);
-        if (c->v[k].off + c->v[k].len > gap)
-            gap = c->v[k].off + c->v[k].len;
-    }
-    if (to > gap)
-        om_pool_release_free(pool, gap, to);
-}
-
-/* Gives back every free page that no slot of the plan covers: the plan's region is resident
- * from warm-up only where the plan will touch it anyway. Pages about to go back first move
- * where slots lie on pages not resident, so that the first iteration served faults none of
- * them in (the transformer: 12 thousand faults, 133 thousand at 4 x its batch). A slice a
- * call, bottom up, in windows of OM_LAYOUT_SLICE bytes: each page of a window is moved or
- * given back at most once, and a call goes on to the next window only while those it looked
- * at had no such page. Each slice works on the arena as it is then, under the pool's lock:
- * only pages free at that moment move or go back. The free tail's pages go back with their
- * windows; what becomes resident above the plan again goes at the end of the iteration. */
-#define LAYOUT_WINDOWS 4 /* windows a call may look at */
-
-void om_pool_lay_out_pages(struct om_pool *pool)
-{
-    pool->stats.layout_calls = pool->stats.layout_bytes = 0;
-    pool->layout_next = 0;
-    if (om_pool_cover_slots(pool) != 0) {
-        pool->stats.released_bytes += om_arena_release_tail(&pool->arena, pool->plan_end);
-        return;
-    }
-    if (!pool->host) {
-        /* A device's requests are few and large (an iteration of 32 in a replayed snapshot):
-         * slices would keep its uncovered chunks mapped beside the plan's for iterations,
-         * above the plan's peak. They go at once, as before. */
-        size_t released = pool->stats.released_bytes;
-        pool->stats.moved_bytes +=
-            om_arena_move_into(&pool->arena, 0, SIZE_MAX, &pool->covered, &pool->moves_left, NULL);
-        om_pool_release_uncovered(pool, 0, SIZE_MAX);
-        pool->stats.released_bytes += om_arena_release_tail(&pool->arena, pool->plan_end);
-        pool->stats.layout_calls = 1;
-        pool->stats.layout_bytes = pool->stats.released_bytes - released;
-        if (pool->stats.layout_bytes > pool->stats.layout_max_bytes)
-            pool->stats.layout_max_bytes = pool->stats.layout_bytes;
-        return;
-    }
-    pool->layout_next = 1; /* the byte looked at next, + 1 */
-    pool->layout_run = (struct om_move_run){0, 0};
-}
-
-/* The first free byte at or above off, or top where none lies between them. */
-static size_t next_free(const struct om_arena *a, size_t off)
-{
-    ptrdiff_t i = om_extents_at_or_below(&a->free, off);
-    if (i >= 0 && a->free.v[i].off + a->free.v[i].len > off)
-        return off;
-    size_t k = (size_t)(i + 1);
-    return k < a->free.n ? a->free.v[k].off : a->top;
-}
-
-void om_pool_lay_out_slice(struct om_pool *pool)
-{
-    struct om_arena *a = &pool->arena;
-    size_t window = OM_LAYOUT_SLICE > a->page ? OM_LAYOUT_SLICE : a->page, work = 0;
-    if (pool->phase != SERVE) { /* the plan went: so did its pages (om_pool_release_free) */
-        pool->layout_next = 0;
-        return;
-    }
-    pool->stats.layout_calls++;
-    struct timespec t0, t1;
-    clock_gettime(CLOCK_MONOTONIC, &t0);
-    for (unsigned w = 0; w < LAYOUT_WINDOWS && !work; w++) {
-        size_t at = next_free(a, pool->layout_next - 1);
-        if (at >= a->top) {
-            pool->layout_next = 0;
-            break;
-        }
-        size_t from = at & ~(a->page - 1), to = from + window;
-        size_t released = pool->stats.released_bytes;
-        size_t moved = om_arena_move_into(a, from, to, &pool->covered, &pool->moves_left,
-                                          pool->failing ? NULL : &pool->layout_run);
-        pool->stats.moved_bytes += moved;
-        om_pool_release_uncovered(pool, from, to);
-        work = moved + (pool->stats.released_bytes - released);
-        pool->layout_next = to + 1;
-    }
-    clock_gettime(CLOCK_MONOTONIC, &t1);
-    int64_t ns = (int64_t)(t1.tv_sec - t0.tv_sec) * 1000000000 + (t1.tv_nsec - t0.tv_nsec);
-    uint64_t us = ns > 0 ? (uint64_t)ns / 1000 : 0;
-    pool->stats.layout_bytes += work;
-    if (work > pool->stats.layout_max_bytes)
-        pool->stats.layout_max_bytes = work;
-    if (us > pool->stats.layout_max_us)
-        pool->stats.layout_max_us = us;
-}
-
-void om_pool_release_block(struct om_pool *pool, size_t off, size_t len, int move)
-{
-    size_t page = pool->arena.page;
-    size_t from = off & ~(page - 1), to = (off + len + page - 1) & ~(page - 1);
-    if (move)
-        pool->stats.moved_bytes +=
-            om_arena_move_into(&pool->arena, from, to, &pool->covered, &pool->moves_left, NULL);
-    om_pool_release_uncovered(pool, from, to);
-}
-
 int om_pool_plan(struct om_pool *pool, uint32_t budget_ms)
 {
     /* The replanner's memory lies on the free pages above every live block (the host's):
      * resident, and given back after unless the plan lies there too. */
     struct om_arena *a = &pool->arena;
     size_t touched = om_arena_touched_end(a);
-    int rc =
-        build_plan(pool, om_arena_taken_end(a), touched < a->top ? touched : a->top, budget_ms);
-    if (rc == 0)
-        om_pool_lay_out_pages(pool);
-    return rc;
+    return build_plan(pool, om_arena_taken_end(a), touched < a->top ? touched : a->top, budget_ms);
 }
 
 /* ---- the search on a thread of optmem's ---- */
@@ -543,7 +393,7 @@ int om_pool_plan_start(struct om_pool *pool)
      * pages), that search needs the arena as it is: it stays inline. */
     if (!pool->host || !om_pool_pages_move(pool))
         return -ENOTSUP;
-    size_t cap = pool->nrecords;
+    size_t cap = pool->next.nrecords;
     size_t bytes = align_to(sizeof(struct om_plan_job), 64) + cap * sizeof(om_rp_block) +
                    cap * sizeof(uint64_t);
     struct om_plan_job *job = om_sys_map(bytes);
@@ -556,10 +406,10 @@ int om_pool_plan_start(struct om_pool *pool)
     if (job->n == 0) {
         om_sys_unmap(job, bytes);
         om_debug("plan: none of the %llu-request iteration's blocks dies within it",
-                 (unsigned long long)pool->period);
+                 (unsigned long long)pool->next.period);
         return -ENOENT;
     }
-    job->opt = (om_rp_options){.period = pool->period,
+    job->opt = (om_rp_options){.period = pool->next.period,
                                .budget_ms = om_pool_search_budget_ms(pool, PLAN_BUDGET_MIN_MS)};
     om_plan_dump(pool->domain, job->in, job->n, pool->period,
                  "the iteration's arcs, searched on the optmem-plan thread for up to %u ms",
@@ -587,9 +437,7 @@ int om_pool_plan_take(struct om_pool *pool)
     if (rc != 0)
         om_info("plan of %zu blocks failed: %s", job->n, job->err);
     else
-        rc = install_plan(pool, job->in, job->n, job->offsets, NULL, &job->opt, &job->res, 1);
+        rc = place_arcs(pool, job->in, job->n, job->offsets, NULL, &job->opt, &job->res, 1);
     om_sys_unmap(job, job->bytes);
-    if (rc == 0)
-        om_pool_lay_out_pages(pool);
     return rc;
 }

@@ -1,9 +1,11 @@
-/* Plan mode's internals, shared by the pool's entry points (pool.c) and its phases
- * (phases.c). */
+/* Plan mode's internals, shared by the pool's files: pool.c (entry points, placement),
+ * phases.c (the phase machine), plan.c (making a plan), kept.c (plan values, kept plans),
+ * pages.c (the page policy) and pool_saved.c (OPTMEM_PLAN_FILE). */
 #ifndef OPTMEM_PRELOAD_POOL_INTERNAL_H
 #define OPTMEM_PRELOAD_POOL_INTERNAL_H
 
 #include "arena.h"
+#include "om_common.h"
 #include "blockmap.h"
 #include "pending.h"
 #include "pool.h"
@@ -15,7 +17,6 @@
 #include <stdint.h>
 
 #define MAX_PERIOD (1u << 20) /* longer iterations are served by best fit only */
-#define NO_DEATH UINT64_MAX
 #define MIN_PERIOD 3 /* shorter "iterations" are runs of equal requests, not a training step */
 #define FAILED_PERIODS 8
 /* A plan that serves this many iterations proves the program steady again. */
@@ -35,10 +36,20 @@
  * milliseconds (docs/serving.md). Giving a page back costs more than moving it. */
 #define OM_LAYOUT_SLICE ((size_t)8 << 20)
 
+/* A plan misses too often, the program having changed, where more than one request in
+ * OM_MISS_SHARE of those judged missed: the test that drops a plan at the end of a window,
+ * gives its pages back within one, and lets a kept plan replace the plan serving. */
+#define OM_MISS_SHARE 8
+
+static inline int om_misses_too_many(uint64_t misses, uint64_t requests)
+{
+    return misses * OM_MISS_SHARE > requests;
+}
+
 /* Learn: waiting for the tracer to find a period, the ring keeping the requests. Record:
  * one iteration's requests, for a period too long for the ring. Observe: the next
  * iteration, to see when the last blocks die. Plan: the optmem-plan thread searches for a
- * plan of the iteration in records while best fit goes on. Serve. Prologue: a saved plan
+ * plan of the iteration in next while best fit goes on. Serve. Prologue: a saved plan
  * serves the main thread's requests before the iteration. */
 enum phase { LEARN, RECORD, OBSERVE, PLAN, SERVE, PROLOGUE };
 
@@ -55,25 +66,38 @@ struct record {
  * within two (a plan of two iterations places it), 2 for more or a death not known yet. */
 static inline int om_record_periods(const struct record *rec, uint64_t p)
 {
-    if (rec->upper == NO_DEATH || rec->upper > rec->lower + 2 * p)
+    if (rec->upper == OM_NO_DEATH || rec->upper > rec->lower + 2 * p)
         return 2;
     return rec->upper > rec->lower + p;
 }
 
-/* Plans kept for phases that come back (kept.c). */
+/* One plan: the iteration it was made from and where each of its requests goes. The pool
+ * holds the one it serves (plan) and the one being made (next); kept plans are copies. */
+struct om_plan {
+    struct om_slot *slots;      /* one per request of the iteration; 0 period: no plan */
+    struct om_slot_index index; /* the slots by token */
+    struct record *records;     /* the iteration planned, for a saved plan made at exit */
+    size_t cap;                 /* the entries slots and records are mapped for */
+    uint64_t period, nrecords;
+    uint64_t log_cycle_start; /* its first request's index in the request log, or UINT64_MAX */
+    uint64_t evidence;        /* requests its period was seen to repeat over when planned */
+    size_t end;               /* its region ends here; fallbacks go above */
+    int unrolled;             /* its iteration is two of the tracer's */
+    /* As the plan_* figures of om_serving_stats. */
+    uint64_t peak, lower_bound, greedy, proven_bound, nslots, time_us;
+};
+
+/* Where a plan installed comes from. */
+enum om_plan_origin { OM_PLAN_SAVED, OM_PLAN_FRESH, OM_PLAN_KEPT };
+
+/* Plans kept for phases that come back (kept.c): a copy, and how far the requests seen
+ * follow it. */
 #define KEPT_PLANS 4
 struct om_kept_plan {
-    struct om_slot *slots; /* one per request of the iteration; 0 period: an empty entry */
-    struct om_slot_index index;
-    struct record *records; /* the iteration planned, for a saved plan made at exit */
-    uint64_t period, nrecords, log_cycle_start;
+    struct om_plan plan;      /* first: a kept plan is found from its plan */
     uint64_t cursor, matched; /* the requests seen follow it up to here, this many in a row */
     uint64_t run_misses;      /* the pool's misses when that run began */
     uint64_t last_served;     /* the pool's kept_clock when it last served */
-    uint64_t peak, lower_bound, nslots;
-    uint64_t greedy, proven_bound; /* as in om_serving_stats */
-    size_t plan_end;
-    int unrolled;
 };
 
 struct om_pool {
@@ -91,19 +115,16 @@ struct om_pool {
     int hugepages; /* OPTMEM_HUGEPAGES=1 on the host */
     enum phase phase;
     uint32_t generation; /* bumped whenever recording starts again */
-    uint64_t period, cursor, observed;
-    struct record *records;
-    size_t nrecords;
+    uint64_t period;     /* the tracer's period followed while learning */
+    uint64_t cursor, observed;
+    struct om_plan plan; /* the plan serving, or the last one that did */
+    struct om_plan next; /* the iteration being learnt and planned: records, then slots */
     struct record *ring;
-    uint64_t learnt;       /* requests put in the ring: the index of the next */
-    uint64_t ring_first;   /* the first after the last gap (requests not learnt) */
-    uint64_t steady_from;  /* the first known to repeat with period; UINT64_MAX: none */
-    uint64_t plan_at;      /* the request after which to plan, + 1; 0: not chosen yet */
-    int unrolled;          /* the plan's iteration is two of the tracer's */
-    struct om_slot *slots; /* the plan: one per request of the iteration */
-    struct om_slot_index plan_index;
-    size_t plan_end;     /* the plan's region ends here; fallbacks go above */
-    size_t fallback_end; /* the highest end of a fallback in this served iteration */
+    uint64_t learnt;      /* requests put in the ring: the index of the next */
+    uint64_t ring_first;  /* the first after the last gap (requests not learnt) */
+    uint64_t steady_from; /* the first known to repeat with period; UINT64_MAX: none */
+    uint64_t plan_at;     /* the request after which to plan, + 1; 0: not chosen yet */
+    size_t fallback_end;  /* the highest end of a fallback in this served iteration */
     struct om_serving_stats stats;
     uint64_t iteration_misses, served_iterations;
     uint64_t window_requests;    /* requests served since the misses were last judged */
@@ -126,7 +147,6 @@ struct om_pool {
         uint64_t period, evidence; /* planned again once it repeats over this many requests */
     } failed[FAILED_PERIODS];
     unsigned nfailed;
-    uint64_t evidence; /* requests the period was seen to repeat over when it was planned */
     /* How long the iteration to plan took, for the search's budget; when recording began. */
     uint64_t iteration_ns, record_start_ns;
     /* OPTMEM_PLAN_FILE */
@@ -141,7 +161,7 @@ struct om_pool {
      * none is; where its moves ended. */
     size_t layout_next;
     struct om_move_run layout_run;
-    uint64_t main_requests, log_cycle_start;
+    uint64_t main_requests;
     /* PLAN: the search under way; requests since it began (a multiple of period is where
      * the iteration planned begins again, and the plan can serve from cursor). */
     struct om_plan_job *job;
@@ -151,12 +171,103 @@ struct om_pool {
     uint64_t kept_clock;
 };
 
+/* ---- pool.c: the entry points and placement ---- */
+
+/* The guard: the planned offset is handed out when the slot holds the request and no live
+ * block overlaps it (counted as served); 0 when not (a guard rejection counted). */
+int om_pool_take_planned(struct om_pool *pool, size_t offset, size_t slot_len, size_t len,
+                         size_t alignment, uintptr_t stream);
+
+/* ---- phases.c: the phase machine ---- */
+
 /* Learning starts over: what the ring holds was before a gap (served, or recorded). */
 void om_pool_learn(struct om_pool *pool);
 
-/* Free pages in [from, to) go back; the ring of freed blocks waiting for release empties
- * with them. */
-void om_pool_release_free(struct om_pool *pool, size_t from, size_t to);
+/* Serving starts from the plan installed: the next request is expected at slot cursor. */
+void om_pool_serve(struct om_pool *pool, uint64_t cursor);
+
+/* The one way a plan comes to serve (only the phase machine calls it): the plan made,
+ * pool->next, is moved in (next takes the buffers of the plan it replaces); a saved plan's
+ * iteration or a kept plan is copied. Its index built, its figures in the stats, serving
+ * from slot cursor on, its pages laid out (a saved plan's, at start: only the slots'
+ * bytes). 0 or -ENOMEM, nothing served from it. */
+int om_pool_install(struct om_pool *pool, struct om_plan *plan, uint64_t cursor,
+                    enum om_plan_origin origin);
+
+/* Serving starts from the saved plan loaded (pool->saved): its prologue, then its
+ * iteration. 0 or -ENOMEM. */
+int om_pool_start_saved(struct om_pool *pool);
+
+/* A served iteration ended: once a period's requests at least were served since the last
+ * judgement, a replan when they missed too often. */
+void om_pool_end_of_served_iteration(struct om_pool *pool);
+
+/* The plan serving is dropped, for good (stale) or, unless keep is 0, kept for when the
+ * program comes back to the phase it planned where it served an iteration. */
+void om_pool_leave_plan(struct om_pool *pool, int keep);
+
+/* Advances the phase after a request of the iteration-defining thread was placed. */
+void om_pool_after_cycle_request(struct om_pool *pool, struct om_block *b, uint64_t token,
+                                 size_t alignment, const struct om_alloc_info *info);
+
+/* ---- plan.c: making a plan ---- */
+
+/* How long a search for a plan may take: as long as the iteration took (iteration_ns), at
+ * least least_ms, at most 2 s. */
+uint32_t om_pool_search_budget_ms(const struct om_pool *pool, uint32_t least_ms);
+
+/* Plans the iteration in next and places the plan over the arena as it is now: next's slots,
+ * end and figures set, for om_pool_install. 0, or -errno: -ENOENT when no block of the
+ * iteration dies within it. With budget_ms, the search stops then, and a plan above its
+ * lower bound is not placed (-EAGAIN); 0: the whole budget. */
+int om_pool_plan(struct om_pool *pool, uint32_t budget_ms);
+
+/* The search for a plan of the iteration in next starts on the optmem-plan thread, from a
+ * copy of the arcs: 0 (job set), -ENOENT when no block of the iteration dies within it,
+ * -ENOTSUP where the plan may be packed around live blocks (a device, huge pages), or
+ * -EAGAIN / -ENOMEM where no thread or no memory could be had: then the plan is made
+ * inline (om_pool_plan). */
+int om_pool_plan_start(struct om_pool *pool);
+
+/* The search's plan placed over the arena as it is now, as om_pool_plan does: 0, -EINPROGRESS
+ * while it runs (nothing changed), or -errno with the search gone. */
+int om_pool_plan_take(struct om_pool *pool);
+
+/* The search under way, if any, is dropped: the thread unmaps it when it ends. */
+void om_pool_plan_abandon(struct om_pool *pool);
+
+/* In a fork child: the search under way was the parent's thread's; learning starts again. */
+void om_pool_plan_atfork_child(struct om_pool *pool);
+
+/* ---- kept.c: plan values, and the plans kept for phases that come back ---- */
+
+/* Maps a plan's slots and records for cap entries: 0 or -ENOMEM (then it holds none). */
+int om_plan_map(struct om_plan *plan, size_t cap);
+
+/* Unmaps what a plan holds; it is then empty. */
+void om_plan_unmap(struct om_plan *plan);
+
+/* dst takes src's value: its slots, records and figures, into dst's buffers (mapped again
+ * when too small); not the index. 0 or -ENOMEM (dst is then empty). */
+int om_plan_copy(struct om_plan *dst, const struct om_plan *src);
+
+/* The plan serving, which served, is kept: a copy. */
+void om_pool_keep_plan(struct om_pool *pool);
+
+/* The kept plan now serving did not hold: it is forgotten. */
+void om_pool_forget_kept(struct om_pool *pool);
+
+/* A request of the iteration-defining thread while no plan serves, or while the plan serving
+ * misses, followed on the kept plans: the kept plan whose match it completes (while serving,
+ * over requests of which the plan serving missed more than one in eight), which is to serve
+ * from its cursor on, or NULL. */
+struct om_kept_plan *om_pool_match_kept(struct om_pool *pool, uint64_t token,
+                                        const struct om_alloc_info *info);
+
+/* ---- pages.c: the page policy ---- */
+
+/* Maps the ring of freed blocks whose pages may go back before a plan. 0 or -ENOMEM. */
+int om_pool_pages_init(struct om_pool *pool);
 
 /* Whether free pages move onto a plan's instead of going back: where the backend can move
  * them, and not with huge pages, which fault 2 MiB at a time and which small pages moved
@@ -165,6 +276,29 @@ static inline int om_pool_pages_move(const struct om_pool *pool)
 {
     return pool->arena.backend->move && !pool->hugepages;
 }
+
+/* Free pages in [from, to) go back; the ring of freed blocks waiting for release empties
+ * with them. */
+void om_pool_release_free(struct om_pool *pool, size_t from, size_t to);
+
+/* Before a plan (host only), after a request that made pages resident: the holes freed
+ * longest ago give their pages back while the resident pages exceed the peak of live bytes
+ * by more than a small share. */
+void om_pool_release_idle(struct om_pool *pool);
+
+/* A block freed at once, back in the arena: what becomes of its pages. */
+void om_pool_pages_freed(struct om_pool *pool, const struct om_block *gone);
+
+/* A block freed in stream order, back in the arena once its fence passed (om_pending's
+ * callback; ctx: the pool). */
+void om_pool_settled(void *ctx, size_t off, size_t len);
+
+/* After a miss: a plan that has missed too often in this window gives the free pages of its
+ * region back at once, and makes no more page moves. */
+void om_pool_release_if_failing(struct om_pool *pool);
+
+/* OPTMEM_HUGEPAGES=1: the plan's region [from, to) is advised huge pages. */
+void om_pool_advise_huge(struct om_pool *pool, size_t from, size_t to);
 
 /* Sets covered to the bytes of the iteration's slots, and the moves onto them the plan may
  * make. 0 or -ENOMEM (then it is empty). */
@@ -178,68 +312,30 @@ void om_pool_release_uncovered(struct om_pool *pool, size_t from, size_t to);
  * are not resident, while moves are left. */
 void om_pool_release_block(struct om_pool *pool, size_t off, size_t len, int move);
 
-/* How long a search for a plan may take: as long as the iteration took (iteration_ns), at
- * least least_ms, at most 2 s. */
-uint32_t om_pool_search_budget_ms(const struct om_pool *pool, uint32_t least_ms);
-
-/* Plans the iteration in records and lays the plan over the arena's free pages: slots,
- * plan_end and the plan's counters set. 0, or -errno with nothing served from it: -ENOENT
- * when no block of the iteration dies within it. With budget_ms, the search stops then, and
- * a plan above its lower bound is not laid (-EAGAIN); 0: the whole budget. */
-int om_pool_plan(struct om_pool *pool, uint32_t budget_ms);
-
-/* The search for a plan of the iteration in records starts on the optmem-plan thread,
- * from a copy of the arcs: 0 (job set), -ENOENT when no block of the iteration dies within
- * it, -ENOTSUP where the plan may be packed around live blocks (a device, huge pages), or
- * -EAGAIN / -ENOMEM where no thread or no memory could be had: then the plan is made
- * inline (om_pool_plan). */
-int om_pool_plan_start(struct om_pool *pool);
-
-/* The search's plan laid over the arena as it is now, as om_pool_plan does: 0, -EINPROGRESS
- * while it runs (nothing changed), or -errno with the search gone and nothing served from
- * it. */
-int om_pool_plan_take(struct om_pool *pool);
-
-/* The search under way, if any, is dropped: the thread unmaps it when it ends. */
-void om_pool_plan_abandon(struct om_pool *pool);
-
-/* In a fork child: the search under way was the parent's thread's; learning starts again. */
-void om_pool_plan_atfork_child(struct om_pool *pool);
-
-/* A served iteration ended: once a period's requests at least were served since the last
- * judgement, a replan when they missed too often. */
-void om_pool_end_of_served_iteration(struct om_pool *pool);
-
-/* Serving starts from the plan in slots: the next request is expected at slot cursor. */
-void om_pool_serve(struct om_pool *pool, uint64_t cursor);
-
-/* The plan in slots is to be laid over the arena's pages: the free pages no slot covers move
- * onto those slots' pages that are not resident, or go back, and so does the free tail. The
- * work is done a slice a call (om_pool_lay_out_slice), from this call on. */
+/* The plan installed is to be laid over the arena's pages: the free pages no slot covers
+ * move onto those slots' pages that are not resident, or go back, and so does the free tail.
+ * The work is done a slice a call (om_pool_lay_out_slice), from this call on. */
 void om_pool_lay_out_pages(struct om_pool *pool);
 
 /* One slice of the layout under way, if any: at most OM_LAYOUT_SLICE bytes of pages moved
  * or given back. A plan no longer served ends it. Called once by every call into the pool. */
 void om_pool_lay_out_slice(struct om_pool *pool);
 
-/* The plan in slots is dropped, for good (stale) or, unless keep is 0, kept for when the
- * program comes back to the phase it planned where it served an iteration. */
-void om_pool_leave_plan(struct om_pool *pool, int keep);
+/* ---- pool_saved.c: OPTMEM_PLAN_FILE in the pool ---- */
 
-/* The plan in slots, which served, is kept (kept.c). */
-void om_pool_keep_plan(struct om_pool *pool);
+/* Loads the plan file cfg names and serves it from the first request, or logs this run's
+ * main-thread requests for the plan saved at exit. */
+void om_pool_open_plan_file(struct om_pool *pool, const struct om_config *cfg);
 
-/* The kept plan now serving did not hold: it is forgotten. */
-void om_pool_forget_kept(struct om_pool *pool);
+/* A main-thread request while a saved plan's prologue is served: 1 when served at its
+ * token's next prologue slot, 0 when not, -1 when it begins the iteration (this run's
+ * prologue was shorter than the saved one), which then serves it. */
+int om_pool_place_in_prologue(struct om_pool *pool, size_t len, size_t alignment, uint64_t token,
+                              size_t *off);
 
-/* A request of the iteration-defining thread while no plan serves, or while the plan serving
- * misses: where it completes a kept plan's match (while serving, over requests of which the
- * plan serving missed more than one in eight), that plan serves from the next request on
- * and 1 is returned. */
-int om_pool_match_kept(struct om_pool *pool, uint64_t token, const struct om_alloc_info *info);
-
-/* Advances the phase after a request of the iteration-defining thread was placed. */
-void om_pool_after_cycle_request(struct om_pool *pool, struct om_block *b, uint64_t token,
-                                 size_t alignment, const struct om_alloc_info *info);
+/* In the grace iteration after the prologue: 1 when the request took its token's prologue
+ * slot still unused (this run's prologue was longer than the saved one). */
+int om_pool_place_in_prologue_left(struct om_pool *pool, size_t len, size_t alignment,
+                                   uint64_t token, size_t *off);
 
 #endif

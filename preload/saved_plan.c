@@ -47,14 +47,6 @@ static void rp_release(void *ctx, void *p, size_t n)
 
 const om_rp_allocator om_rp_mmap = {rp_alloc, rp_release, NULL};
 
-static uint64_t fnv(uint64_t h, const void *data, size_t n)
-{
-    const unsigned char *b = data;
-    for (size_t i = 0; i < n; i++)
-        h = (h ^ b[i]) * 0x100000001b3ull;
-    return h;
-}
-
 int om_request_log_init(struct om_request_log *log, size_t cap)
 {
     log->entries = om_sys_map(cap * sizeof *log->entries);
@@ -534,7 +526,7 @@ uint64_t om_saved_plan_program(void)
 {
     char exe[PATH_MAX];
     ssize_t len = readlink("/proc/self/exe", exe, sizeof exe);
-    return fnv(0xcbf29ce484222325ull, exe, len > 0 ? (size_t)len : 0);
+    return om_fnv1a(OM_FNV_OFFSET, exe, len > 0 ? (size_t)len : 0);
 }
 
 static int write_all(int fd, const void *data, size_t n)
@@ -576,7 +568,7 @@ int om_saved_plan_write(const char *path, uint64_t program, const struct om_save
                             plan->period,
                             plan->peak,
                             plan->lower_bound,
-                            fnv(0xcbf29ce484222325ull, plan->slots, bytes)};
+                            om_fnv1a(OM_FNV_OFFSET, plan->slots, bytes)};
     memcpy(h.magic, MAGIC, sizeof h.magic);
     struct write_job job = {&h, plan};
     return om_file_replace(path, fill_plan, &job);
@@ -619,7 +611,7 @@ int om_saved_plan_read(const char *path, uint64_t program, uint64_t arena_bytes,
         goto out;
     }
     if (read(fd, out->slots, bytes) != (ssize_t)bytes ||
-        fnv(0xcbf29ce484222325ull, out->slots, bytes) != h.checksum) {
+        om_fnv1a(OM_FNV_OFFSET, out->slots, bytes) != h.checksum) {
         rc = bad(err, errlen, "corrupt (checksum)");
         goto out;
     }

@@ -4,13 +4,12 @@
 #ifndef OPTMEM_PRELOAD_SAVED_PLAN_H
 #define OPTMEM_PRELOAD_SAVED_PLAN_H
 
+#include "om_common.h"
 #include "replanner.h"
 #include "slots.h"
 
 #include <stddef.h>
 #include <stdint.h>
-
-#define OM_NO_DEATH UINT64_MAX
 
 /* One request of the main thread, in order from the start of the process. */
 struct om_logged_request {

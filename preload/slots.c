@@ -1,6 +1,7 @@
 /* Planned slots by token: tokens from position-independent stacks, an index over mmap. */
 #include "slots.h"
 #include "modmap.h"
+#include "om_common.h"
 #include "tracer.h"
 
 #include <errno.h>
@@ -8,9 +9,9 @@
 
 uint64_t om_token_of(const struct om_stack *stack, size_t size)
 {
-    uint64_t h = 0xcbf29ce484222325ull ^ size;
+    uint64_t h = OM_FNV_OFFSET ^ size;
     for (unsigned i = 0; i < stack->depth; i++)
-        h = (h ^ om_modmap_key(stack->frames[i])) * 0x100000001b3ull;
+        h = om_fnv1a_word(h, om_modmap_key(stack->frames[i]));
     return h | 1; /* 0 marks a slot that has no token */
 }
 

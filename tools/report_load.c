@@ -1,5 +1,6 @@
 /* optmem report: reads a lifetime report (docs/report-schema.md) with jansson and checks it. */
 #include "report_domain.h"
+#include "om_common.h"
 
 #include <errno.h>
 #include <jansson.h>
@@ -265,12 +266,8 @@ static void load_frames(struct loader *l, json_t *arr, struct om_rsite *site)
  * processes (a source frame has no module). */
 static uint64_t python_key(const char *file, const char *function, uint64_t line)
 {
-    uint64_t h = UINT64_C(0xcbf29ce484222325);
-    const char *parts[2] = {file, function ? function : ""};
-    for (int k = 0; k < 2; k++)
-        for (const char *c = parts[k]; *c; c++)
-            h = (h ^ (unsigned char)*c) * UINT64_C(0x100000001b3);
-    return (h ^ line) * UINT64_C(0x100000001b3);
+    uint64_t h = om_fnv1a_str(om_fnv1a_str(OM_FNV_OFFSET, file), function ? function : "");
+    return om_fnv1a_word(h, line);
 }
 
 /* sites[].python merged into the native frames the way py-spy --native shows a stack: each

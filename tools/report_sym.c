@@ -1,5 +1,6 @@
 /* optmem report: turns a report's module+offset frames into functions, files, lines and
  * inlined frames with elfutils' libdw, reading local files only. */
+#include "om_common.h"
 #include "report.h"
 
 #include <dwarf.h>
@@ -85,10 +86,8 @@ void om_sym_close(struct om_symbolizer *s)
 
 static uint64_t hash(const char *module, uint64_t offset, const struct om_rsite *site)
 {
-    uint64_t h = 1469598103934665603ull ^ offset ^ (uint64_t)(uintptr_t)site;
-    for (const char *c = module ? module : ""; *c; c++)
-        h = (h ^ (unsigned char)*c) * 1099511628211ull;
-    return h * 0x9e3779b97f4a7c15ull;
+    uint64_t h = OM_FNV_OFFSET ^ offset ^ (uint64_t)(uintptr_t)site;
+    return om_fnv1a_str(h, module ? module : "") * 0x9e3779b97f4a7c15ull;
 }
 
 static bool same(const struct entry *e, const char *module, uint64_t offset,

@@ -1,5 +1,6 @@
 /* Turns a PyTorch memory snapshot (torch.cuda.memory._dump_snapshot) into lifetimes. */
 #include "snapshot.h"
+#include "om_common.h"
 
 #include <errno.h>
 #include <stdarg.h>
@@ -149,14 +150,6 @@ static size_t group_of(struct builder *b, int64_t device, int64_t stream)
     return s->ngroups++;
 }
 
-static uint64_t hash_bytes(uint64_t h, const void *p, size_t n)
-{
-    const unsigned char *c = p;
-    for (size_t i = 0; i < n; i++)
-        h = (h ^ c[i]) * UINT64_C(0x100000001b3);
-    return h;
-}
-
 static bool is_python(const char *file)
 {
     size_t n = strlen(file);
@@ -227,7 +220,7 @@ static int site_of(struct builder *b, const struct om_pv *frames, const char *wh
         skip++;
     if (skip == n)
         skip = 0;
-    uint64_t h = UINT64_C(0xcbf29ce484222325);
+    uint64_t h = OM_FNV_OFFSET;
     for (size_t k = skip; k < n; k++) {
         const struct om_pv *f = om_pv_item(frames, k);
         const char *file = om_pv_get(f, "filename")->u.str.s;
@@ -237,9 +230,9 @@ static int site_of(struct builder *b, const struct om_pv *frames, const char *wh
         o->file = file;
         o->name = om_pv_get(f, "name")->u.str.s;
         o->line = om_pv_get(f, "line")->u.i;
-        h = hash_bytes(h, o->file, strlen(o->file) + 1);
-        h = hash_bytes(h, o->name, strlen(o->name) + 1);
-        h = hash_bytes(h, &o->line, sizeof o->line);
+        h = om_fnv1a(h, o->file, strlen(o->file) + 1);
+        h = om_fnv1a(h, o->name, strlen(o->name) + 1);
+        h = om_fnv1a(h, &o->line, sizeof o->line);
     }
     size_t len = s->nframes - first;
     if ((s->nsites + 1) * 2 > b->slot_mask && rehash_sites(b) < 0)

@@ -3,6 +3,7 @@
 #include "commands.h"
 #include "replanner.h"
 #include "snapshot.h"
+#include "om_common.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -31,13 +32,8 @@ static int by_birth(const void *x, const void *y)
 /* A frame's address: a hash of what it says, so that equal frames merge across files. */
 static uint64_t frame_key(const struct om_snap_frame *f)
 {
-    uint64_t h = UINT64_C(0xcbf29ce484222325);
-    const char *parts[2] = {f->file, f->name};
-    for (int k = 0; k < 2; k++)
-        for (const char *c = parts[k]; *c; c++)
-            h = (h ^ (unsigned char)*c) * UINT64_C(0x100000001b3);
-    h = (h ^ (uint64_t)f->line) * UINT64_C(0x100000001b3);
-    return h;
+    uint64_t h = om_fnv1a_str(om_fnv1a_str(OM_FNV_OFFSET, f->file), f->name);
+    return om_fnv1a_word(h, (uint64_t)f->line);
 }
 
 static int fill_sites(const struct om_snapshot *s, struct om_report *r)

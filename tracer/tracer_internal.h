@@ -2,6 +2,7 @@
 #ifndef OPTMEM_TRACER_INTERNAL_H
 #define OPTMEM_TRACER_INTERNAL_H
 
+#include "om_common.h"
 #include "tracer.h"
 
 #include <stddef.h>
@@ -267,7 +268,6 @@ void om_json_ratio(struct om_json *w, uint64_t num, uint64_t den); /* 3 decimals
 #define OM_MARKS 4096            /* most recent optmem_step() marks */
 #define OM_OLD_DEATHS (1u << 14) /* most recent deaths of blocks older than the sample ring */
 #define OM_TIMELINE 512          /* points of the whole-run live-bytes curve */
-#define OM_NO_DEATH UINT64_MAX
 
 /* A live managed block. */
 struct om_live {

@@ -1,5 +1,6 @@
 /* Fuzz target: om_saved_plan_read on arbitrary OPTMEM_PLAN_FILE contents. */
 #include "fuzz_util.h"
+#include "om_common.h"
 #include "saved_plan.h"
 
 #include <errno.h>
@@ -10,14 +11,6 @@
 #define HEADER_BYTES 56
 #define PROGRAM_AT 8
 #define CHECKSUM_AT 48
-
-static uint64_t fnv(const uint8_t *b, size_t n)
-{
-    uint64_t h = 0xcbf29ce484222325ull;
-    for (size_t i = 0; i < n; i++)
-        h = (h ^ b[i]) * 0x100000001b3ull;
-    return h;
-}
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
@@ -39,7 +32,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         if (flags & 1)
             memcpy(file + PROGRAM_AT, &program, sizeof program);
         if (flags & 2) {
-            uint64_t sum = fnv(file + HEADER_BYTES, n - HEADER_BYTES);
+            uint64_t sum = om_fnv1a(OM_FNV_OFFSET, file + HEADER_BYTES, n - HEADER_BYTES);
             memcpy(file + CHECKSUM_AT, &sum, sizeof sum);
         }
     }

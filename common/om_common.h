@@ -1,0 +1,40 @@
+/* Definitions the library, the tracer, the command line tool and the tests share: the hash
+ * of tokens, keys and checksums, and the death of a block that never died. */
+#ifndef OPTMEM_COMMON_OM_COMMON_H
+#define OPTMEM_COMMON_OM_COMMON_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* A request's death where the block is still live (or outlived what was recorded). */
+#define OM_NO_DEATH UINT64_MAX
+
+/* 64-bit FNV-1a: the hash every key and checksum of optmem's is made with (a saved plan's
+ * checksum is in its files: it must not change). */
+#define OM_FNV_OFFSET UINT64_C(0xcbf29ce484222325)
+#define OM_FNV_PRIME UINT64_C(0x100000001b3)
+
+/* One step over a whole word (a frame's key, a line number). */
+static inline uint64_t om_fnv1a_word(uint64_t h, uint64_t word)
+{
+    return (h ^ word) * OM_FNV_PRIME;
+}
+
+/* Over n bytes, from h (OM_FNV_OFFSET to begin). */
+static inline uint64_t om_fnv1a(uint64_t h, const void *data, size_t n)
+{
+    const unsigned char *b = data;
+    for (size_t i = 0; i < n; i++)
+        h = (h ^ b[i]) * OM_FNV_PRIME;
+    return h;
+}
+
+/* Over a string, its terminating NUL excluded. */
+static inline uint64_t om_fnv1a_str(uint64_t h, const char *s)
+{
+    for (; *s; s++)
+        h = (h ^ (unsigned char)*s) * OM_FNV_PRIME;
+    return h;
+}
+
+#endif

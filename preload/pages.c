@@ -1,0 +1,250 @@
+/* Plan mode's page policy: which free pages of the arena stay resident, move onto a plan's
+ * slots, or go back to the kernel, before a plan, as one is laid out and while it serves. */
+#include "pool_internal.h"
+
+#include "log.h"
+
+#include <errno.h>
+#include <stdint.h>
+#include <sys/mman.h>
+#include <time.h>
+
+/* While serving, freed blocks this large that were not planned give their pages back at
+ * once, as glibc unmaps its mmap'd chunks; blocks at planned offsets keep their pages,
+ * which the next iteration reuses. */
+#define RELEASE_BLOCK_MIN ((size_t)64 << 10)
+/* Before a plan: the last freed blocks of that size, oldest first, whose pages go back
+ * when the arena holds more than 1/RESIDENT_SLACK above the most bytes ever live. */
+#define FREED_RANGES 4096
+#define RESIDENT_SLACK 128
+
+int om_pool_pages_init(struct om_pool *pool)
+{
+    pool->freed = om_sys_map(FREED_RANGES * sizeof *pool->freed);
+    return pool->freed ? 0 : -ENOMEM;
+}
+
+void om_pool_release_free(struct om_pool *pool, size_t from, size_t to)
+{
+    pool->stats.released_bytes += om_arena_release_free(&pool->arena, from, to);
+    pool->nfreed = 0;
+}
+
+/* Best fit before a plan holds pages that no live block uses; once they exceed a small
+ * share of the peak of live bytes, the holes freed longest ago, where still free, give
+ * theirs back. A program whose holes fit its next requests keeps its pages and faults
+ * nothing in again, where releasing every hole would refault each iteration. On the host
+ * only: a device's release synchronizes the device and its remapping costs more than a
+ * fault, so a device arena keeps its pages until a plan trims them or the device is full. */
+void om_pool_release_idle(struct om_pool *pool)
+{
+    size_t released = 0;
+    size_t limit = pool->arena.peak_used + pool->arena.peak_used / RESIDENT_SLACK;
+    while (pool->nfreed && om_arena_resident(&pool->arena) > limit) {
+        struct om_extent e = pool->freed[pool->freed_head];
+        pool->freed_head = (pool->freed_head + 1) % FREED_RANGES;
+        pool->nfreed--;
+        released += om_arena_release_range(&pool->arena, e.off, e.len);
+    }
+    pool->stats.released_bytes += released;
+}
+
+/* Before a plan, best fit leaves holes whose pages stay resident. Freed blocks are
+ * remembered, oldest dropped first when the ring is full. */
+static void remember_freed(struct om_pool *pool, size_t off, size_t len)
+{
+    if (len < RELEASE_BLOCK_MIN || !pool->freed)
+        return;
+    if (pool->nfreed == FREED_RANGES) {
+        pool->freed_head = (pool->freed_head + 1) % FREED_RANGES;
+        pool->nfreed--;
+    }
+    pool->freed[(pool->freed_head + pool->nfreed++) % FREED_RANGES] = (struct om_extent){off, len};
+}
+
+void om_pool_pages_freed(struct om_pool *pool, const struct om_block *gone)
+{
+    /* A planned block's pages serve its slot again, as long as its plan does: a block of a
+     * plan since dropped leaves a hole like any other. While a plan serves, a large block it
+     * did not place keeps its pages only where the iteration's slots lie, and moves what it
+     * can onto their pages not resident yet (blocks live when the plan was made, freed in its
+     * first iteration: 800 faults in the CNN's). Once the iteration is served no request of a
+     * saved plan's prologue comes again: such a block is treated alike, but moves nothing
+     * (the model's weights, freed at teardown: kept, they held 4 MiB while libraries'
+     * destructors touched their code pages). */
+    int planned = (gone->flags & OM_BLOCK_PLANNED) && gone->generation == pool->generation;
+    int prologue = planned && (gone->flags & OM_BLOCK_PROLOGUE);
+    if ((prologue || !planned) && pool->phase == SERVE && gone->len >= RELEASE_BLOCK_MIN)
+        om_pool_release_block(pool, gone->off, gone->len, !planned);
+    else if (!planned && pool->phase != SERVE && pool->host)
+        remember_freed(pool, gone->off, gone->len);
+}
+
+/* A block freed in stream order, back in the arena once its fence passed: while a plan
+ * serves, its pages that no slot covers go back, as a block freed at once gives them (the
+ * slots' pages stay: they serve the next iteration). */
+void om_pool_settled(void *ctx, size_t off, size_t len)
+{
+    struct om_pool *pool = ctx;
+    if (pool->phase == SERVE && len >= RELEASE_BLOCK_MIN)
+        om_pool_release_block(pool, off, len, 0);
+}
+
+/* The plan misses more than one request in eight, and has for this many: the program went
+ * on to another phase (an evaluation step under the training plan). The free pages of its
+ * region go back at once: while requests fell back above the plan until a period had passed
+ * and it was dropped, those pages stayed resident beside theirs, and the CNN's first
+ * evaluation step at twice the batch peaked 96 MiB above its training steps. */
+#define FAILING_MISSES 4
+
+void om_pool_release_if_failing(struct om_pool *pool)
+{
+    if (pool->iteration_misses < FAILING_MISSES || pool->failing || pool->grace ||
+        !om_misses_too_many(pool->iteration_misses, pool->window_requests))
+        return;
+    pool->failing = 1;
+    pool->moves_left = 0; /* blocks freed now would move their pages back onto the slots' */
+    if (pool->covered.n)
+        om_pool_release_free(pool, pool->covered.v[0].off, pool->plan.end);
+}
+
+void om_pool_advise_huge(struct om_pool *pool, size_t from, size_t to)
+{
+    /* The region is dense and every iteration reuses it: huge pages make its first touch
+     * a few hundred faults instead of one per page, and cost at most one partly used huge
+     * page. Opt-in: with the kernel's default defrag=madvise, a huge page fault may wait
+     * for compaction when memory is fragmented. A refusal leaves small pages. */
+    struct om_arena *a = &pool->arena;
+    if (!pool->hugepages)
+        return;
+    size_t lo = from & ~(a->page - 1);
+    size_t len = ((to + OM_ARENA_ALIGNMENT - 1) & ~(OM_ARENA_ALIGNMENT - 1)) - lo;
+    if (len > a->reserved - lo) /* never beyond the arena's own mapping */
+        len = a->reserved - lo;
+    (void)madvise(a->base + lo, len, MADV_HUGEPAGE);
+}
+
+int om_pool_cover_slots(struct om_pool *pool)
+{
+    pool->moves_left = om_pool_pages_move(pool) ? PAGE_MOVES_MAX : 0;
+    om_extents_destroy(&pool->covered);
+    if (om_extents_init(&pool->covered) != 0)
+        return -ENOMEM;
+    const struct om_plan *plan = &pool->plan;
+    for (uint64_t s = 0; s < plan->period; s++)
+        if (plan->slots[s].len &&
+            om_extents_add(&pool->covered, plan->slots[s].offset, plan->slots[s].len) != 0) {
+            om_extents_destroy(&pool->covered);
+            return -ENOMEM;
+        }
+    return 0;
+}
+
+void om_pool_release_uncovered(struct om_pool *pool, size_t from, size_t to)
+{
+    const struct om_extents *c = &pool->covered;
+    ptrdiff_t i = om_extents_at_or_below(c, from);
+    size_t gap = from;
+    for (size_t k = i < 0 ? 0 : (size_t)i; k < c->n && c->v[k].off < to; k++) {
+        if (c->v[k].off > gap)
+            om_pool_release_free(pool, gap, c->v[k].off);
+        if (c->v[k].off + c->v[k].len > gap)
+            gap = c->v[k].off + c->v[k].len;
+    }
+    if (to > gap)
+        om_pool_release_free(pool, gap, to);
+}
+
+/* Gives back every free page that no slot of the plan covers: the plan's region is resident
+ * from warm-up only where the plan will touch it anyway. Pages about to go back first move
+ * where slots lie on pages not resident, so that the first iteration served faults none of
+ * them in (the transformer: 12 thousand faults, 133 thousand at 4 x its batch). A slice a
+ * call, bottom up, in windows of OM_LAYOUT_SLICE bytes: each page of a window is moved or
+ * given back at most once, and a call goes on to the next window only while those it looked
+ * at had no such page. Each slice works on the arena as it is then, under the pool's lock:
+ * only pages free at that moment move or go back. The free tail's pages go back with their
+ * windows; what becomes resident above the plan again goes at the end of the iteration. */
+#define LAYOUT_WINDOWS 4 /* windows a call may look at */
+
+void om_pool_lay_out_pages(struct om_pool *pool)
+{
+    pool->stats.layout_calls = pool->stats.layout_bytes = 0;
+    pool->layout_next = 0;
+    if (om_pool_cover_slots(pool) != 0) {
+        pool->stats.released_bytes += om_arena_release_tail(&pool->arena, pool->plan.end);
+        return;
+    }
+    if (!pool->host) {
+        /* A device's requests are few and large (an iteration of 32 in a replayed snapshot):
+         * slices would keep its uncovered chunks mapped beside the plan's for iterations,
+         * above the plan's peak. They go at once, as before. */
+        size_t released = pool->stats.released_bytes;
+        pool->stats.moved_bytes +=
+            om_arena_move_into(&pool->arena, 0, SIZE_MAX, &pool->covered, &pool->moves_left, NULL);
+        om_pool_release_uncovered(pool, 0, SIZE_MAX);
+        pool->stats.released_bytes += om_arena_release_tail(&pool->arena, pool->plan.end);
+        pool->stats.layout_calls = 1;
+        pool->stats.layout_bytes = pool->stats.released_bytes - released;
+        if (pool->stats.layout_bytes > pool->stats.layout_max_bytes)
+            pool->stats.layout_max_bytes = pool->stats.layout_bytes;
+        return;
+    }
+    pool->layout_next = 1; /* the byte looked at next, + 1 */
+    pool->layout_run = (struct om_move_run){0, 0};
+}
+
+/* The first free byte at or above off, or top where none lies between them. */
+static size_t next_free(const struct om_arena *a, size_t off)
+{
+    ptrdiff_t i = om_extents_at_or_below(&a->free, off);
+    if (i >= 0 && a->free.v[i].off + a->free.v[i].len > off)
+        return off;
+    size_t k = (size_t)(i + 1);
+    return k < a->free.n ? a->free.v[k].off : a->top;
+}
+
+void om_pool_lay_out_slice(struct om_pool *pool)
+{
+    struct om_arena *a = &pool->arena;
+    size_t window = OM_LAYOUT_SLICE > a->page ? OM_LAYOUT_SLICE : a->page, work = 0;
+    if (pool->phase != SERVE) { /* the plan went: so did its pages (om_pool_release_free) */
+        pool->layout_next = 0;
+        return;
+    }
+    pool->stats.layout_calls++;
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    for (unsigned w = 0; w < LAYOUT_WINDOWS && !work; w++) {
+        size_t at = next_free(a, pool->layout_next - 1);
+        if (at >= a->top) {
+            pool->layout_next = 0;
+            break;
+        }
+        size_t from = at & ~(a->page - 1), to = from + window;
+        size_t released = pool->stats.released_bytes;
+        size_t moved = om_arena_move_into(a, from, to, &pool->covered, &pool->moves_left,
+                                          pool->failing ? NULL : &pool->layout_run);
+        pool->stats.moved_bytes += moved;
+        om_pool_release_uncovered(pool, from, to);
+        work = moved + (pool->stats.released_bytes - released);
+        pool->layout_next = to + 1;
+    }
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    int64_t ns = (int64_t)(t1.tv_sec - t0.tv_sec) * 1000000000 + (t1.tv_nsec - t0.tv_nsec);
+    uint64_t us = ns > 0 ? (uint64_t)ns / 1000 : 0;
+    pool->stats.layout_bytes += work;
+    if (work > pool->stats.layout_max_bytes)
+        pool->stats.layout_max_bytes = work;
+    if (us > pool->stats.layout_max_us)
+        pool->stats.layout_max_us = us;
+}
+
+void om_pool_release_block(struct om_pool *pool, size_t off, size_t len, int move)
+{
+    size_t page = pool->arena.page;
+    size_t from = off & ~(page - 1), to = (off + len + page - 1) & ~(page - 1);
+    if (move)
+        pool->stats.moved_bytes +=
+            om_arena_move_into(&pool->arena, from, to, &pool->covered, &pool->moves_left, NULL);
+    om_pool_release_uncovered(pool, from, to);
+}
