@@ -774,6 +774,7 @@ int om_rp_plan(const om_rp_block *blocks, size_t n, const om_rp_options *opt, ui
         if (rc < 0)
             goto nomem;
     }
+    rp_take_spare(&in, &best);
     finish(&in, &best, offsets, res);
     if (res) {
         res->nodes = clk.nodes;
