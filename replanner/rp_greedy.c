@@ -168,137 +168,53 @@ static void make_order(const rp_inst *in, rp_kv *kv, int which, uint32_t *order)
         order[k] = kv[k].v;
 }
 
-/* A binary heap of (lowest offset, rank, block), smallest first: the dive's candidates. */
-typedef struct dheap {
-    rp_kv *a;
-    uint32_t n;
-} dheap;
-
-static int kv_before(const rp_kv *x, const rp_kv *y)
-{
-    if (x->k1 != y->k1)
-        return x->k1 < y->k1;
-    if (x->k2 != y->k2)
-        return x->k2 < y->k2;
-    return x->v < y->v;
-}
-
-static void dheap_push(dheap *h, rp_kv e)
-{
-    uint32_t i = h->n++;
-
-    while (i > 0 && kv_before(&e, &h->a[(i - 1) / 2])) {
-        h->a[i] = h->a[(i - 1) / 2];
-        i = (i - 1) / 2;
-    }
-    h->a[i] = e;
-}
-
-/* The top replaced by e, sifted down (a pop when e is the last element, n already less). */
-static void dheap_replace_top(dheap *h, rp_kv e)
-{
-    uint32_t i = 0;
-
-    for (;;) {
-        uint32_t c = 2 * i + 1;
-        if (c >= h->n)
-            break;
-        if (c + 1 < h->n && kv_before(&h->a[c + 1], &h->a[c]))
-            c++;
-        if (!kv_before(&h->a[c], &e))
-            break;
-        h->a[i] = h->a[c];
-        i = c;
-    }
-    h->a[i] = e;
-}
-
 /*
- * The branch and bound's dive without backtracking (MiniMalloc's canonical order): the
- * block with the lowest offset on the skyline goes next, ties by rank, at that offset. The
- * heap holds each block under an offset that may be stale, only ever too low (the skyline
- * only rises): a popped block whose offset rose goes back under the new one, so the block
- * placed always has the lowest. order gets the placement order, which the skyline decoder
- * turns into the same plan. 0, or -ETIMEDOUT once the clock passes deadline_ns. A block
- * goes back once per block placed under it before its turn, so crowded traces (a
- * block in a tall stack, ranked late, loses every level) cost up to their pairs: the
- * caller gives the dives a share of the budget.
- */
-static int dive(const rp_inst *in, rp_sky *t, dheap *h, const uint32_t *rank, uint32_t *order,
-                uint64_t deadline_ns)
-{
-    uint32_t x = 0;
-    uint64_t pops = 0;
-
-    sky_reset(t);
-    h->n = 0;
-    for (uint32_t k = 0; k < in->nm; k++)
-        dheap_push(h, (rp_kv){rp_bump_fixed(in, k, 0), rank[k], 0, k});
-    while (h->n) {
-        rp_kv e = h->a[0];
-        uint32_t i = in->mov[e.v];
-        uint64_t o, top;
-
-        if ((++pops & 255) == 0 && rp_now_ns() >= deadline_ns)
-            return -ETIMEDOUT;
-        o = sky_max(t, 1, 0, t->size, in->s0[i], in->s1[i]);
-        if (in->w0[i] < in->w1[i]) {
-            uint64_t w = sky_max(t, 1, 0, t->size, in->w0[i], in->w1[i]);
-            o = w > o ? w : o;
-        }
-        o = rp_bump_fixed(in, e.v, o);
-        if (o > e.k1) {
-            e.k1 = o;
-            dheap_replace_top(h, e);
-            continue;
-        }
-        top = o + in->b[i].size;
-        sky_set(t, 1, 0, t->size, in->s0[i], in->s1[i], top);
-        sky_set(t, 1, 0, t->size, in->w0[i], in->w1[i], top);
-        order[x++] = e.v;
-        h->n--;
-        dheap_replace_top(h, h->a[h->n]);
-    }
-    return 0;
-}
-
-/*
- * The branch and bound's rankings (rp_restart.c), each as one dive without backtracking:
- * within a short budget (20 ms in a program) the search itself gets few dives in, and each
- * of these costs a millisecond or two on MiniMalloc's sizes. Only where the branch and
- * bound may run (up to OM_RP_BNB_MAX_BLOCKS blocks), and together within half the
- * time left: above, a dive over a crowded trace of 20,000 blocks takes seconds.
+ * The branch and bound's rankings (rp_restart.c), each as one dive without backtracking
+ * (rp_dive.c): within a short budget (20 ms in a program) the search itself gets few dives
+ * in, and each of these costs a millisecond or two on MiniMalloc's sizes; on traces where
+ * the branch and bound's lists would take the whole budget they are what gets a plan near
+ * LB (iopddl S1: TWA's dive 1.0023 x LB, greedy by size 1.0167).
  */
 static const char *const dive_keys[] = {"TWA", "TCA", "TW", "UW", "lZ"};
 
-static int run_dives(const rp_inst *in, rp_mem *m, rp_sky *t, rp_kv *kv, uint32_t *order,
-                     uint64_t *off, rp_best *best, const rp_clock *clk)
+int rp_dives(const rp_inst *in, rp_mem *m, rp_best *best, uint64_t deadline_ns, int aside)
 {
-    uint64_t now = rp_now_ns(), deadline;
-    dheap h = {NULL, 0};
-    uint32_t *rank, crit;
+    rp_sky t;
+    rp_kv *kv = rp_alloc(m, (size_t)in->nm + 1, sizeof(*kv));
+    uint32_t *order = rp_alloc(m, (size_t)in->nm + 1, sizeof(uint32_t));
+    uint32_t *rank = rp_alloc(m, (size_t)in->nm + 1, sizeof(uint32_t));
+    uint64_t *off = rp_alloc(m, (size_t)in->nm + 1, sizeof(uint64_t));
+    uint32_t crit;
+    int rc;
 
-    best->spare_peak = RP_NONE;
-    if (in->nm > OM_RP_BNB_MAX_BLOCKS || now >= clk->deadline_ns || best->peak <= in->stop)
-        return 0;
-    deadline = now + (clk->deadline_ns - now) / 2;
-    h.a = rp_alloc(m, (size_t)in->nm + 1, sizeof(rp_kv));
-    rank = rp_alloc(m, (size_t)in->nm + 1, sizeof(uint32_t));
-    best->spare_off = rp_alloc(m, (size_t)in->nm + 1, sizeof(uint64_t));
-    best->spare_order = rp_alloc(m, (size_t)in->nm + 1, sizeof(uint32_t));
-    if (!h.a || !rank || !best->spare_off || !best->spare_order)
+    if (!kv || !order || !rank || !off || sky_init(&t, m, in->nsec ? in->nsec : 1) < 0)
         return -ENOMEM;
+    if (aside && !best->spare_off) {
+        best->spare_off = rp_alloc(m, (size_t)in->nm + 1, sizeof(uint64_t));
+        best->spare_order = rp_alloc(m, (size_t)in->nm + 1, sizeof(uint32_t));
+        if (!best->spare_off || !best->spare_order)
+            return -ENOMEM;
+    }
     for (size_t r = 0; r < sizeof(dive_keys) / sizeof(dive_keys[0]); r++) {
         uint64_t peak, below = best->spare_peak < best->peak ? best->spare_peak : best->peak;
 
-        if (below <= in->stop)
+        if (below <= in->stop || rp_now_ns() >= deadline_ns)
             break;
         rp_rank(in, NULL, dive_keys[r], NULL, NULL, NULL, 0, NULL, kv, rank);
-        if (dive(in, t, &h, rank, order, deadline) < 0)
+        if ((rc = rp_dive(in, m, rank, order, deadline_ns)) == -ETIMEDOUT)
             break;
-        peak = decode(in, t, order, off, below - 1, &crit, NULL);
+        if (rc < 0)
+            return rc;
+        peak = decode(in, &t, order, off, below - 1, &crit, NULL);
         if (peak == RP_NONE)
             continue;
+        if (!aside) {
+            best->peak = peak;
+            best->stage = "greedy";
+            memcpy(best->off, off, in->nm * sizeof(uint64_t));
+            memcpy(best->order, order, in->nm * sizeof(uint32_t));
+            continue;
+        }
         best->spare_peak = peak;
         memcpy(best->spare_off, off, in->nm * sizeof(uint64_t));
         memcpy(best->spare_order, order, in->nm * sizeof(uint32_t));
@@ -326,6 +242,7 @@ int rp_greedy(const rp_inst *in, rp_mem *m, rp_best *best, const rp_clock *clk)
     uint32_t *order = rp_alloc(m, (size_t)in->nm + 1, sizeof(uint32_t));
     uint64_t *off = rp_alloc(m, (size_t)in->nm + 1, sizeof(uint64_t));
     uint32_t crit = 0, placed;
+    uint64_t now;
     int rc;
 
     best->stage = "greedy";
@@ -365,7 +282,12 @@ int rp_greedy(const rp_inst *in, rp_mem *m, rp_best *best, const rp_clock *clk)
         memcpy(best->off, off, in->nm * sizeof(uint64_t));
         memcpy(best->order, order, in->nm * sizeof(uint32_t));
     }
-    if ((rc = run_dives(in, m, &t, kv, order, off, best, clk)) < 0)
+    /* Up to OM_RP_BNB_MAX_BLOCKS blocks, where the branch and bound may take the rest of the
+     * budget, the dives take at most half of it; above, om_rp_plan runs them where it does
+     * not. */
+    now = rp_now_ns();
+    if (in->nm <= OM_RP_BNB_MAX_BLOCKS && best->peak > in->stop && now < clk->deadline_ns &&
+        (rc = rp_dives(in, m, best, now + (clk->deadline_ns - now) / 2, 1)) < 0)
         return rc;
     if (in->nm == 0)
         best->peak = in->fixed_top;

@@ -138,9 +138,19 @@ typedef struct rp_best {
 int rp_greedy_size(const rp_inst *in, rp_mem *m, const rp_clock *clk, uint32_t *order,
                    uint64_t *off, uint64_t *peak, uint32_t *placed);
 
+/* rp_dive.c: the branch and bound's dive without backtracking, under rank (rp_rank's out):
+ * order gets the blocks (positions in mov) as placed, which the skyline decoder turns into
+ * the same plan. 0, -ENOMEM, or -ETIMEDOUT once the clock passes deadline_ns. */
+int rp_dive(const rp_inst *in, rp_mem *m, const uint32_t *rank, uint32_t *order,
+            uint64_t deadline_ns);
+
 /* rp_greedy.c: greedy by size as the first plan, then other orders through the skyline, then
  * dives (their plan kept aside, see rp_best). */
 int rp_greedy(const rp_inst *in, rp_mem *m, rp_best *best, const rp_clock *clk);
+/* Dives (rp_dive) under the branch and bound's rankings until deadline_ns or one reaches
+ * in->stop; each plan lower than the best so far goes into best, or with aside into its
+ * spare (one at in->stop goes into best at once). 0 or -ENOMEM. */
+int rp_dives(const rp_inst *in, rp_mem *m, rp_best *best, uint64_t deadline_ns, int aside);
 /* The plan kept aside becomes the best one if it is lower. */
 void rp_take_spare(const rp_inst *in, rp_best *best);
 int rp_local(const rp_inst *in, rp_mem *m, rp_best *best, rp_clock *clk, uint64_t seed);
