@@ -235,6 +235,45 @@ void rp_take_spare(const rp_inst *in, rp_best *best)
     memcpy(best->order, best->spare_order, in->nm * sizeof(uint32_t));
 }
 
+/*
+ * When the deadline cut greedy by size: its placed blocks (the first `placed` of order) at
+ * their offsets in from, and the rest, the smallest, packed among themselves by the skyline
+ * in their order, all above the placed ones and the fixed blocks. On top of what each meets
+ * (the plan decode() gives) a small block lands above the largest ones around it, and
+ * those stacks add up: the 20 ms plans of the idealloc traces were 1.7 to 6.7 x LB.
+ * Returns the peak, the plan in to.
+ */
+static uint64_t rest_apart(const rp_inst *in, rp_sky *t, const uint32_t *order, uint32_t placed,
+                           const uint64_t *from, uint64_t *to)
+{
+    uint64_t base = in->fixed_top, peak;
+
+    for (uint32_t x = 0; x < placed; x++) {
+        uint32_t k = order[x];
+        uint64_t top = from[k] + in->b[in->mov[k]].size;
+        to[k] = from[k];
+        base = top > base ? top : base;
+    }
+    peak = base;
+    sky_reset(t);
+    for (uint32_t x = placed; x < in->nm; x++) {
+        uint32_t k = order[x], i = in->mov[k];
+        uint64_t o = sky_max(t, 1, 0, t->size, in->s0[i], in->s1[i]), top;
+
+        if (in->w0[i] < in->w1[i]) {
+            uint64_t w = sky_max(t, 1, 0, t->size, in->w0[i], in->w1[i]);
+            o = w > o ? w : o;
+        }
+        o = rp_align_up(o > base ? o : base, in->b[i].align);
+        top = o + in->b[i].size;
+        sky_set(t, 1, 0, t->size, in->s0[i], in->s1[i], top);
+        sky_set(t, 1, 0, t->size, in->w0[i], in->w1[i], top);
+        to[k] = o;
+        peak = top > peak ? top : peak;
+    }
+    return peak;
+}
+
 int rp_greedy(const rp_inst *in, rp_mem *m, rp_best *best, const rp_clock *clk)
 {
     rp_sky t;
@@ -265,6 +304,12 @@ int rp_greedy(const rp_inst *in, rp_mem *m, rp_best *best, const rp_clock *clk)
         order[x] = kv[x].v;
     best->peak = decode(in, &t, order, best->off, RP_NONE - 1, &crit, NULL);
     if (placed < in->nm) {
+        uint64_t apart = rest_apart(in, &t, order, placed, best->off, off);
+
+        if (apart < best->peak) {
+            best->peak = apart;
+            memcpy(best->off, off, in->nm * sizeof(uint64_t));
+        }
         best->greedy_cut = 1;
         best->greedy_peak = best->peak;
     }
