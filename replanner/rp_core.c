@@ -764,14 +764,20 @@ int om_rp_plan(const om_rp_block *blocks, size_t n, const om_rp_options *opt, ui
     clk.max_nodes = opt->max_nodes;
     if ((rc = rp_greedy(&in, &m, &best, &clk)) < 0)
         goto nomem;
+    if (best.peak > in.stop && (opt->algo == OM_RP_ALGO_AUTO || opt->algo == OM_RP_ALGO_BNB)) {
+        /* Instances without slack: an exact search of its own, with half the time left. */
+        uint64_t now = rp_now_ns();
+        if (now < clk.deadline_ns &&
+            (rc = rp_tile(&in, &m, &best, &clk, now + (clk.deadline_ns - now) / 2)) < 0)
+            goto nomem;
+    }
     if (best.peak > in.stop) {
         int use_bnb = 0;
         if ((opt->algo == OM_RP_ALGO_AUTO || opt->algo == OM_RP_ALGO_BNB) &&
             (use_bnb = use_branch_and_bound(&in, &m, opt->algo, budget, &clk)) < 0)
             goto nomem;
         /* Above the branch and bound's size its dives without backtracking (rp_greedy runs
-         * them below it), before the local search: on iopddl S1 the first reaches 1.0023 x
-         * LB, where the local search never left greedy by size's 1.0167. */
+         * them below it), before the local search, which starts from their plan. */
         if (!use_bnb && in.nm > OM_RP_BNB_MAX_BLOCKS &&
             (rc = rp_dives(&in, &m, &best, clk.deadline_ns, 0)) < 0)
             goto nomem;

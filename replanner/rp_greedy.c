@@ -171,9 +171,8 @@ static void make_order(const rp_inst *in, rp_kv *kv, int which, uint32_t *order)
 /*
  * The branch and bound's rankings (rp_restart.c), each as one dive without backtracking
  * (rp_dive.c): within a short budget (20 ms in a program) the search itself gets few dives
- * in, and each of these costs a millisecond or two on MiniMalloc's sizes; on traces where
- * the branch and bound's lists would take the whole budget they are what gets a plan near
- * LB (iopddl S1: TWA's dive 1.0023 x LB, greedy by size 1.0167).
+ * in, and each of these is cheap on MiniMalloc's sizes; on traces where the branch and
+ * bound's lists would take the whole budget they are what gets a plan near LB.
  */
 static const char *const dive_keys[] = {"TWA", "TCA", "TW", "UW", "lZ"};
 
@@ -240,7 +239,7 @@ void rp_take_spare(const rp_inst *in, rp_best *best)
  * their offsets in from, and the rest, the smallest, packed among themselves by the skyline
  * in their order, all above the placed ones and the fixed blocks. On top of what each meets
  * (the plan decode() gives) a small block lands above the largest ones around it, and
- * those stacks add up: the 20 ms plans of the idealloc traces were 1.7 to 6.7 x LB.
+ * those stacks add up.
  * Returns the peak, the plan in to.
  */
 static uint64_t rest_apart(const rp_inst *in, rp_sky *t, const uint32_t *order, uint32_t placed,

@@ -1,4 +1,5 @@
-/* Replanner tests: the dive without backtracking against a plain quadratic one, and its use. */
+/* Replanner tests: the dive without backtracking against a plain quadratic one, its use, and
+ * the exact search of instances without slack. */
 #include "rp_internal.h"
 #include "rp_test_util.h"
 
@@ -205,12 +206,93 @@ static void test_dives_above_bnb_size(void **state)
     assert_int_equal(t_live_bytes(), 0);
 }
 
+/*
+ * Guillotine cuts of a width x height rectangle into n pieces, one block each (as
+ * tests/replanner/gen_instances.py perfect does): the optimum is the height, every time
+ * step is full. Pieces are cut across time or bytes, the largest (by a random weight) first.
+ */
+static size_t guillotine(om_rp_block *b, size_t n, uint64_t width, uint64_t height, uint64_t *seed)
+{
+    size_t m = 1, tries = 0;
+
+    b[0] = (om_rp_block){.id = 0, .lower = 0, .upper = width, .size = height};
+    while (m < n && tries++ < 100 * n) {
+        size_t k = 0;
+        uint64_t best = 0;
+
+        for (size_t j = 0; j < m; j++) {
+            uint64_t w = (b[j].upper - b[j].lower) * b[j].size * (1 + t_rand(seed) % 64);
+            if (w > best) {
+                best = w;
+                k = j;
+            }
+        }
+        if (t_rand(seed) & 1) {
+            uint64_t len = b[k].upper - b[k].lower, c;
+            if (len < 2)
+                continue;
+            c = b[k].lower + 1 + t_rand(seed) % (len - 1);
+            b[m] = b[k];
+            b[m].lower = c;
+            b[k].upper = c;
+        } else {
+            uint64_t c;
+            if (b[k].size < 2)
+                continue;
+            c = 1 + t_rand(seed) % (b[k].size - 1);
+            b[m] = b[k];
+            b[m].size = b[k].size - c;
+            b[k].size = c;
+        }
+        b[m].id = m;
+        m++;
+    }
+    return m;
+}
+
+/*
+ * Perfect packings: `auto` plans them at LB (the tiling search, deterministic under a node
+ * limit), and never claims a bound above LB, which the tiling search would if it gave up
+ * on a branch holding a tiling.
+ */
+static void test_perfect_packings_tile(void **state)
+{
+    om_rp_block b[160];
+    uint64_t off[160], seed = 31337;
+    om_rp_options opt = {0};
+    om_rp_result res;
+    char err[256] = "";
+    int tiled = 0;
+
+    (void)state;
+    opt.alloc = t_alloc;
+    opt.budget_ms = 60000;
+    opt.max_nodes = 2000000;
+    opt.err = err;
+    opt.errlen = sizeof(err);
+    for (int round = 0; round < 10; round++) {
+        size_t n = guillotine(b, 30 + (size_t)round * 10, 60, 1000, &seed);
+
+        assert_int_equal(om_rp_plan(b, n, &opt, off, &res), 0);
+        assert_int_equal(om_rp_check(b, n, 0, off, &t_alloc, err, sizeof(err)), 0);
+        assert_int_equal(res.lower_bound, 1000);
+        assert_int_equal(res.proven_bound, 1000);
+        if (res.peak != 1000)
+            fail_msg("round %d, %zu blocks: peak %llu after %llu steps (%s)", round, n,
+                     (unsigned long long)res.peak, (unsigned long long)res.nodes, res.stage);
+        tiled += strcmp(res.stage, "tile") == 0;
+    }
+    assert_true(tiled > 0); /* greedy by size and the dives do not solve them all */
+    assert_int_equal(t_live_bytes(), 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_dive_matches_reference),
         cmocka_unit_test(test_dive_deadline),
         cmocka_unit_test(test_dives_above_bnb_size),
+        cmocka_unit_test(test_perfect_packings_tile),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
