@@ -764,16 +764,33 @@ int om_rp_plan(const om_rp_block *blocks, size_t n, const om_rp_options *opt, ui
     clk.max_nodes = opt->max_nodes;
     if ((rc = rp_greedy(&in, &m, &best, &clk)) < 0)
         goto nomem;
-    if (best.peak > in.stop && opt->algo != OM_RP_ALGO_GREEDY) {
+    if (best.peak > in.stop && (opt->algo == OM_RP_ALGO_AUTO || opt->algo == OM_RP_ALGO_BNB)) {
+        /* Instances without slack: an exact search of its own, with a quarter of the time left
+         * (it finds a tiling fast or not at all within a budget; the branch and bound gets the
+         * rest). */
+        uint64_t now = rp_now_ns();
+        if (now < clk.deadline_ns &&
+            (rc = rp_tile(&in, &m, &best, &clk, now + (clk.deadline_ns - now) / 4)) < 0)
+            goto nomem;
+    }
+    if (best.peak > in.stop) {
         int use_bnb = 0;
-        if (opt->algo != OM_RP_ALGO_LOCAL &&
+        if ((opt->algo == OM_RP_ALGO_AUTO || opt->algo == OM_RP_ALGO_BNB) &&
             (use_bnb = use_branch_and_bound(&in, &m, opt->algo, budget, &clk)) < 0)
             goto nomem;
-        rc = use_bnb ? rp_bnb(&in, &m, &best, &clk, opt->seed)
-                     : rp_local(&in, &m, &best, &clk, opt->seed);
+        /* Above the branch and bound's size its dives without backtracking (rp_greedy runs
+         * them below it), before the local search, which starts from their plan. */
+        if (!use_bnb && in.nm > OM_RP_BNB_MAX_BLOCKS &&
+            (rc = rp_dives(&in, &m, &best, clk.deadline_ns, 0)) < 0)
+            goto nomem;
+        rc = 0;
+        if (opt->algo != OM_RP_ALGO_GREEDY && best.peak > in.stop)
+            rc = use_bnb ? rp_bnb(&in, &m, &best, &clk, opt->seed)
+                         : rp_local(&in, &m, &best, &clk, opt->seed);
         if (rc < 0)
             goto nomem;
     }
+    rp_take_spare(&in, &best);
     finish(&in, &best, offsets, res);
     if (res) {
         res->nodes = clk.nodes;

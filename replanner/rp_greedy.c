@@ -168,6 +168,111 @@ static void make_order(const rp_inst *in, rp_kv *kv, int which, uint32_t *order)
         order[k] = kv[k].v;
 }
 
+/*
+ * The branch and bound's rankings (rp_restart.c), each as one dive without backtracking
+ * (rp_dive.c): within a short budget (20 ms in a program) the search itself gets few dives
+ * in, and each of these is cheap on MiniMalloc's sizes; on traces where the branch and
+ * bound's lists would take the whole budget they are what gets a plan near LB.
+ */
+static const char *const dive_keys[] = {"TWA", "TCA", "TW", "UW", "lZ"};
+
+int rp_dives(const rp_inst *in, rp_mem *m, rp_best *best, uint64_t deadline_ns, int aside)
+{
+    rp_sky t;
+    rp_kv *kv = rp_alloc(m, (size_t)in->nm + 1, sizeof(*kv));
+    uint32_t *order = rp_alloc(m, (size_t)in->nm + 1, sizeof(uint32_t));
+    uint32_t *rank = rp_alloc(m, (size_t)in->nm + 1, sizeof(uint32_t));
+    uint64_t *off = rp_alloc(m, (size_t)in->nm + 1, sizeof(uint64_t));
+    uint32_t crit;
+    int rc;
+
+    if (!kv || !order || !rank || !off || sky_init(&t, m, in->nsec ? in->nsec : 1) < 0)
+        return -ENOMEM;
+    if (aside && !best->spare_off) {
+        best->spare_off = rp_alloc(m, (size_t)in->nm + 1, sizeof(uint64_t));
+        best->spare_order = rp_alloc(m, (size_t)in->nm + 1, sizeof(uint32_t));
+        if (!best->spare_off || !best->spare_order)
+            return -ENOMEM;
+    }
+    for (size_t r = 0; r < sizeof(dive_keys) / sizeof(dive_keys[0]); r++) {
+        uint64_t peak, below = best->spare_peak < best->peak ? best->spare_peak : best->peak;
+
+        if (below <= in->stop || rp_now_ns() >= deadline_ns)
+            break;
+        rp_rank(in, NULL, dive_keys[r], NULL, NULL, NULL, 0, NULL, kv, rank);
+        if ((rc = rp_dive(in, m, rank, order, deadline_ns)) == -ETIMEDOUT)
+            break;
+        if (rc < 0)
+            return rc;
+        peak = decode(in, &t, order, off, below - 1, &crit, NULL);
+        if (peak == RP_NONE)
+            continue;
+        if (!aside) {
+            best->peak = peak;
+            best->stage = "greedy";
+            memcpy(best->off, off, in->nm * sizeof(uint64_t));
+            memcpy(best->order, order, in->nm * sizeof(uint32_t));
+            continue;
+        }
+        best->spare_peak = peak;
+        memcpy(best->spare_off, off, in->nm * sizeof(uint64_t));
+        memcpy(best->spare_order, order, in->nm * sizeof(uint32_t));
+    }
+    /* One that reaches the bound ends the search at once. */
+    if (best->spare_peak <= in->stop)
+        rp_take_spare(in, best);
+    return 0;
+}
+
+void rp_take_spare(const rp_inst *in, rp_best *best)
+{
+    if (best->spare_peak >= best->peak)
+        return;
+    best->peak = best->spare_peak;
+    best->stage = "greedy";
+    memcpy(best->off, best->spare_off, in->nm * sizeof(uint64_t));
+    memcpy(best->order, best->spare_order, in->nm * sizeof(uint32_t));
+}
+
+/*
+ * When the deadline cut greedy by size: its placed blocks (the first `placed` of order) at
+ * their offsets in from, and the rest, the smallest, packed among themselves by the skyline
+ * in their order, all above the placed ones and the fixed blocks. On top of what each meets
+ * (the plan decode() gives) a small block lands above the largest ones around it, and
+ * those stacks add up.
+ * Returns the peak, the plan in to.
+ */
+static uint64_t rest_apart(const rp_inst *in, rp_sky *t, const uint32_t *order, uint32_t placed,
+                           const uint64_t *from, uint64_t *to)
+{
+    uint64_t base = in->fixed_top, peak;
+
+    for (uint32_t x = 0; x < placed; x++) {
+        uint32_t k = order[x];
+        uint64_t top = from[k] + in->b[in->mov[k]].size;
+        to[k] = from[k];
+        base = top > base ? top : base;
+    }
+    peak = base;
+    sky_reset(t);
+    for (uint32_t x = placed; x < in->nm; x++) {
+        uint32_t k = order[x], i = in->mov[k];
+        uint64_t o = sky_max(t, 1, 0, t->size, in->s0[i], in->s1[i]), top;
+
+        if (in->w0[i] < in->w1[i]) {
+            uint64_t w = sky_max(t, 1, 0, t->size, in->w0[i], in->w1[i]);
+            o = w > o ? w : o;
+        }
+        o = rp_align_up(o > base ? o : base, in->b[i].align);
+        top = o + in->b[i].size;
+        sky_set(t, 1, 0, t->size, in->s0[i], in->s1[i], top);
+        sky_set(t, 1, 0, t->size, in->w0[i], in->w1[i], top);
+        to[k] = o;
+        peak = top > peak ? top : peak;
+    }
+    return peak;
+}
+
 int rp_greedy(const rp_inst *in, rp_mem *m, rp_best *best, const rp_clock *clk)
 {
     rp_sky t;
@@ -175,9 +280,11 @@ int rp_greedy(const rp_inst *in, rp_mem *m, rp_best *best, const rp_clock *clk)
     uint32_t *order = rp_alloc(m, (size_t)in->nm + 1, sizeof(uint32_t));
     uint64_t *off = rp_alloc(m, (size_t)in->nm + 1, sizeof(uint64_t));
     uint32_t crit = 0, placed;
+    uint64_t now;
     int rc;
 
     best->stage = "greedy";
+    best->spare_peak = RP_NONE;
     if (!kv || !order || !off || sky_init(&t, m, in->nsec ? in->nsec : 1) < 0)
         return -ENOMEM;
     if ((rc = rp_greedy_size(in, m, clk, order, off, &best->greedy_peak, &placed)) < 0)
@@ -196,6 +303,12 @@ int rp_greedy(const rp_inst *in, rp_mem *m, rp_best *best, const rp_clock *clk)
         order[x] = kv[x].v;
     best->peak = decode(in, &t, order, best->off, RP_NONE - 1, &crit, NULL);
     if (placed < in->nm) {
+        uint64_t apart = rest_apart(in, &t, order, placed, best->off, off);
+
+        if (apart < best->peak) {
+            best->peak = apart;
+            memcpy(best->off, off, in->nm * sizeof(uint64_t));
+        }
         best->greedy_cut = 1;
         best->greedy_peak = best->peak;
     }
@@ -213,6 +326,13 @@ int rp_greedy(const rp_inst *in, rp_mem *m, rp_best *best, const rp_clock *clk)
         memcpy(best->off, off, in->nm * sizeof(uint64_t));
         memcpy(best->order, order, in->nm * sizeof(uint32_t));
     }
+    /* Up to OM_RP_BNB_MAX_BLOCKS blocks, where the branch and bound may take the rest of the
+     * budget, the dives take at most half of it; above, om_rp_plan runs them where it does
+     * not. */
+    now = rp_now_ns();
+    if (in->nm <= OM_RP_BNB_MAX_BLOCKS && best->peak > in->stop && now < clk->deadline_ns &&
+        (rc = rp_dives(in, m, best, now + (clk->deadline_ns - now) / 2, 1)) < 0)
+        return rc;
     if (in->nm == 0)
         best->peak = in->fixed_top;
     return 0;

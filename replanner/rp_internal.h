@@ -122,6 +122,13 @@ typedef struct rp_best {
     int greedy_cut;       /* the deadline stopped greedy by size: greedy_peak is the first plan's */
     uint64_t proven;      /* no plan has a lower peak: floor_lb, or more where a search proved it */
     const char *stage;
+    /* The dives' best plan (rp_greedy.c), kept aside so that the branch and bound, whose
+     * runs below the best plan aim at capacities spread from its peak, searches as it would
+     * without it; the driver takes it after the search if it is lower. spare_peak RP_NONE:
+     * none. */
+    uint64_t *spare_off;
+    uint32_t *spare_order;
+    uint64_t spare_peak;
 } rp_best;
 
 /* rp_bysize.c: greedy by size (largest first, ties by birth, each at the lowest offset
@@ -131,8 +138,26 @@ typedef struct rp_best {
 int rp_greedy_size(const rp_inst *in, rp_mem *m, const rp_clock *clk, uint32_t *order,
                    uint64_t *off, uint64_t *peak, uint32_t *placed);
 
-/* rp_greedy.c: greedy by size as the first plan, then other orders through the skyline. */
+/* rp_dive.c: the branch and bound's dive without backtracking, under rank (rp_rank's out):
+ * order gets the blocks (positions in mov) as placed, which the skyline decoder turns into
+ * the same plan. 0, -ENOMEM, or -ETIMEDOUT once the clock passes deadline_ns. */
+int rp_dive(const rp_inst *in, rp_mem *m, const uint32_t *rank, uint32_t *order,
+            uint64_t deadline_ns);
+
+/* rp_tile.c: where every section holds LB bytes (a line, no fixed blocks, no alignment),
+ * searches for a plan at LB until deadline_ns (and clk's limits); best gets it, or
+ * best->proven LB + 1 when the search proves there is none. Else nothing. 0 or -ENOMEM. */
+int rp_tile(const rp_inst *in, rp_mem *m, rp_best *best, rp_clock *clk, uint64_t deadline_ns);
+
+/* rp_greedy.c: greedy by size as the first plan, then other orders through the skyline, then
+ * dives (their plan kept aside, see rp_best). */
 int rp_greedy(const rp_inst *in, rp_mem *m, rp_best *best, const rp_clock *clk);
+/* Dives (rp_dive) under the branch and bound's rankings until deadline_ns or one reaches
+ * in->stop; each plan lower than the best so far goes into best, or with aside into its
+ * spare (one at in->stop goes into best at once). 0 or -ENOMEM. */
+int rp_dives(const rp_inst *in, rp_mem *m, rp_best *best, uint64_t deadline_ns, int aside);
+/* The plan kept aside becomes the best one if it is lower. */
+void rp_take_spare(const rp_inst *in, rp_best *best);
 int rp_local(const rp_inst *in, rp_mem *m, rp_best *best, rp_clock *clk, uint64_t seed);
 /*
  * The branch and bound's rankings (rp_util.c): keys is a string of MiniMalloc's letters.
