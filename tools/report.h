@@ -7,7 +7,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
-#define OM_REPORT_VERSION 1
+#define OM_REPORT_VERSION 2    /* the newest; every version from 1 is read */
 #define OM_NO_VALUE UINT64_MAX /* a null in the report */
 
 enum { OM_CAT_TEMPORARY, OM_CAT_PER_ITERATION, OM_CAT_PERSISTENT, OM_NCAT };

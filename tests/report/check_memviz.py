@@ -135,16 +135,14 @@ def check_snapshot(snap, sec, device, plain_frames=True):
 
 
 def structure(args, rest, tmp):
-    with open(LOOP) as f:
-        report = json.load(f)
+    report = checks.load_report(LOOP)
     _, snap = export(args, tmp, LOOP, "loop.pickle")
     check_snapshot(snap, report, 0)
 
 
 def torch(args, rest, tmp):
     from torch.cuda import _memory_viz as mv  # Debian's python3-torch 1.13
-    with open(LOOP) as f:
-        report = json.load(f)
+    report = checks.load_report(LOOP)
     _, loop = export(args, tmp, LOOP, "loop.pickle")
     _, drift = export(args, tmp, DRIFT, "drift.pickle")
     seg = loop["segments"][0]
@@ -191,8 +189,7 @@ def max_live(recs):
 
 
 def roundtrip_one(args, tmp, path, domain, name):
-    with open(path) as f:
-        sec = section(json.load(f), domain)
+    sec = section(checks.load_report(path), domain)
     out, snap = export(args, tmp, path, name, ["--domain", domain])
     shown, _ = cli(args, ["report", out, "--format", "json"])
     proc = json.loads(shown)["processes"][0]
@@ -215,8 +212,7 @@ def roundtrip(args, rest, tmp):
 def domains(args, rest, tmp):
     path = os.path.join(tmp, "domains.json")
     subprocess.run([rest[0], path], stdout=subprocess.DEVNULL, check=True, timeout=60)
-    with open(path) as f:
-        report = json.load(f)
+    report = checks.load_report(path)
     for domain, device in (("cpu", 0), ("cuda:0", 0)):
         snap = roundtrip_one(args, tmp, path, domain, domain.replace(":", "_") + ".pickle")
         check_snapshot(snap, section(report, domain), device)
@@ -245,8 +241,7 @@ def symbolized(args, rest, tmp):
     path = os.path.join(tmp, "sym.json")
     env = dict(os.environ, LD_PRELOAD=args.preload, OPTMEM_MODE="trace", OPTMEM_REPORT=path)
     subprocess.run([rest[0]], env=env, check=True, timeout=60)
-    with open(path) as f:
-        report = json.load(f)
+    report = checks.load_report(path)
     out = os.path.join(tmp, "sym.pickle")
     cli(args, ["report", path, "--format", "memory-viz", "-o", out])
     with open(out, "rb") as f:
