@@ -236,12 +236,14 @@ def versions(args, rest, tmp):
     report whose sites point outside its tables is refused with one line."""
     with open(LOOP) as f:
         v1 = json.load(f)
-    # Python frames on two sites: one run in place of an eval loop frame, one past the stack.
-    v1["sites"][0]["python"] = [
+    # Python frames on the two largest sites at the peak, in place of their second frame
+    # (an eval loop's, as if), and on the first one a frame past the native stack.
+    a, b = (p["site"] for p in v1["peak"]["sites"][:2])
+    v1["sites"][a]["python"] = [
         {"file": "/w/train.py", "line": 12, "function": "step", "native_index": 1},
         {"file": "/w/train.py", "line": 40, "function": "<module>", "native_index": None}]
-    v1["sites"][1]["python"] = [
-        {"file": "/w/train.py", "line": 12, "function": "step", "native_index": 0}]
+    v1["sites"][b]["python"] = [
+        {"file": "/w/train.py", "line": 12, "function": "step", "native_index": 1}]
     v2 = compact(v1)
     expect(len(v2["python_frames"]) == 2, "python frames not shared: %r" % v2["python_frames"])
     outs = {}
@@ -255,10 +257,17 @@ def versions(args, rest, tmp):
     expect(outs[1] == outs[2], "versions 1 and 2 render differently:\n%s\n---\n%s" %
            (outs[1][0], outs[2][0]))
     expect("step  /w/train.py:12" in outs[2][0], "no Python frame in:\n%s" % outs[2][0])
+    # Folded stacks, outermost first: the frame past the native stack leads, the eval loop's
+    # frame gives way to the Python frame it runs, as py-spy writes them.
+    folded = outs[2][1].splitlines()
+    expect(any(l.startswith("<module> (/w/train.py:40);") and ";step (/w/train.py:12);" in l
+               for l in folded), "folded lacks the Python frames:\n%s" % outs[2][1])
+    expect(sum(";step (/w/train.py:12);" in l for l in folded) == 2,
+           "folded: not two stacks through the Python frame:\n%s" % outs[2][1])
     bad = json.loads(json.dumps(v2))
     bad["sites"][0]["frames"][0] = len(v2["frames"])
     bad_py = json.loads(json.dumps(v2))
-    bad_py["sites"][1]["python"][0] = [7, 0]
+    bad_py["sites"][b]["python"][0] = [7, 0]
     no_table = json.loads(json.dumps(v2))
     del no_table["frames"]
     for name, r, pattern in (("bad_frame.json", bad, r"not an index of frames"),
