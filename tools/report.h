@@ -157,6 +157,7 @@ struct om_breakdown {
     uint64_t max_live[OM_NBD]; /* each class's own maximum over the iteration */
     uint64_t born[OM_NBD];     /* bytes requested during the iteration */
     bool complete;             /* false: some resident blocks were not in the report */
+    bool kept_gradients;       /* gradients live across iterations (set_to_none=False) */
 };
 extern const char om_bd_letters[OM_NBD]; /* the text bar's: "PGOAT." */
 /* Fills b from r; b->found false (and b->why) when r cannot tell. Returns 0 or -ENOMEM. */
