@@ -816,13 +816,15 @@ static int snap_domain(struct snap **slot, const struct om_domain *d)
     if (snap_reserve(sn, nsites) != 0)
         return -ENOMEM;
     /* Every change of a site's counters stamps it with the domain's event count (site_change
-     * in tracer.c), so sites not stamped since the last copy still hold what it copied. */
+     * in tracer.c), so sites not stamped since the last copy still hold what it copied. A
+     * forked child, or a record started anew (events back to fewer), copies every site. */
     pid_t pid = getpid();
-    uint64_t copied_at = sn->pid == pid ? sn->d.events : 0;
-    uint32_t copied = sn->pid == pid ? sn->nsites : 0;
+    int same = sn->pid == pid && d->events >= sn->d.events;
+    uint64_t copied_at = same ? sn->d.events : 0;
+    uint32_t copied = same ? sn->nsites : 0;
     for (uint32_t i = 0; i < nsites; i++) {
         const struct om_site *s = d->sites.by_id[i];
-        if (i >= copied || s->mod_event > copied_at)
+        if (i >= copied || sn->sites[i].site != s || s->mod_event > copied_at)
             site_copy(&sn->sites[i], s);
         memset(sn->sites[i].live_cat_bytes, 0, sizeof sn->sites[i].live_cat_bytes);
     }
