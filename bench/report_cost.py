@@ -1,6 +1,8 @@
 """What the lifetime report costs a bundled workload: the report's bytes and call sites, the
 process's RSS after its last step, and the page faults of optmem's report thread
-(`optmem-report`, which writes the checkpoints) by then.
+(`optmem-report`, which writes the checkpoints) by then, and each rise of them as seen every
+20 ms (the first: the thread's start; the second: the first checkpoint, when the first plan
+is made).
 
 Usage: /usr/bin/python3 bench/report_cost.py --lib build/preload/liboptmem.so
            [--workload cnn_bn_adam] [--steps 8] [--runs 1] [--mode plan]
@@ -14,19 +16,13 @@ import runpy
 import subprocess
 import sys
 import tempfile
+import threading
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 
-def child(script, argv):
-    """Runs the workload in this process and prints the report thread's faults after it."""
-    sys.argv = [script] + argv
-    sys.path.insert(0, os.path.dirname(script))
-    try:
-        runpy.run_path(script, run_name="__main__")
-    except SystemExit:
-        pass
-    faults = None
+def report_thread_faults():
+    """Minor faults of optmem's report thread so far, or None while there is none."""
     for tid in os.listdir("/proc/self/task"):
         try:
             with open("/proc/self/task/%s/comm" % tid) as f:
@@ -36,8 +32,37 @@ def child(script, argv):
         except OSError:
             continue
         if comm == "optmem-report":
-            faults = int(stat.rsplit(")", 1)[1].split()[7])  # minflt, field 10
-    print("REPORT_THREAD_MINFLT %s" % faults, flush=True)
+            return int(stat.rsplit(")", 1)[1].split()[7])  # minflt, field 10
+    return None
+
+
+def child(script, argv):
+    """Runs the workload in this process and prints the report thread's faults after it, and
+    how they grew: each rise seen by a thread that looks every 20 ms (the first is the
+    thread's start, where it populates the report's buffers; the next, the first
+    checkpoint)."""
+    sys.argv = [script] + argv
+    sys.path.insert(0, os.path.dirname(script))
+    rises, done = [], threading.Event()
+
+    def watch():
+        last = 0
+        while not done.wait(0.02):
+            now = report_thread_faults()
+            if now is not None and now != last:
+                rises.append(now - last)
+                last = now
+
+    watcher = threading.Thread(target=watch, daemon=True)
+    watcher.start()
+    try:
+        runpy.run_path(script, run_name="__main__")
+    except SystemExit:
+        pass
+    done.set()
+    watcher.join()
+    print("REPORT_THREAD_MINFLT %s" % report_thread_faults(), flush=True)
+    print("REPORT_THREAD_RISES %s" % json.dumps(rises), flush=True)
 
 
 def main():
@@ -60,12 +85,14 @@ def main():
             out = subprocess.run([sys.executable, os.path.abspath(__file__), "--child", script,
                                   "--steps", str(a.steps), "--threads", str(a.threads), "--json"],
                                  env=env, stdout=subprocess.PIPE, text=True, check=True).stdout
-            result = faults = None
+            result = faults = rises = None
             for line in out.splitlines():
                 if line.startswith("OPTMEM_RESULT "):
                     result = json.loads(line[len("OPTMEM_RESULT "):])
                 elif line.startswith("REPORT_THREAD_MINFLT "):
                     faults = line.split()[1]
+                elif line.startswith("REPORT_THREAD_RISES "):
+                    rises = json.loads(line[len("REPORT_THREAD_RISES "):])
             with open(report) as f:
                 r = json.load(f)
             print(json.dumps({
@@ -73,7 +100,8 @@ def main():
                 "version": r["version"], "call_sites": r["counters"]["call_sites"],
                 "rss_end_bytes": result["rss_end_bytes"],
                 "steady_steps_per_s": result["steady_steps_per_s"],
-                "report_thread_minflt": None if faults in (None, "None") else int(faults)}),
+                "report_thread_minflt": None if faults in (None, "None") else int(faults),
+                "report_thread_minflt_rises": rises}),
                 flush=True)
     return 0
 

@@ -764,6 +764,9 @@ int om_report_iterations(struct om_domain *const *doms, unsigned n)
 
 static struct snap *snaps[OM_TRACER_DOMAINS];
 
+/* Room for nsites: grown with mremap, so that the pages already in use move rather than
+ * being copied into new ones, and only the pages the sites take are made resident (a buffer
+ * populated whole, or copied, faulted in twice or four times what it held). */
 static int snap_reserve(struct snap *sn, uint32_t nsites)
 {
     if (nsites <= sn->sites_cap)
@@ -771,12 +774,20 @@ static int snap_reserve(struct snap *sn, uint32_t nsites)
     size_t cap = sn->sites_cap ? sn->sites_cap : 256;
     while (cap < nsites)
         cap *= 2;
-    struct snap_site *sites = map_populated(cap * sizeof *sites);
-    if (!sites)
+    size_t had = sn->sites_cap * sizeof *sn->sites, want = cap * sizeof *sn->sites;
+    struct snap_site *sites;
+    if (sn->sites) {
+        void *p = mremap(sn->sites, had, want, MREMAP_MAYMOVE);
+        if (p == MAP_FAILED)
+            return -ENOMEM;
+        sites = p;
+    } else if (!(sites = om_sys_map(want))) {
         return -ENOMEM;
-    if (sn->nsites)
-        memcpy(sites, sn->sites, sn->nsites * sizeof *sites);
-    om_sys_unmap(sn->sites, sn->sites_cap * sizeof *sn->sites);
+    }
+    uintptr_t from = ((uintptr_t)sites + had) & ~(uintptr_t)4095;
+    uintptr_t to = (uintptr_t)sites + (size_t)nsites * sizeof *sites;
+    if (to > from)
+        (void)madvise((void *)from, to - from, MADV_POPULATE_WRITE);
     sn->sites = sites;
     sn->sites_cap = cap;
     return 0;
