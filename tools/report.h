@@ -7,7 +7,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
-#define OM_REPORT_VERSION 1
+#define OM_REPORT_VERSION 2    /* the newest; every version from 1 is read */
 #define OM_NO_VALUE UINT64_MAX /* a null in the report */
 
 enum { OM_CAT_TEMPORARY, OM_CAT_PER_ITERATION, OM_CAT_PERSISTENT, OM_NCAT };
@@ -157,6 +157,7 @@ struct om_breakdown {
     uint64_t max_live[OM_NBD]; /* each class's own maximum over the iteration */
     uint64_t born[OM_NBD];     /* bytes requested during the iteration */
     bool complete;             /* false: some resident blocks were not in the report */
+    bool kept_gradients;       /* gradients live across iterations (set_to_none=False) */
 };
 extern const char om_bd_letters[OM_NBD]; /* the text bar's: "PGOAT." */
 /* Fills b from r; b->found false (and b->why) when r cannot tell. Returns 0 or -ENOMEM. */

@@ -15,9 +15,18 @@ const char om_bd_letters[OM_NBD] = {'P', 'G', 'O', 'A', 'T', '.'};
 #define NEVER UINT64_MAX /* the death of a block live at the report */
 
 struct bd_block {
-    uint64_t size, birth, death;
+    uint64_t site, size, birth, death;
     int cls;
 };
+
+static int by_size_site(const void *a, const void *b)
+{
+    const struct bd_block *x = *(const struct bd_block *const *)a;
+    const struct bd_block *y = *(const struct bd_block *const *)b;
+    if (x->size != y->size)
+        return x->size < y->size ? -1 : 1;
+    return (x->site > y->site) - (x->site < y->site);
+}
 
 static int by_size_birth(const void *a, const void *b)
 {
@@ -117,8 +126,51 @@ static void find_state(struct bd_block **res, size_t nr, uint64_t last_param)
     }
 }
 
-static void classify(struct bd_block *v, size_t n, struct bd_block **grads, struct bd_block **res,
-                     struct om_breakdown *b)
+/* Gradients kept from one iteration to the next (zero_grad(set_to_none=False)) are born in
+ * the first backward and never freed: resident blocks. Every backward since makes each
+ * parameter's gradient again, at the call site and of the size that made the kept one, and
+ * adds it into the kept one, which is why the iteration frees it. So a resident block is a
+ * kept gradient when a block born and freed in the iteration has its call site and its size,
+ * and it is matched with a parameter (rule 4) among the other resident blocks. Called when
+ * no gradient of the iteration was matched; grads and res (sorted by size then birth) are
+ * the caller's arrays, grads free to reuse. */
+static int find_kept(struct bd_block *v, size_t n, struct bd_block **grads, struct bd_block **res,
+                     size_t nr, struct om_breakdown *b, uint64_t *last_param)
+{
+    struct bd_block **made = calloc(n ? n : 1, sizeof *made);
+    if (!made)
+        return -ENOMEM;
+    size_t nm = 0, nk = 0, no = 0;
+    for (size_t i = 0; i < n; i++)
+        if (v[i].birth >= b->first && v[i].birth < b->end && v[i].death <= b->end)
+            made[nm++] = &v[i];
+    qsort(made, nm, sizeof *made, by_size_site);
+    /* res, in place: the kept gradients to grads, the others stay, in order. */
+    for (size_t k = 0; k < nr; k++) {
+        struct bd_block *x = res[k];
+        if (bsearch(&x, made, nm, sizeof *made, by_size_site)) {
+            x->cls = OM_BD_GRADIENTS;
+            grads[nk++] = x;
+        } else {
+            res[no++] = x;
+        }
+    }
+    free(made);
+    if (nk == 0)
+        return 0;
+    match_parameters(grads, nk, res, no, last_param);
+    for (size_t g = 0; g < nk; g++) {
+        if (grads[g]->cls < 0)
+            grads[g]->cls = OM_BD_OTHER; /* no parameter of its size */
+        res[no + g] = grads[g];          /* res keeps every resident block */
+    }
+    qsort(res, nr, sizeof *res, by_size_birth);
+    b->kept_gradients = *last_param != NEVER;
+    return 0;
+}
+
+static int classify(struct bd_block *v, size_t n, struct bd_block **grads, struct bd_block **res,
+                    struct om_breakdown *b)
 {
     uint64_t q0 = b->first, qe = b->end, M = b->peak_request;
     /* The last birth of the iteration whose block also died in it: the end of the step. A
@@ -147,15 +199,17 @@ static void classify(struct bd_block *v, size_t n, struct bd_block **grads, stru
     qsort(res, nr, sizeof *res, by_size_birth);
     uint64_t last_param = NEVER;
     match_parameters(grads, ng, res, nr, &last_param);
+    if (last_param == NEVER && find_kept(v, n, grads, res, nr, b, &last_param) != 0)
+        return -ENOMEM;
     /* The turn from forward to backward: the first gradient's birth, or without gradients
      * the iteration's peak. Blocks of the iteration born by then and freed after it, in it,
      * were kept for the backward. */
     uint64_t turn = NEVER;
-    for (size_t g = 0; g < ng; g++) {
-        if (grads[g]->cls < 0)
-            grads[g]->cls = OM_BD_TEMPORARIES;
-        else if (grads[g]->birth < turn)
-            turn = grads[g]->birth;
+    for (size_t i = 0; i < n; i++) {
+        if (v[i].cls < 0)
+            v[i].cls = OM_BD_TEMPORARIES;
+        else if (v[i].cls == OM_BD_GRADIENTS && v[i].birth >= q0 && v[i].birth < turn)
+            turn = v[i].birth;
     }
     if (turn == NEVER)
         turn = M;
@@ -165,6 +219,7 @@ static void classify(struct bd_block *v, size_t n, struct bd_block **grads, stru
     if (last_param != NEVER)
         find_state(res, nr, last_param);
     b->turn_request = turn;
+    return 0;
 }
 
 static int tally(const struct bd_block *v, size_t n, struct om_breakdown *b)
@@ -229,17 +284,18 @@ int om_breakdown(const struct om_report *r, struct om_breakdown *b)
     size_t k = 0;
     for (size_t i = 0; i < r->nresident; i++) {
         const struct om_rresident *x = &r->resident[i];
-        v[k++] = (struct bd_block){x->size, x->birth, x->death == OM_NO_VALUE ? NEVER : x->death,
-                                   OM_BD_OTHER};
+        v[k++] = (struct bd_block){x->site, x->size, x->birth,
+                                   x->death == OM_NO_VALUE ? NEVER : x->death, OM_BD_OTHER};
     }
     for (size_t i = 0; i < r->nlife; i++) {
         const struct om_rlife *x = &r->life[i];
         if (x->site != OM_NO_VALUE)
-            v[k++] = (struct bd_block){x->size, x->birth,
+            v[k++] = (struct bd_block){x->site, x->size, x->birth,
                                        x->death == OM_NO_VALUE ? NEVER : x->death, OM_BD_OTHER};
     }
-    classify(v, k, grads, res, b);
-    rc = tally(v, k, b);
+    rc = classify(v, k, grads, res, b);
+    if (rc == 0)
+        rc = tally(v, k, b);
     if (rc != 0)
         goto out;
     b->found = true;

@@ -171,7 +171,14 @@ int om_render_folded(const struct om_merged *m, const struct om_render *o)
         if (n == 0)
             fputs("[unknown]", o->out);
         for (size_t k = n; k-- > first;) {
-            folded_frame(o->out, om_frame_name(&f[k], o->full_names, buf, sizeof buf));
+            if (f[k].file && !f[k].module) {
+                /* A Python source frame, as py-spy folds it: "function (file:line)". */
+                snprintf(buf, sizeof buf, "%s (%s:%u)", f[k].function ? f[k].function : "?",
+                         f[k].file, f[k].line);
+                folded_frame(o->out, buf);
+            } else {
+                folded_frame(o->out, om_frame_name(&f[k], o->full_names, buf, sizeof buf));
+            }
             if (k > first)
                 fputc(';', o->out);
         }

@@ -88,6 +88,7 @@ static json_t *breakdown(const struct om_report *r)
     json_object_set_new(o, "peak_request", json_integer((json_int_t)b.peak_request));
     json_object_set_new(o, "peak_bytes", json_integer((json_int_t)b.peak_bytes));
     json_object_set_new(o, "complete", json_boolean(b.complete));
+    json_object_set_new(o, "gradients_kept", json_boolean(b.kept_gradients));
     json_object_set_new(o, "classes", classes);
     return o;
 }

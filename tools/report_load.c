@@ -18,6 +18,8 @@ struct loader {
     int failed;
     int code;           /* -errno of the failure: -EINVAL unless said otherwise */
     const char *domain; /* a device domain whose sections are being read, for the message */
+    /* Version 2: the top-level tables that sites[].frames and sites[].python index. */
+    json_t *frames, *python_frames;
 };
 
 static void fail(struct loader *l, const char *fmt, ...)
@@ -239,6 +241,20 @@ static void load_serving(struct loader *l, json_t *root, struct om_report *r)
     }
 }
 
+/* A frame of sites[].frames: an object (version 1), or the index of one in the top-level
+ * "frames" (version 2). */
+static json_t *native_frame(struct loader *l, json_t *fr)
+{
+    if (!l->frames)
+        return fr;
+    if (!json_is_integer(fr) || json_integer_value(fr) < 0 ||
+        (size_t)json_integer_value(fr) >= json_array_size(l->frames)) {
+        fail(l, "not a valid optmem report: sites[].frames[] is not an index of frames");
+        return NULL;
+    }
+    return json_array_get(l->frames, (size_t)json_integer_value(fr));
+}
+
 static void load_frames(struct loader *l, json_t *arr, struct om_rsite *site)
 {
     site->nframes = json_array_size(arr);
@@ -248,11 +264,14 @@ static void load_frames(struct loader *l, json_t *arr, struct om_rsite *site)
         return;
     }
     for (size_t f = 0; f < site->nframes; f++) {
-        json_t *fr = json_array_get(arr, f);
+        json_t *fr = native_frame(l, json_array_get(arr, f));
+        if (!fr)
+            return;
         struct om_rframe *o = &site->frames[f];
         json_t *addr = json_object_get(fr, "address"), *off = json_object_get(fr, "offset");
         if (!json_is_object(fr) || !json_is_string(addr)) {
-            fail(l, "not a valid optmem report: sites[].frames[].address is missing");
+            fail(l, "not a valid optmem report: %sframes[].address is missing",
+                 l->frames ? "" : "sites[].");
             return;
         }
         o->address = strtoull(json_string_value(addr), NULL, 16);
@@ -285,13 +304,29 @@ static void load_python(struct loader *l, json_t *arr, struct om_rsite *site)
         goto out;
     }
     for (size_t k = 0; k < np && !l->failed; k++) {
-        json_t *fr = json_array_get(arr, k), *file = json_object_get(fr, "file");
+        json_t *fr = json_array_get(arr, k);
+        if (l->python_frames) {
+            /* Version 2: [index in python_frames, native_index]. */
+            json_t *id = json_array_get(fr, 0);
+            if (!json_is_array(fr) || json_array_size(fr) != 2 || !json_is_integer(id) ||
+                json_integer_value(id) < 0 ||
+                (size_t)json_integer_value(id) >= json_array_size(l->python_frames)) {
+                fail(l, "not a valid optmem report: sites[].python[] is not "
+                        "[python_frames index, native_index]");
+                break;
+            }
+            at[k] = as_u64(l, json_array_get(fr, 1), "sites[].python[].", "native_index");
+            fr = json_array_get(l->python_frames, (size_t)json_integer_value(id));
+        } else {
+            at[k] = get_u64(l, fr, "sites[].python[].", "native_index", true);
+        }
+        const char *where = l->python_frames ? "python_frames[]." : "sites[].python[].";
+        json_t *file = json_object_get(fr, "file");
         if (!json_is_object(fr) || !json_is_string(file)) {
-            fail(l, "not a valid optmem report: sites[].python[].file is missing");
+            fail(l, "not a valid optmem report: %sfile is missing", where);
             break;
         }
-        uint64_t line = get_u64(l, fr, "sites[].python[].", "line", false);
-        at[k] = get_u64(l, fr, "sites[].python[].", "native_index", true);
+        uint64_t line = get_u64(l, fr, where, "line", false);
         py[k].file = dup_str(l, file);
         py[k].function = dup_str(l, json_object_get(fr, "function"));
         py[k].line = line > 0x7fffffff ? 0 : (unsigned)line;
@@ -569,13 +604,20 @@ static void load_root(struct loader *l, json_t *root, const char *domain, struct
         return;
     }
     json_t *version = json_object_get(root, "version");
-    if (!json_is_integer(version) || json_integer_value(version) != OM_REPORT_VERSION) {
+    if (!json_is_integer(version) || json_integer_value(version) < 1 ||
+        json_integer_value(version) > OM_REPORT_VERSION) {
         if (json_is_integer(version))
-            fail(l, "report version %lld is not supported (this optmem reads version %d)",
+            fail(l, "report version %lld is not supported (this optmem reads versions 1 to %d)",
                  (long long)json_integer_value(version), OM_REPORT_VERSION);
         else
             fail(l, "not a valid optmem report: version is missing");
         return;
+    }
+    if (json_integer_value(version) >= 2) {
+        l->frames = get(l, root, "", "frames", JSON_ARRAY);
+        l->python_frames = get(l, root, "", "python_frames", JSON_ARRAY);
+        if (l->failed)
+            return;
     }
     load_process(l, root, r);
     json_t *cfg = get(l, root, "", "configuration", JSON_OBJECT);

@@ -196,11 +196,12 @@ static int place(const struct om_report *r, struct blk *b, size_t n, uint64_t *t
     if (!rb || !off)
         goto out;
     *top = 0;
+    uint64_t t0 = n ? b[0].l->birth : 0; /* blocks come in birth order */
     for (int fixed = 1; fixed >= 0; fixed--) {
         for (size_t i = 0; i < n; i++) {
             const struct om_rlife *l = b[i].l;
-            uint64_t lower = l->birth - r->sample_first;
-            uint64_t upper = (l->death == OM_NO_VALUE ? r->sample_end : l->death) - r->sample_first;
+            uint64_t lower = l->birth - t0;
+            uint64_t upper = (l->death == OM_NO_VALUE ? r->sample_end : l->death) - t0;
             rb[i] = (om_rp_block){.id = i,
                                   .lower = lower,
                                   .upper = upper > lower ? upper : lower + 1,
@@ -341,8 +342,13 @@ static int pk_trace(struct writer *w, struct blk *b, size_t n, struct blk **dead
     op(w, OP_EMPTY_LIST);
     if (n == 0)
         return 0;
-    if (b[0].l->birth_ns != OM_NO_VALUE)
-        us = b[0].l->birth_ns / 1000;
+    /* Resident blocks have no times in the report: they take the first time known, the
+     * sample's first request's, so that times never go back. */
+    for (size_t i = 0; i < n; i++)
+        if (b[i].l->birth_ns != OM_NO_VALUE) {
+            us = b[i].l->birth_ns / 1000;
+            break;
+        }
     list_item(w, count++);
     pk_event_head(w, "segment_alloc", MEMVIZ_BASE, top, us);
     op(w, OP_EMPTY_LIST);
@@ -386,19 +392,61 @@ static int64_t device_of(const char *domain)
     return *end || v < 0 || v > 1023 ? 0 : (int64_t)v;
 }
 
+static int by_birth(const void *x, const void *y)
+{
+    const struct om_rlife *a = x, *c = y;
+    return (a->birth > c->birth) - (a->birth < c->birth);
+}
+
+/* What the export holds, for whoever reads it: the viewers ignore keys they do not know. */
+static void pk_metadata(struct writer *w, size_t nsample, size_t nresident)
+{
+    const struct om_report *r = w->r;
+    /* The report holds every lifetime when its sample begins with the domain's first request
+     * (the timeline's first); else the sample and the blocks live at its start. */
+    bool all = r->sample_first <= r->timeline_first;
+    pk_str(w, "optmem");
+    op(w, OP_EMPTY_DICT);
+    op(w, OP_MARK);
+    key_str(w, "lifetimes", all ? "all" : "sample");
+    key_str(w, "covers",
+            all ? "every lifetime of the domain"
+                : "the report's sample (its most recent requests, whole iterations) and the "
+                  "blocks born before it and live at its first request; blocks born and freed "
+                  "before the sample are not in the report");
+    key_uint(w, "first_request", r->sample_first);
+    key_uint(w, "end_request", r->sample_end);
+    key_uint(w, "sample_lifetimes", nsample);
+    key_uint(w, "resident_lifetimes", nresident);
+    key_uint(w, "resident_omitted_bytes", r->resident_omitted_bytes);
+    op(w, OP_SETITEMS);
+}
+
 static int write_snapshot(struct writer *w, int64_t device)
 {
     const struct om_report *r = w->r;
-    size_t n = 0, nlive = 0, ndead = 0;
+    size_t n = 0, nlive = 0, ndead = 0, nres = 0;
     for (size_t i = 0; i < r->nlife; i++)
         n += r->life[i].site != OM_NO_VALUE && r->life[i].site < r->nsites;
-    struct blk *b = calloc(n ? n : 1, sizeof *b);
-    struct blk **live = calloc(n ? n : 1, sizeof *live), **dead = calloc(n ? n : 1, sizeof *dead);
+    /* The blocks born before the sample and live at its start (parameters, optimizer state)
+     * come first, in birth order, without times: the report has none for them. */
+    struct om_rlife *res = calloc(r->nresident ? r->nresident : 1, sizeof *res);
+    struct blk *b = calloc(n + r->nresident ? n + r->nresident : 1, sizeof *b);
+    struct blk **live = calloc(n + r->nresident ? n + r->nresident : 1, sizeof *live);
+    struct blk **dead = calloc(n + r->nresident ? n + r->nresident : 1, sizeof *dead);
     uint64_t top = 0;
     int rc = -ENOMEM;
-    if (!b || !live || !dead)
+    if (!res || !b || !live || !dead)
         goto out;
+    for (size_t i = 0; i < r->nresident; i++) {
+        const struct om_rresident *x = &r->resident[i];
+        res[nres++] = (struct om_rlife){x->site,     x->size,     x->birth,   x->death,
+                                        OM_NO_VALUE, OM_NO_VALUE, OM_NO_VALUE};
+    }
+    qsort(res, nres, sizeof *res, by_birth);
     n = 0;
+    for (size_t i = 0; i < nres; i++)
+        b[n++].l = &res[i];
     for (size_t i = 0; i < r->nlife; i++)
         if (r->life[i].site != OM_NO_VALUE && r->life[i].site < r->nsites)
             b[n++].l = &r->life[i];
@@ -438,10 +486,12 @@ static int write_snapshot(struct writer *w, int64_t device)
     list_end(w, (size_t)device + 1);
     pk_str(w, "allocator_settings");
     op(w, OP_EMPTY_DICT);
+    pk_metadata(w, n - nres, nres);
     op(w, OP_SETITEMS);
     op(w, OP_STOP);
     rc = ferror(w->out) ? -EIO : 0;
 out:
+    free(res);
     free(b);
     free(live);
     free(dead);

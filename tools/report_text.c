@@ -175,6 +175,9 @@ static int print_breakdown(FILE *out, const struct om_report *r, bool several)
         bar[at++] = om_bd_letters[OM_BD_OTHER];
     bar[at] = '\0';
     fprintf(out, "  [%s]\n", bar);
+    if (b.kept_gradients)
+        fputs("  (gradients kept from one iteration to the next: zero_grad(set_to_none=False))\n",
+              out);
     if (!b.complete)
         fputs("  (some blocks born before the sample were not in the report: counted as other)\n",
               out);

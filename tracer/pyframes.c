@@ -13,8 +13,9 @@
 
 /* Where CPython keeps what the walk reads, per minor version (offsets in bytes on x86-64
  * and aarch64, from each version's headers: 3.11 checked against its installed internal
- * headers and by tests/tracer/python_frames.py; 3.12 and 3.13 read from their headers, and
- * checked at run time by the first walks, see `checked` below). */
+ * headers and by tests/tracer/python_frames.py; 3.12 and 3.13 read from their headers,
+ * checked on hand-made frames (tests/tracer/fake_python.c, FAKE_MINOR) and at run time by
+ * the first walks, see `checked` below). */
 struct py_layout {
     unsigned minor;
     /* PyThreadState: the current frame is cframe->current_frame (3.11, 3.12) or a field

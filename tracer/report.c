@@ -8,16 +8,64 @@
 #include <time.h>
 #include <unistd.h>
 
-#define REPORT_VERSION 1
+/* 2: frames written once, in the top-level "frames" and "python_frames" tables, that sites
+ * refer to by index. */
+#define REPORT_VERSION 2
 #define PEAK_TOP 20
 #define WRITE_BUF (64u * 1024)
 #define CMDLINE_MAX (64u * 1024)
 #define RESIDENT_MAX (1u << 16) /* live blocks listed in "resident"; the rest only counted */
 
+struct om_resident_block {
+    uint64_t site, size, birth, death;
+};
+
+/* What "resident" lists, gathered under the tracer's lock and written after it. */
+struct om_resident {
+    struct om_resident_block *blocks;
+    uint64_t n, cap, omitted, omitted_bytes;
+    int complete;
+};
+
+/* A call site as a report copies it: what changes (its counters), and the site itself for
+ * what never does (frames, Python stack). */
+struct snap_site {
+    const struct om_site *site;
+    uint64_t count, total_bytes, min_size, max_size, live_blocks, live_bytes, freed;
+    uint64_t life_req_min, life_req_max, life_req_sum, life_ns_min, life_ns_max, life_ns_sum;
+    uint64_t cat_bytes[OM_CAT_COUNT], live_cat_bytes[OM_CAT_COUNT];
+    uint64_t mod_event, snap_for, snap_bytes, snap_blocks;
+};
+
+/* A domain as a report sees it, copied under the tracer's lock and written outside it: the
+ * domain's fields, its call sites' counters, the sample's records, and each site's live bytes
+ * by category. The buffers are kept from one report to the next: reports are rewritten every
+ * few seconds (checkpoints), and pages mapped anew each time would be faulted in anew; and a
+ * site whose counters have not changed since the last copy is not copied again. */
+struct snap {
+    struct om_domain d; /* records and resident point below; no sites, no live table */
+    struct om_resident resident;
+    struct snap_site *sites;
+    uint32_t nsites;  /* sites copied: the domain's call sites when copied */
+    size_t sites_cap; /* sites has room for this many */
+    pid_t pid;        /* the process that copied them: a forked child copies every site */
+    struct om_record *records;
+};
+
 /* The writer's buffers, mapped at the first report and kept: a report is rewritten every
  * few seconds (checkpoints), and mapping them anew each time cost the program about 70 page
  * faults a checkpoint. Reports are written one at a time (the tracer's dump lock). */
 static char *write_buf, *cmdline_buf;
+
+/* A buffer of the report's, its pages made resident in one call (where the kernel can, 5.14
+ * on) instead of faulted in one by one as a report first writes them. */
+static void *map_populated(size_t size)
+{
+    void *p = om_sys_map(size);
+    if (p)
+        (void)madvise(p, size, MADV_POPULATE_WRITE);
+    return p;
+}
 
 static void kv_u64(struct om_json *w, const char *key, uint64_t v)
 {
@@ -99,7 +147,7 @@ static void write_configuration(struct om_json *w, const struct om_tracer_config
     om_json_end(w, '}');
 }
 
-static uint64_t site_peak_bytes(const struct om_domain *st, const struct om_site *s,
+static uint64_t site_peak_bytes(const struct om_domain *st, const struct snap_site *s,
                                 uint64_t *blocks)
 {
     if (s->mod_event <= st->peak_event) {
@@ -114,14 +162,14 @@ static uint64_t site_peak_bytes(const struct om_domain *st, const struct om_site
     return 0;
 }
 
-static void write_peak(struct om_json *w, const struct om_domain *st)
+static void write_peak(struct om_json *w, const struct snap *sn)
 {
-    const struct om_site *top[PEAK_TOP];
+    const struct om_domain *st = &sn->d;
+    uint32_t top[PEAK_TOP];
     uint64_t top_bytes[PEAK_TOP], top_blocks[PEAK_TOP];
     unsigned ntop = 0;
-    for (uint32_t i = 0; i < st->sites.count; i++) {
-        const struct om_site *s = st->sites.by_id[i];
-        uint64_t blocks, bytes = site_peak_bytes(st, s, &blocks);
+    for (uint32_t i = 0; i < sn->nsites; i++) {
+        uint64_t blocks, bytes = site_peak_bytes(st, &sn->sites[i], &blocks);
         if (bytes == 0 || (ntop == PEAK_TOP && bytes <= top_bytes[PEAK_TOP - 1]))
             continue;
         unsigned k = ntop < PEAK_TOP ? ntop++ : PEAK_TOP - 1;
@@ -131,7 +179,7 @@ static void write_peak(struct om_json *w, const struct om_domain *st)
             top_blocks[k] = top_blocks[k - 1];
             k--;
         }
-        top[k] = s;
+        top[k] = i;
         top_bytes[k] = bytes;
         top_blocks[k] = blocks;
     }
@@ -143,7 +191,7 @@ static void write_peak(struct om_json *w, const struct om_domain *st)
     om_json_begin(w, '[');
     for (unsigned k = 0; k < ntop; k++) {
         om_json_begin(w, '{');
-        kv_u64(w, "site", top[k]->id);
+        kv_u64(w, "site", top[k]);
         kv_u64(w, "bytes", top_bytes[k]);
         kv_u64(w, "blocks", top_blocks[k]);
         om_json_end(w, '}');
@@ -253,41 +301,10 @@ static void write_iterations(struct om_json *w, const struct om_tracer_config *c
     om_json_end(w, '}');
 }
 
-static void write_frames(struct om_json *w, const struct om_site *s)
-{
-    const struct om_frame_info *info = __atomic_load_n(&s->info, __ATOMIC_ACQUIRE);
-    om_json_key(w, "frames");
-    om_json_begin(w, '[');
-    for (uint32_t f = 0; f < s->depth; f++) {
-        om_json_begin(w, '{');
-        om_json_key(w, "address");
-        om_json_hex(w, (uint64_t)(uintptr_t)s->frames[f]);
-        kv_str(w, "module", info ? info[f].module : NULL);
-        om_json_key(w, "offset");
-        if (info && info[f].module)
-            om_json_hex(w, info[f].offset);
-        else
-            om_json_null(w);
-        kv_str(w, "function", info ? info[f].function : NULL);
-        om_json_end(w, '}');
-    }
-    om_json_end(w, ']');
-}
-
-struct om_resident_block {
-    uint64_t site, size, birth, death;
-};
-
-/* What "resident" lists, gathered under the tracer's lock and written after it. */
-struct om_resident {
-    struct om_resident_block *blocks;
-    uint64_t n, cap, omitted, omitted_bytes;
-    int complete;
-};
-
-/* The Python frames, innermost first, each with the index of the native frame of the eval
- * loop that runs it: the k-th such frame runs the k-th run of Python frames, a run ending at
- * a frame entered from C. Frames past the native ones captured have a null index. */
+/* The Python frames, innermost first, as [python_frames index, native_index]: the index of
+ * the native frame of the eval loop that runs it; the k-th such frame runs the k-th run of
+ * Python frames, a run ending at a frame entered from C. Frames past the native ones captured
+ * have a null index. */
 static void write_python(struct om_json *w, const struct om_site *s)
 {
     const uint32_t *py = NULL;
@@ -298,24 +315,139 @@ static void write_python(struct om_json *w, const struct om_site *s)
     om_json_key(w, "python");
     om_json_begin(w, '[');
     for (unsigned p = 0; p < n; p++) {
-        const char *file, *function;
-        uint32_t line;
-        if (om_py_frame(py[p] >> 1, &file, &function, &line) != 0)
-            continue;
         while (f < s->depth && !om_py_is_eval((uintptr_t)s->frames[f]))
             f++;
-        om_json_begin(w, '{');
-        kv_str(w, "file", file);
-        kv_u64(w, "line", line);
-        kv_str(w, "function", function);
-        om_json_key(w, "native_index");
+        om_json_begin(w, '[');
+        om_json_u64(w, py[p] >> 1);
         if (f < s->depth)
             om_json_u64(w, f);
         else
             om_json_null(w);
-        om_json_end(w, '}');
+        om_json_end(w, ']');
         if ((py[p] & 1) && f < s->depth)
             f++; /* the next run belongs to the next eval loop frame */
+    }
+    om_json_end(w, ']');
+}
+
+/* ---- the frame tables: each native frame once, for the sites of every domain ---- */
+
+#define FRAMES_MIN 4096u /* frames the table first has room for */
+
+/* Every return address of every call site, by id in order of first sight, with its module,
+ * offset and function; kept from one report to the next (call sites are never dropped, so
+ * every frame stays in use), so that each is resolved once. Used under the dump lock only. */
+static struct {
+    uintptr_t *addr;
+    struct om_frame_info *info;
+    uint32_t *slots; /* 2 cap of them: id + 1, 0 when free */
+    uint32_t n, cap;
+} ft;
+
+static uint32_t frame_slot(const uint32_t *slots, uint32_t nslots, uintptr_t a)
+{
+    uint32_t i = (uint32_t)(((uint64_t)a * 0x9e3779b97f4a7c15ull) >> 32) & (nslots - 1);
+    while (slots[i] && ft.addr[slots[i] - 1] != a)
+        i = (i + 1) & (nslots - 1);
+    return i;
+}
+
+static int frames_reserve(uint32_t want)
+{
+    if (want <= ft.cap)
+        return 0;
+    uint32_t cap = ft.cap ? ft.cap : FRAMES_MIN;
+    while (cap < want)
+        cap *= 2;
+    uintptr_t *addr = map_populated(cap * sizeof *addr);
+    struct om_frame_info *info = map_populated(cap * sizeof *info);
+    uint32_t *slots = map_populated(2 * (size_t)cap * sizeof *slots);
+    if (!addr || !info || !slots) {
+        om_sys_unmap(addr, cap * sizeof *addr);
+        om_sys_unmap(info, cap * sizeof *info);
+        om_sys_unmap(slots, 2 * (size_t)cap * sizeof *slots);
+        return -ENOMEM;
+    }
+    if (ft.n) {
+        memcpy(addr, ft.addr, ft.n * sizeof *addr);
+        memcpy(info, ft.info, ft.n * sizeof *info);
+    }
+    om_sys_unmap(ft.addr, ft.cap * sizeof *ft.addr);
+    om_sys_unmap(ft.info, ft.cap * sizeof *ft.info);
+    om_sys_unmap(ft.slots, 2 * (size_t)ft.cap * sizeof *ft.slots);
+    ft.addr = addr;
+    ft.info = info;
+    ft.slots = slots;
+    ft.cap = cap;
+    for (uint32_t id = 0; id < ft.n; id++)
+        slots[frame_slot(slots, 2 * cap, addr[id])] = id + 1;
+    return 0;
+}
+
+/* The id of a frame the table holds (frames_collect added every frame of the snapshot). */
+static uint32_t frame_id(uintptr_t a)
+{
+    return ft.slots[frame_slot(ft.slots, 2 * ft.cap, a)] - 1;
+}
+
+/* Adds the frames of the snapshot's sites not seen before and resolves them (modules, and
+ * with names the functions of every frame still without one). */
+static int frames_collect(struct snap *const *of, unsigned n, int with_names)
+{
+    uint32_t seen = ft.n;
+    for (unsigned d = 0; d < n; d++) {
+        for (uint32_t i = 0; i < of[d]->nsites; i++) {
+            const struct om_site *s = of[d]->sites[i].site;
+            for (uint32_t f = 0; f < s->depth; f++) {
+                uintptr_t a = (uintptr_t)s->frames[f];
+                if (ft.cap && ft.slots[frame_slot(ft.slots, 2 * ft.cap, a)])
+                    continue;
+                if (ft.n == ft.cap && frames_reserve(ft.n + 1) != 0)
+                    return -ENOMEM;
+                ft.addr[ft.n] = a;
+                ft.info[ft.n] = (struct om_frame_info){NULL, 0, NULL};
+                ft.slots[frame_slot(ft.slots, 2 * ft.cap, a)] = ++ft.n;
+            }
+        }
+    }
+    if (with_names)
+        om_frames_symbolize(ft.addr, ft.info, ft.n, 1);
+    else if (ft.n > seen)
+        om_frames_symbolize(ft.addr + seen, ft.info + seen, ft.n - seen, 0);
+    return 0;
+}
+
+static void write_frame_tables(struct om_json *w)
+{
+    om_json_key(w, "frames");
+    om_json_begin(w, '[');
+    for (uint32_t id = 0; id < ft.n; id++) {
+        const struct om_frame_info *info = &ft.info[id];
+        om_json_begin(w, '{');
+        om_json_key(w, "address");
+        om_json_hex(w, ft.addr[id]);
+        kv_str(w, "module", info->module);
+        om_json_key(w, "offset");
+        if (info->module)
+            om_json_hex(w, info->offset);
+        else
+            om_json_null(w);
+        kv_str(w, "function", info->function);
+        om_json_end(w, '}');
+    }
+    om_json_end(w, ']');
+    /* Python frames have ids of their own, dense from 0 (pyframes.c): all of them are listed,
+     * at least every one the snapshot's sites refer to. */
+    om_json_key(w, "python_frames");
+    om_json_begin(w, '[');
+    const char *file, *function;
+    uint32_t line;
+    for (uint32_t id = 0; om_py_frame(id, &file, &function, &line) == 0; id++) {
+        om_json_begin(w, '{');
+        kv_str(w, "file", file);
+        kv_u64(w, "line", line);
+        kv_str(w, "function", function);
+        om_json_end(w, '}');
     }
     om_json_end(w, ']');
 }
@@ -336,16 +468,20 @@ static void write_lifetime(struct om_json *w, const char *key, uint64_t min, uin
     om_json_end(w, '}');
 }
 
-static void write_sites(struct om_json *w, const struct om_domain *st)
+static void write_sites(struct om_json *w, const struct snap *sn)
 {
     om_json_key(w, "sites");
     om_json_begin(w, '[');
-    for (uint32_t i = 0; i < st->sites.count; i++) {
-        const struct om_site *s = st->sites.by_id[i];
+    for (uint32_t i = 0; i < sn->nsites; i++) {
+        const struct snap_site *s = &sn->sites[i];
         om_json_begin(w, '{');
-        kv_u64(w, "id", s->id);
-        write_frames(w, s);
-        write_python(w, s);
+        kv_u64(w, "id", i);
+        om_json_key(w, "frames");
+        om_json_begin(w, '[');
+        for (uint32_t f = 0; f < s->site->depth; f++)
+            om_json_u64(w, frame_id((uintptr_t)s->site->frames[f]));
+        om_json_end(w, ']');
+        write_python(w, s->site);
         kv_u64(w, "count", s->count);
         kv_u64(w, "total_bytes", s->total_bytes);
         om_json_key(w, "min_size");
@@ -549,8 +685,9 @@ static void write_serving(struct om_json *w, const struct om_serving_stats *v)
 /* The sections every domain has, with the same keys at the top level (the host) and in
  * each entry of device_domains. */
 static void write_domain(struct om_json *w, const struct om_tracer_config *cfg,
-                         const struct om_domain *d)
+                         const struct snap *sn)
 {
+    const struct om_domain *d = &sn->d;
     uint64_t first = sample_first(d);
     om_json_key(w, "counters");
     om_json_begin(w, '{');
@@ -558,25 +695,28 @@ static void write_domain(struct om_json *w, const struct om_tracer_config *cfg,
     kv_u64(w, "managed_frees", d->frees);
     kv_u64(w, "live_blocks", d->live_blocks);
     kv_u64(w, "live_bytes", d->live_bytes);
-    kv_u64(w, "call_sites", d->sites.count);
+    kv_u64(w, "call_sites", sn->nsites);
     om_json_end(w, '}');
     kv_u64(w, "lower_bound_bytes", d->lower_bound);
     kv_u64(w, "peak_live_bytes", d->peak_usable);
-    write_peak(w, d);
+    write_peak(w, sn);
     if (d->have_serving)
         write_serving(w, &d->serving);
     write_iterations(w, cfg, d, first);
-    write_sites(w, d);
+    write_sites(w, sn);
     write_sample(w, d, first);
-    write_resident(w, d->resident);
+    write_resident(w, &sn->resident);
 }
 
 static void write_report(struct om_json *w, const struct om_tracer_config *cfg,
-                         struct om_domain *const *doms, unsigned n)
+                         struct snap *const *snaps_of, unsigned n)
 {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     uint64_t now = (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+    struct om_domain *doms[OM_TRACER_DOMAINS];
+    for (unsigned i = 0; i < n; i++)
+        doms[i] = &snaps_of[i]->d;
     om_json_begin(w, '{');
     kv_str(w, "schema", "optmem-report");
     kv_u64(w, "version", REPORT_VERSION);
@@ -588,14 +728,15 @@ static void write_report(struct om_json *w, const struct om_tracer_config *cfg,
         om_json_str(w, doms[i]->name);
     om_json_end(w, ']');
     kv_u64(w, "duration_ns", now - cfg->t0_ns);
+    write_frame_tables(w);
     /* The host stays at the top level, where readers of earlier reports look for it. */
-    write_domain(w, cfg, doms[OM_TRACER_HOST]);
+    write_domain(w, cfg, snaps_of[OM_TRACER_HOST]);
     om_json_key(w, "device_domains");
     om_json_begin(w, '[');
     for (unsigned i = OM_TRACER_HOST + 1; i < n; i++) {
         om_json_begin(w, '{');
         kv_str(w, "name", doms[i]->name);
-        write_domain(w, cfg, doms[i]);
+        write_domain(w, cfg, snaps_of[i]);
         om_json_end(w, '}');
     }
     om_json_end(w, ']');
@@ -621,31 +762,11 @@ int om_report_iterations(struct om_domain *const *doms, unsigned n)
 
 /* ---- the snapshot ---- */
 
-/* A domain as a report sees it, copied under the tracer's lock and written outside it: the
- * domain's fields, its call sites (their frames and names are never changed once set, and
- * are shared), the sample's records, and each site's live bytes by category. The buffers
- * are kept from one report to the next: reports are rewritten every few seconds
- * (checkpoints), and pages mapped anew each time would be faulted in anew. */
-struct snap {
-    struct om_domain d; /* sites.by_id, records and resident point below; no live table */
-    struct om_resident resident;
-    struct om_site *sites, **by_id;
-    size_t sites_cap; /* sites and by_id have room for this many */
-    struct om_record *records;
-};
-
 static struct snap *snaps[OM_TRACER_DOMAINS];
 
-/* A buffer of the report's, its pages made resident in one call (where the kernel can, 5.14
- * on) instead of faulted in one by one as a report first writes them. */
-static void *map_populated(size_t size)
-{
-    void *p = om_sys_map(size);
-    if (p)
-        (void)madvise(p, size, MADV_POPULATE_WRITE);
-    return p;
-}
-
+/* Room for nsites: grown with mremap, so that the pages already in use move rather than
+ * being copied into new ones, and only the pages the sites take are made resident (a buffer
+ * populated whole, or copied, faulted in twice or four times what it held). */
 static int snap_reserve(struct snap *sn, uint32_t nsites)
 {
     if (nsites <= sn->sites_cap)
@@ -653,19 +774,46 @@ static int snap_reserve(struct snap *sn, uint32_t nsites)
     size_t cap = sn->sites_cap ? sn->sites_cap : 256;
     while (cap < nsites)
         cap *= 2;
-    struct om_site *sites = map_populated(cap * sizeof *sites);
-    struct om_site **by_id = map_populated(cap * sizeof *by_id);
-    if (!sites || !by_id) {
-        om_sys_unmap(sites, cap * sizeof *sites);
-        om_sys_unmap(by_id, cap * sizeof *by_id);
+    size_t had = sn->sites_cap * sizeof *sn->sites, want = cap * sizeof *sn->sites;
+    struct snap_site *sites;
+    if (sn->sites) {
+        void *p = mremap(sn->sites, had, want, MREMAP_MAYMOVE);
+        if (p == MAP_FAILED)
+            return -ENOMEM;
+        sites = p;
+    } else if (!(sites = om_sys_map(want))) {
         return -ENOMEM;
     }
-    om_sys_unmap(sn->sites, sn->sites_cap * sizeof *sn->sites);
-    om_sys_unmap(sn->by_id, sn->sites_cap * sizeof *sn->by_id);
+    uintptr_t from = ((uintptr_t)sites + had) & ~(uintptr_t)4095;
+    uintptr_t to = (uintptr_t)sites + (size_t)nsites * sizeof *sites;
+    if (to > from)
+        (void)madvise((void *)from, to - from, MADV_POPULATE_WRITE);
     sn->sites = sites;
-    sn->by_id = by_id;
     sn->sites_cap = cap;
     return 0;
+}
+
+static void site_copy(struct snap_site *c, const struct om_site *s)
+{
+    *c = (struct snap_site){.site = s,
+                            .count = s->count,
+                            .total_bytes = s->total_bytes,
+                            .min_size = s->min_size,
+                            .max_size = s->max_size,
+                            .live_blocks = s->live_blocks,
+                            .live_bytes = s->live_bytes,
+                            .freed = s->freed,
+                            .life_req_min = s->life_req_min,
+                            .life_req_max = s->life_req_max,
+                            .life_req_sum = s->life_req_sum,
+                            .life_ns_min = s->life_ns_min,
+                            .life_ns_max = s->life_ns_max,
+                            .life_ns_sum = s->life_ns_sum,
+                            .mod_event = s->mod_event,
+                            .snap_for = s->snap_for,
+                            .snap_bytes = s->snap_bytes,
+                            .snap_blocks = s->snap_blocks};
+    memcpy(c->cat_bytes, s->cat_bytes, sizeof c->cat_bytes);
 }
 
 static int snap_domain(struct snap **slot, const struct om_domain *d)
@@ -678,15 +826,23 @@ static int snap_domain(struct snap **slot, const struct om_domain *d)
     uint32_t nsites = d->sites.count;
     if (snap_reserve(sn, nsites) != 0)
         return -ENOMEM;
-    sn->d = *d;
+    /* Every change of a site's counters stamps it with the domain's event count (site_change
+     * in tracer.c), so sites not stamped since the last copy still hold what it copied. A
+     * forked child, or a record started anew (events back to fewer), copies every site. */
+    pid_t pid = getpid();
+    int same = sn->pid == pid && d->events >= sn->d.events;
+    uint64_t copied_at = same ? sn->d.events : 0;
+    uint32_t copied = same ? sn->nsites : 0;
     for (uint32_t i = 0; i < nsites; i++) {
-        sn->sites[i] = *d->sites.by_id[i];
+        const struct om_site *s = d->sites.by_id[i];
+        if (i >= copied || sn->sites[i].site != s || s->mod_event > copied_at)
+            site_copy(&sn->sites[i], s);
         memset(sn->sites[i].live_cat_bytes, 0, sizeof sn->sites[i].live_cat_bytes);
-        sn->by_id[i] = &sn->sites[i];
     }
-    sn->d.sites.hash = NULL;
-    sn->d.sites.by_id = sn->by_id;
-    sn->d.sites.capacity = (uint32_t)sn->sites_cap;
+    sn->nsites = nsites;
+    sn->pid = pid;
+    sn->d = *d;
+    sn->d.sites = (struct om_sites){NULL, NULL, 0, 0};
     /* A live block that has crossed two boundaries is persistent already; one that crossed
      * one is taken as an arc over the boundary; a younger one is not classified yet. */
     if (d->acct.iter_no > 0) {
@@ -730,6 +886,7 @@ void om_report_prepare(void)
         sn->records = map_populated(OM_SAMPLE_RECORDS * sizeof *sn->records);
     if (sn)
         (void)snap_reserve(sn, 1);
+    (void)frames_reserve(FRAMES_MIN);
 }
 
 int om_report_snapshot(struct om_domain *const *domains, unsigned n, struct om_domain **out)
@@ -745,7 +902,7 @@ int om_report_snapshot(struct om_domain *const *domains, unsigned n, struct om_d
 
 struct report_job {
     const struct om_tracer_config *cfg;
-    struct om_domain *const *doms;
+    struct snap *const *snaps;
     unsigned ndoms;
     char *buf;
 };
@@ -755,17 +912,28 @@ static int fill_report(int fd, void *ctx)
     struct report_job *job = ctx;
     struct om_json w;
     om_json_init(&w, fd, job->buf, WRITE_BUF);
-    write_report(&w, job->cfg, job->doms, job->ndoms);
+    write_report(&w, job->cfg, job->snaps, job->ndoms);
     return om_json_flush(&w);
 }
 
 int om_report_write(const struct om_tracer_config *cfg, struct om_domain *const *domains,
-                    unsigned ndomains, const char *path)
+                    unsigned ndomains, const char *path, int with_names)
 {
+    struct snap *of[OM_TRACER_DOMAINS];
+    if (ndomains > OM_TRACER_DOMAINS)
+        return -EINVAL;
+    for (unsigned i = 0; i < ndomains; i++) {
+        if (!snaps[i] || domains[i] != &snaps[i]->d)
+            return -EINVAL; /* not the copies om_report_snapshot made */
+        of[i] = snaps[i];
+    }
     if (!write_buf && !(write_buf = map_populated(WRITE_BUF)))
         return -ENOMEM;
     if (!cmdline_buf)
         cmdline_buf = om_sys_map(CMDLINE_MAX); /* without it, argv is written empty */
-    struct report_job job = {cfg, domains, ndomains, write_buf};
+    int rc = frames_collect(of, ndomains, with_names);
+    if (rc != 0)
+        return rc;
+    struct report_job job = {cfg, of, ndomains, write_buf};
     return om_file_replace(path, fill_report, &job);
 }

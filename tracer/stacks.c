@@ -408,6 +408,29 @@ static const char *copy_str(const char *s)
     return c;
 }
 
+/* Module paths, kept for the process's life: frames resolved by one report point at them, and
+ * each report scans the modules anew. */
+struct path_entry {
+    UT_hash_handle hh;
+    char text[];
+};
+static struct path_entry *paths;
+
+static const char *module_path(const char *name)
+{
+    struct path_entry *e = NULL;
+    size_t n = strlen(name);
+    HASH_FIND(hh, paths, name, n, e);
+    if (e)
+        return e->text;
+    e = om_sys_alloc(sizeof *e + n + 1);
+    if (!e)
+        return NULL;
+    memcpy(e->text, name, n + 1);
+    HASH_ADD_KEYPTR(hh, paths, e->text, n, e);
+    return e->text;
+}
+
 static int module_cb(struct dl_phdr_info *info, size_t size, void *data)
 {
     if (nmodules == MAX_MODULES)
@@ -431,7 +454,7 @@ static int module_cb(struct dl_phdr_info *info, size_t size, void *data)
         exe[len > 0 ? len : 0] = '\0';
         name = exe;
     }
-    m->path = copy_str(name);
+    m->path = module_path(name);
     nmodules++;
     return 0;
 }
@@ -485,51 +508,29 @@ static const char *function_of(uintptr_t a, uint64_t deadline)
     return name;
 }
 
-static int symbolize_table(struct om_sites *sites, uint64_t deadline, int with_names)
-{
-    uint32_t n = __atomic_load_n(&sites->count, __ATOMIC_ACQUIRE);
-    struct om_site **by_id = __atomic_load_n(&sites->by_id, __ATOMIC_ACQUIRE);
-    for (uint32_t i = 0; i < n; i++) {
-        struct om_site *s = by_id[i];
-        struct om_frame_info *info = s->info;
-        if (info && (s->named || !with_names))
-            continue;
-        if (!info) {
-            info = om_sys_alloc((s->depth ? s->depth : 1) * sizeof *info);
-            if (!info)
-                return -ENOMEM;
-            for (uint32_t f = 0; f < s->depth; f++) {
-                uintptr_t a = (uintptr_t)s->frames[f];
-                const struct module *m = module_of(a);
-                if (m) {
-                    info[f].module = m->path;
-                    info[f].offset = a - m->bias;
-                }
-            }
-        }
-        if (with_names) {
-            for (uint32_t f = 0; f < s->depth; f++)
-                info[f].function = function_of((uintptr_t)s->frames[f], deadline);
-            s->named = 1;
-        }
-        __atomic_store_n(&s->info, info, __ATOMIC_RELEASE);
-    }
-    return 0;
-}
-
-void om_sites_symbolize(struct om_sites *const *tables, unsigned n, int with_names)
+void om_frames_symbolize(const uintptr_t *addresses, struct om_frame_info *info, uint32_t n,
+                         int with_names)
 {
     if (!modules)
         modules = om_sys_map(MAX_MODULES * sizeof *modules);
-    if (!modules)
+    if (!modules || n == 0)
         return;
     nmodules = 0;
     dl_iterate_phdr(module_cb, NULL);
-    /* One budget for all domains: a report waits for names at most this long. */
+    /* One budget a call: a report waits for names at most this long. */
     uint64_t deadline = now_ns() + NAME_BUDGET_NS;
-    for (unsigned t = 0; t < n; t++)
-        if (symbolize_table(tables[t], deadline, with_names) != 0)
-            return;
+    for (uint32_t i = 0; i < n; i++) {
+        uintptr_t a = addresses[i];
+        if (!info[i].module) {
+            const struct module *m = module_of(a);
+            if (m) {
+                info[i].module = m->path;
+                info[i].offset = a - m->bias;
+            }
+        }
+        if (with_names && !info[i].function)
+            info[i].function = function_of(a, deadline);
+    }
 }
 
 const char *om_category_name(int category)

@@ -71,11 +71,6 @@ static struct om_domain *domain_at(unsigned domain)
     return __atomic_load_n(&doms[domain], __ATOMIC_ACQUIRE);
 }
 
-static unsigned domain_count(void)
-{
-    return __atomic_load_n(&ndoms, __ATOMIC_ACQUIRE);
-}
-
 /* ---- live blocks: open addressing with linear probing, deletion by backward shift ---- */
 
 static uint64_t slot_of(uintptr_t ptr, uint64_t cap)
@@ -582,15 +577,6 @@ void om_tracer_step(void)
     pthread_mutex_unlock(&lock);
 }
 
-/* Names of the call sites of every open domain, resolved outside the tracer's lock. */
-static void symbolize_all(unsigned n, int names)
-{
-    struct om_sites *tables[OM_TRACER_DOMAINS];
-    for (unsigned i = 0; i < n; i++)
-        tables[i] = &doms[i]->sites;
-    om_sites_symbolize(tables, n, names);
-}
-
 static uint64_t plans_made(void)
 {
     uint64_t plans = 0;
@@ -636,17 +622,16 @@ static int dump_locked(const char *tmpl, enum dump_kind kind, char *expanded, si
             return rc;
         memcpy(expanded, path, strlen(path) + 1);
     }
-    symbolize_all(domain_count(), kind != DUMP_CHECKPOINT);
     struct om_domain *copies[OM_TRACER_DOMAINS];
     pthread_mutex_lock(&lock);
-    /* Domains opened since the names were resolved are written with addresses only. */
     unsigned n = ndoms;
     rc = om_report_snapshot(doms, n, copies);
     ckpt_events = events_seen();
     ckpt_plans = plans_made();
     ckpt_ns = mono_ns();
     pthread_mutex_unlock(&lock);
-    return rc == 0 ? om_report_write(&cfg, copies, n, expanded) : rc;
+    /* Frames are resolved as the report is written, outside the tracer's lock. */
+    return rc == 0 ? om_report_write(&cfg, copies, n, expanded, kind != DUMP_CHECKPOINT) : rc;
 }
 
 static int dump(const char *tmpl, enum dump_kind kind)

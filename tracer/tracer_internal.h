@@ -81,8 +81,6 @@ struct om_site {
     uint32_t depth;
     void **frames;     /* depth native frames, then the Python stack's id: the interning key */
     uint32_t py_stack; /* the calling thread's Python stack (om_py_stack), 0: none */
-    struct om_frame_info *info; /* filled by om_sites_symbolize, outside the lock */
-    int named;                  /* info has its function names (or ran out of time for them) */
     uint64_t count, total_bytes;
     uint64_t min_size, max_size;
     uint64_t live_blocks, live_bytes;
@@ -111,12 +109,13 @@ void om_stack_trim_self(struct om_stack *stack);
 /* Records which address range is "this library" (the module containing self) and makes
  * libunwind's first unwind. */
 void om_stack_init(const void *self);
-/* Resolves module and offset of the frames of the sites of n tables (one scan of the
- * loaded modules for all) and, with names, their functions: dladdr takes the loader's lock
- * and reads the modules' symbol tables (pages the program then has resident), so never
- * call it under the tracer's lock. Checkpoints go without names: `optmem report` finds
- * functions from module and offset. */
-void om_sites_symbolize(struct om_sites *const *tables, unsigned n, int with_names);
+/* Resolves the module and offset of n return addresses where info[i].module is NULL (one scan
+ * of the loaded modules) and, with names, their functions where info[i].function is NULL:
+ * dladdr takes the loader's lock and reads the modules' symbol tables (pages the program
+ * then has resident), so never call it under the tracer's lock. Checkpoints go without
+ * names: `optmem report` finds functions from module and offset. */
+void om_frames_symbolize(const uintptr_t *addresses, struct om_frame_info *info, uint32_t n,
+                         int with_names);
 
 /* ---- pyframes.c: Python frames of call sites ---- */
 
@@ -402,9 +401,10 @@ int om_report_snapshot(struct om_domain *const *domains, unsigned n, struct om_d
  * not done yet. Under the dump lock. */
 void om_report_prepare(void);
 /* Writes the report of the domains (the host first; copies from om_report_snapshot) to
- * path (already expanded) atomically. */
+ * path (already expanded) atomically; their frames' modules are resolved, and with names their
+ * functions (om_frames_symbolize: under the dump lock, never the tracer's). */
 int om_report_write(const struct om_tracer_config *cfg, struct om_domain *const *domains,
-                    unsigned ndomains, const char *path);
+                    unsigned ndomains, const char *path, int with_names);
 /* Managed requests this process made (not those a fork parent made), all domains. */
 uint64_t om_report_requests(struct om_domain *const *doms, unsigned n);
 /* Whether iterations were found (or marked) in any domain. */

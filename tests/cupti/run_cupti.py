@@ -164,7 +164,7 @@ def load_report(path):
     with open(path) as f:
         r = json.load(f)
     report_schema.validate(r)
-    return r
+    return report_schema.expand(r)
 
 
 def check_domains(report, doms):

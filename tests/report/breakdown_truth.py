@@ -3,7 +3,8 @@ and optimizer hold, as one JSON line: parameter_bytes (the sum of numel * elemen
 traced_parameter_bytes (those of at least OPTMEM_MIN_BYTES), parameters, optimizer_state_bytes
 (every tensor of the optimizers' state), optimizer_small_state_bytes (those not the size of
 their parameter: step counters), optimizers. The optimizer's constructor is watched to learn
-the parameters; the workload is unchanged."""
+the parameters; the workload is unchanged, but with --keep-grads before its path, zero_grad
+keeps the gradients (set_to_none=False, PyTorch 1.x's default: zeroed in place, never freed)."""
 
 import json
 import os
@@ -24,6 +25,14 @@ def _watch(self, params, defaults):
 
 torch.optim.Optimizer.__init__ = _watch
 sys.argv = sys.argv[1:]
+if sys.argv[0] == "--keep-grads":
+    sys.argv = sys.argv[1:]
+    _zero_grad = torch.optim.Optimizer.zero_grad
+
+    def _keep(self, set_to_none=False):
+        _zero_grad(self, set_to_none=False)
+
+    torch.optim.Optimizer.zero_grad = _keep
 sys.path.insert(0, os.path.dirname(os.path.abspath(sys.argv[0])))
 runpy.run_path(sys.argv[0], run_name="__main__")
 

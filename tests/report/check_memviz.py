@@ -49,15 +49,28 @@ def section(report, domain):
 
 
 def records(sec):
-    return [r for r in sec["sample"]["lifetimes"] if r]
+    """Every lifetime the report holds, as the export orders them: the resident blocks (born
+    before the sample, live at its start; no times) by birth, then the sample's records."""
+    resident = sorted(sec.get("resident", {}).get("blocks", []), key=lambda b: b[2])
+    return [b + [None, None, None] for b in resident] + \
+        [r for r in sec["sample"]["lifetimes"] if r]
 
 
 def check_snapshot(snap, sec, device, plain_frames=True):
     """The pickle against the report's sample: one alloc per record, a free per ended one, the
     segment tiled by its blocks, and a trace that replays without overlap."""
     recs = records(sec)
-    expect(sorted(snap) == ["allocator_settings", "device_traces", "segments"],
+    expect(sorted(snap) == ["allocator_settings", "device_traces", "optmem", "segments"],
            "keys %s" % sorted(snap))
+    # What the export holds, said in it.
+    meta, sm = snap["optmem"], sec["sample"]
+    nres = len(sec.get("resident", {}).get("blocks", []))
+    held_all = sm["first_request"] <= sec["timeline"]["first_request"]
+    expect(meta["lifetimes"] == ("all" if held_all else "sample") and
+           meta["first_request"] == sm["first_request"] and
+           meta["end_request"] == sm["end_request"] and
+           meta["sample_lifetimes"] == len(recs) - nres and
+           meta["resident_lifetimes"] == nres, "metadata %r" % meta)
     expect(snap["allocator_settings"] == {}, "allocator_settings %r" % snap["allocator_settings"])
     traces = snap["device_traces"]
     expect(len(traces) == device + 1 and all(t == [] for t in traces[:device]),
@@ -101,7 +114,9 @@ def check_snapshot(snap, sec, device, plain_frames=True):
     sites = sec["sites"]
     for e, r in zip(allocs, recs):
         expect(e["size"] == r[1] and e["stream"] == 0, "alloc %r for record %r" % (e, r))
-        expect(e["time_us"] == r[4] // 1000, "alloc at %d us for record %r" % (e["time_us"], r))
+        if r[4] is not None:
+            expect(e["time_us"] == r[4] // 1000,
+                   "alloc at %d us for record %r" % (e["time_us"], r))
         if r[6] is not None:
             expect(e["addr"] == BASE + r[6], "alloc at %#x, record at offset %d" %
                    (e["addr"], r[6]))
@@ -135,16 +150,14 @@ def check_snapshot(snap, sec, device, plain_frames=True):
 
 
 def structure(args, rest, tmp):
-    with open(LOOP) as f:
-        report = json.load(f)
+    report = checks.load_report(LOOP)
     _, snap = export(args, tmp, LOOP, "loop.pickle")
     check_snapshot(snap, report, 0)
 
 
 def torch(args, rest, tmp):
     from torch.cuda import _memory_viz as mv  # Debian's python3-torch 1.13
-    with open(LOOP) as f:
-        report = json.load(f)
+    report = checks.load_report(LOOP)
     _, loop = export(args, tmp, LOOP, "loop.pickle")
     _, drift = export(args, tmp, DRIFT, "drift.pickle")
     seg = loop["segments"][0]
@@ -191,8 +204,7 @@ def max_live(recs):
 
 
 def roundtrip_one(args, tmp, path, domain, name):
-    with open(path) as f:
-        sec = section(json.load(f), domain)
+    sec = section(checks.load_report(path), domain)
     out, snap = export(args, tmp, path, name, ["--domain", domain])
     shown, _ = cli(args, ["report", out, "--format", "json"])
     proc = json.loads(shown)["processes"][0]
@@ -215,8 +227,7 @@ def roundtrip(args, rest, tmp):
 def domains(args, rest, tmp):
     path = os.path.join(tmp, "domains.json")
     subprocess.run([rest[0], path], stdout=subprocess.DEVNULL, check=True, timeout=60)
-    with open(path) as f:
-        report = json.load(f)
+    report = checks.load_report(path)
     for domain, device in (("cpu", 0), ("cuda:0", 0)):
         snap = roundtrip_one(args, tmp, path, domain, domain.replace(":", "_") + ".pickle")
         check_snapshot(snap, section(report, domain), device)
@@ -245,8 +256,7 @@ def symbolized(args, rest, tmp):
     path = os.path.join(tmp, "sym.json")
     env = dict(os.environ, LD_PRELOAD=args.preload, OPTMEM_MODE="trace", OPTMEM_REPORT=path)
     subprocess.run([rest[0]], env=env, check=True, timeout=60)
-    with open(path) as f:
-        report = json.load(f)
+    report = checks.load_report(path)
     out = os.path.join(tmp, "sym.pickle")
     cli(args, ["report", path, "--format", "memory-viz", "-o", out])
     with open(out, "rb") as f:

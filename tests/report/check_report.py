@@ -1,7 +1,7 @@
 """Checks of `optmem report` (tests/report/CMakeLists.txt runs one subcommand per test).
 
 Usage: check_report.py --optmem CLI [--preload LIB] SUBCOMMAND [ARGS...]
-Subcommands: golden NAME FIXTURE... (with --update to rewrite the golden file), chrome, svg, html, errors, merge, symbolize PROGRAM, run PROGRAM, domains PROGRAM, names WORKLOAD.py, help."""
+Subcommands: golden NAME FIXTURE... (with --update to rewrite the golden file), chrome, svg, html, errors, merge, versions, symbolize PROGRAM, run PROGRAM, domains PROGRAM, names WORKLOAD.py, help."""
 import argparse
 import json
 import os
@@ -207,6 +207,81 @@ def errors(args, rest, tmp):
         expect(err.startswith("optmem report: ") or "usage" in err, "usage error: %s" % err)
 
 
+def compact(r):
+    """A version 1 report rewritten as version 2 writes it: each frame once, in the top-level
+    tables, and sites holding indices (docs/report-schema.md)."""
+    r = json.loads(json.dumps(r))
+    frames, python, ids, pids = [], [], {}, {}
+    for sec in [r] + r.get("device_domains", []):
+        for s in sec["sites"]:
+            for k, f in enumerate(s["frames"]):
+                key = (f["address"], f["module"], f["offset"], f["function"])
+                if key not in ids:
+                    ids[key] = len(frames)
+                    frames.append(f)
+                s["frames"][k] = ids[key]
+            for k, f in enumerate(s.get("python", [])):
+                key = (f["file"], f["line"], f["function"])
+                if key not in pids:
+                    pids[key] = len(python)
+                    python.append({"file": f["file"], "line": f["line"],
+                                   "function": f["function"]})
+                s["python"][k] = [pids[key], f["native_index"]]
+    r.update(version=2, frames=frames, python_frames=python)
+    return r
+
+
+def versions(args, rest, tmp):
+    """The same report written as version 1 and as version 2 renders the same; a version 2
+    report whose sites point outside its tables is refused with one line."""
+    with open(LOOP) as f:
+        v1 = json.load(f)
+    # Python frames on the two largest sites at the peak, in place of their second frame
+    # (an eval loop's, as if), and on the first one a frame past the native stack.
+    a, b = (p["site"] for p in v1["peak"]["sites"][:2])
+    v1["sites"][a]["python"] = [
+        {"file": "/w/train.py", "line": 12, "function": "step", "native_index": 1},
+        {"file": "/w/train.py", "line": 40, "function": "<module>", "native_index": None}]
+    v1["sites"][b]["python"] = [
+        {"file": "/w/train.py", "line": 12, "function": "step", "native_index": 1}]
+    v2 = compact(v1)
+    expect(len(v2["python_frames"]) == 2, "python frames not shared: %r" % v2["python_frames"])
+    outs = {}
+    for version, r in ((1, v1), (2, v2)):
+        d = os.path.join(tmp, "v%d" % version)
+        os.mkdir(d)
+        with open(os.path.join(d, "r.json"), "w") as f:
+            json.dump(r, f)
+        outs[version] = [rep(args, ["r.json", "--no-symbolize", "--format", fmt], cwd=d)[0]
+                         for fmt in ("text", "folded", "json")]
+    expect(outs[1] == outs[2], "versions 1 and 2 render differently:\n%s\n---\n%s" %
+           (outs[1][0], outs[2][0]))
+    expect("step  /w/train.py:12" in outs[2][0], "no Python frame in:\n%s" % outs[2][0])
+    # Folded stacks, outermost first: the frame past the native stack leads, the eval loop's
+    # frame gives way to the Python frame it runs, as py-spy writes them.
+    folded = outs[2][1].splitlines()
+    expect(any(l.startswith("<module> (/w/train.py:40);") and ";step (/w/train.py:12);" in l
+               for l in folded), "folded lacks the Python frames:\n%s" % outs[2][1])
+    expect(sum(";step (/w/train.py:12);" in l for l in folded) == 2,
+           "folded: not two stacks through the Python frame:\n%s" % outs[2][1])
+    bad = json.loads(json.dumps(v2))
+    bad["sites"][0]["frames"][0] = len(v2["frames"])
+    bad_py = json.loads(json.dumps(v2))
+    bad_py["sites"][b]["python"][0] = [7, 0]
+    no_table = json.loads(json.dumps(v2))
+    del no_table["frames"]
+    for name, r, pattern in (("bad_frame.json", bad, r"not an index of frames"),
+                             ("bad_python.json", bad_py, r"python_frames index"),
+                             ("no_table.json", no_table, r"frames is missing")):
+        path = os.path.join(tmp, name)
+        with open(path, "w") as f:
+            json.dump(r, f)
+        _, err = rep(args, [path], status=1)
+        lines = err.strip().splitlines()
+        expect(len(lines) == 1 and re.search(pattern, lines[0]),
+               "%s: %r lacks %r" % (name, err, pattern))
+
+
 def merge(args, rest, tmp):
     out, _ = rep(args, [LOOP, DRIFT, "--format", "json", "--no-symbolize"])
     summary = json.loads(out)
@@ -401,6 +476,7 @@ def domains(args, rest, tmp):
     with open(path) as f:
         report = json.load(f)
     report_schema.validate(report)
+    report_schema.expand(report)
     expect(report["domains"] == ["cpu", "cuda:0"], "domains %s" % report["domains"])
     expect(len(report["device_domains"]) == 1 and "serving" not in report,
            "expected one device domain and no host serving")
@@ -533,7 +609,8 @@ def main():
     args = ap.parse_args()
     commands = {"golden": golden, "chrome": chrome, "svg": svg,
                 "html": html, "errors": errors, "merge": merge, "symbolize": symbolize,
-                "run": run, "domains": domains, "help": help_, "names": names}
+                "run": run, "domains": domains, "help": help_, "names": names,
+                "versions": versions}
     tmp = tempfile.mkdtemp(prefix="optmem-report-test.")
     try:
         commands[args.command](args, args.rest, tmp)

@@ -1,6 +1,12 @@
 """What the report and snapshot checks share: a failed expectation, and optmem run with its exit status checked."""
 
+import json
+import os
 import subprocess
+import sys
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tracer"))
+import report_schema  # noqa: E402
 
 
 class CheckError(Exception):
@@ -20,3 +26,9 @@ def cli(args, argv, cwd=None, env=None, status=0, timeout=300):
     expect(proc.returncode == status, "optmem %s: exit %d, expected %d\nstderr: %s" %
            (" ".join(argv), proc.returncode, status, err[-2000:]))
     return out, err
+
+
+def load_report(path):
+    """A lifetime report, its sites' frames in place whatever its version (report_schema.expand)."""
+    with open(path) as f:
+        return report_schema.expand(json.load(f))

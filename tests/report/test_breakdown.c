@@ -207,12 +207,110 @@ static void test_no_gradients(void **state)
     assert_int_equal(b.max_live[OM_BD_GRADIENTS], 0);
 }
 
+/* Gradients kept from one step to the next (zero_grad(set_to_none=False)): born in the
+ * first backward at the gradients' call site and never freed; each later backward makes the
+ * incoming gradients at that site again and frees them once added in. Sites: 1 the model's
+ * parameters and a buffer of a parameter's size, 2 a data set of a parameter's size, 3 the
+ * activations, 4 the gradients, 5 the optimizer's state, 6 the step's temporaries. */
+static size_t born_at(struct sim *s, uint64_t size, uint64_t site)
+{
+    size_t id = born(s, size);
+    s->all[id].site = site;
+    return id;
+}
+
+static void kept_step(struct sim *s, bool first)
+{
+    size_t a1 = born_at(s, 100000, 3), a2 = born_at(s, 200000, 3);
+    for (size_t p = NPARAM; p-- > 0;) {
+        size_t g = born_at(s, param_size[p], 4);
+        if (!first)
+            die(s, g); /* added into the kept gradient */
+        if (p == 2)
+            die(s, a2);
+    }
+    die(s, a1);
+    for (size_t p = 0; p < NPARAM; p++) {
+        if (first) {
+            born_at(s, param_size[p], 5);
+            born_at(s, param_size[p], 5);
+        } else {
+            size_t t = born_at(s, param_size[p], 6);
+            die(s, t);
+        }
+    }
+}
+
+#define KEPT_T 10 /* requests of a steady kept_step */
+
+static void test_kept_gradients(void **state)
+{
+    (void)state;
+    static struct sim s;
+    static struct om_rlife life[MAXB];
+    static struct om_rresident res[MAXB];
+    memset(&s, 0, sizeof s);
+    for (size_t p = 0; p < NPARAM; p++)
+        born_at(&s, param_size[p], 1);
+    born_at(&s, 2000, 1);  /* a buffer of a parameter's size */
+    born_at(&s, 80000, 2); /* the data set */
+    kept_step(&s, true);
+    uint64_t first = s.seq;
+    for (int i = 0; i < 3; i++)
+        kept_step(&s, false);
+    struct om_report r;
+    memset(&r, 0, sizeof r);
+    r.found = true;
+    r.period = KEPT_T;
+    r.sample_first = first;
+    r.sample_end = s.seq;
+    r.nlife = (size_t)(s.seq - first);
+    for (uint64_t q = first; q < s.seq; q++) {
+        const struct om_rresident *b = &s.all[q];
+        life[q - first] = (struct om_rlife){b->site, b->size, q, b->death, 0, 0, OM_NO_VALUE};
+    }
+    r.life = life;
+    r.live_after = s.live_after + first;
+    for (uint64_t q = 0; q < first; q++)
+        if (s.all[q].death == OM_NO_VALUE || s.all[q].death > first)
+            res[r.nresident++] = s.all[q];
+    r.resident = res;
+    r.have_resident = true;
+    r.resident_complete = true;
+    struct om_breakdown b;
+    assert_int_equal(om_breakdown(&r, &b), 0);
+    assert_true(b.found);
+    assert_true(b.kept_gradients);
+    assert_int_equal(b.at_peak[OM_BD_PARAMETERS], PARAM_BYTES);
+    assert_int_equal(b.blocks_at_peak[OM_BD_PARAMETERS], NPARAM);
+    assert_int_equal(b.at_peak[OM_BD_GRADIENTS], PARAM_BYTES);
+    assert_int_equal(b.max_live[OM_BD_GRADIENTS], PARAM_BYTES);
+    assert_int_equal(b.born[OM_BD_GRADIENTS], 0);
+    assert_int_equal(b.at_peak[OM_BD_OPTIMIZER], 2 * PARAM_BYTES);
+    assert_int_equal(b.at_peak[OM_BD_OTHER], 2000 + 80000);
+    uint64_t sum = 0;
+    for (int c = 0; c < OM_NBD; c++)
+        sum += b.at_peak[c];
+    assert_int_equal(sum, b.peak_bytes);
+
+    /* Without the later backwards' gradients at the kept ones' site, nothing is guessed. */
+    for (size_t i = 0; i < r.nlife; i++)
+        if (life[i].site == 4)
+            life[i].site = 7;
+    assert_int_equal(om_breakdown(&r, &b), 0);
+    assert_true(b.found);
+    assert_false(b.kept_gradients);
+    assert_int_equal(b.at_peak[OM_BD_PARAMETERS], 0);
+    assert_int_equal(b.at_peak[OM_BD_GRADIENTS], 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_training_run),
         cmocka_unit_test(test_not_found),
         cmocka_unit_test(test_no_gradients),
+        cmocka_unit_test(test_kept_gradients),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,16 +1,21 @@
-/* Looks like CPython 3.11 to the tracer, with hand-made frames broken one way per request. */
+/* Looks like CPython 3.11, 3.12 or 3.13 (FAKE_MINOR), with hand-made frames broken one way
+ * per request. */
 
 /* It exports the symbols the tracer looks up, builds a thread state, frames and code
- * objects by hand and allocates one size per case; tests/tracer/python_frames.py checks the
- * report. Usage: fake_python cases|bad-layout. */
+ * objects by hand with the version's layout and allocates one size per case;
+ * tests/tracer/python_frames.py checks the report. Usage: fake_python cases|bad-layout. */
 #include <pthread.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 
+#ifndef FAKE_MINOR
+#define FAKE_MINOR 11
+#endif
+
 /* What the tracer finds by name. The type objects are only compared by address. */
-const unsigned long Py_Version = 0x030b07f0;
+const unsigned long Py_Version = 0x03000000ul | (unsigned long)FAKE_MINOR << 16 | 0x07f0;
 char PyCode_Type[512], PyUnicode_Type[512], PyBytes_Type[512];
 static __thread unsigned char *tstate;
 
@@ -20,16 +25,21 @@ void *PyGILState_GetThisThreadState(void)
     return tstate;
 }
 
-/* 3.11's layout (Include/internal/pycore_frame.h, Include/cpython/code.h, pystate.h). */
+/* Each version's layout: Include/cpython/pystate.h (the thread state and, up to 3.12, the
+ * _PyCFrame), Include/internal/pycore_frame.h (_PyInterpreterFrame), Include/cpython/code.h
+ * (PyCodeObject), Include/cpython/unicodeobject.h (the str headers), on x86-64. */
+#if FAKE_MINOR == 11
 enum {
-    TS_CFRAME = 56,
+    TS_CFRAME = 56, /* -1: the current frame is the thread state's own field */
+    TS_CURRENT = -1,
+    CF_CURRENT = 8,
     TS_CHUNK = 296,
     TS_TOP = 304,
-    CF_CURRENT = 8,
     FR_CODE = 32,
     FR_PREVIOUS = 48,
     FR_INSTR = 56,
-    FR_ENTRY = 68,
+    FR_ENTRY = 68, /* is_entry; -1: entry frames are owned by the C stack instead */
+    FR_OWNER = 69,
     FR_SIZE = 80,
     CO_FIRSTLINENO = 72,
     CO_FILENAME = 112,
@@ -37,8 +47,54 @@ enum {
     CO_LINETABLE = 136,
     CO_FIRSTTRACEABLE = 168,
     CO_CODE = 184,
-    CHUNK_DATA = 24
+    STR_ASCII = 48
 };
+#elif FAKE_MINOR == 12
+enum {
+    TS_CFRAME = 56,
+    TS_CURRENT = -1,
+    CF_CURRENT = 0,
+    TS_CHUNK = 232,
+    TS_TOP = 240,
+    FR_CODE = 0,
+    FR_PREVIOUS = 8,
+    FR_INSTR = 56,
+    FR_ENTRY = -1,
+    FR_OWNER = 70,
+    FR_SIZE = 80,
+    CO_FIRSTLINENO = 68,
+    CO_FILENAME = 112,
+    CO_NAME = 120,
+    CO_LINETABLE = 136,
+    CO_FIRSTTRACEABLE = 176,
+    CO_CODE = 192,
+    STR_ASCII = 40
+};
+#elif FAKE_MINOR == 13
+enum {
+    TS_CFRAME = -1,
+    TS_CURRENT = 72,
+    CF_CURRENT = 0,
+    TS_CHUNK = 232,
+    TS_TOP = 240,
+    FR_CODE = 0,
+    FR_PREVIOUS = 8,
+    FR_INSTR = 56,
+    FR_ENTRY = -1,
+    FR_OWNER = 70,
+    FR_SIZE = 80,
+    CO_FIRSTLINENO = 68,
+    CO_FILENAME = 112,
+    CO_NAME = 120,
+    CO_LINETABLE = 136,
+    CO_FIRSTTRACEABLE = 184,
+    CO_CODE = 200,
+    STR_ASCII = 40
+};
+#else
+#error "FAKE_MINOR: 11, 12 or 13"
+#endif
+enum { CHUNK_DATA = 24, OWNED_BY_CSTACK = 3 };
 
 static unsigned char *arena;
 static size_t used;
@@ -58,12 +114,12 @@ static void put(unsigned char *at, uintptr_t v)
 static unsigned char *str(const char *s)
 {
     size_t n = strlen(s);
-    unsigned char *o = take(48 + n + 1);
+    unsigned char *o = take(STR_ASCII + n + 1);
     put(o + 8, (uintptr_t)PyUnicode_Type);
     put(o + 16, n);
     uint32_t state = 1u << 2 | 1u << 5 | 1u << 6; /* kind 1, compact, ascii */
     memcpy(o + 32, &state, sizeof state);
-    memcpy(o + 48, s, n + 1);
+    memcpy(o + STR_ASCII, s, n + 1);
     return o;
 }
 
@@ -91,7 +147,14 @@ static unsigned char *code(const char *name, int firstlineno, const unsigned cha
     return o;
 }
 
-static unsigned char *chunk, *cframe, *inner, *outer, *inner_code, *outer_code;
+/* 3.12 on: the eval loop's entry frame, on the C stack, below the outermost frame. */
+static unsigned char *chunk, *cframe, *inner, *outer, *entry, *inner_code, *outer_code;
+
+/* Where the thread's current frame is kept. */
+static unsigned char *current(void)
+{
+    return TS_CFRAME >= 0 ? cframe + CF_CURRENT : tstate + TS_CURRENT;
+}
 
 static void frame(unsigned char *f, unsigned char *co, int instr, unsigned char *previous)
 {
@@ -107,10 +170,17 @@ static void build(void)
     memset(tstate, 0, 512);
     put(chunk + 8, 1 << 16);
     frame(inner, inner_code, 3, outer);
-    frame(outer, outer_code, 1, NULL);
-    outer[FR_ENTRY] = 1;
-    put(tstate + TS_CFRAME, (uintptr_t)cframe);
-    put(cframe + CF_CURRENT, (uintptr_t)inner);
+    if (FR_ENTRY >= 0) {
+        frame(outer, outer_code, 1, NULL);
+        outer[FR_ENTRY] = 1;
+    } else {
+        frame(outer, outer_code, 1, entry);
+        memset(entry, 0, FR_SIZE);
+        entry[FR_OWNER] = OWNED_BY_CSTACK;
+    }
+    if (TS_CFRAME >= 0)
+        put(tstate + TS_CFRAME, (uintptr_t)cframe);
+    put(current(), (uintptr_t)inner);
     put(tstate + TS_CHUNK, (uintptr_t)chunk);
     put(tstate + TS_TOP, (uintptr_t)(chunk + CHUNK_DATA + 2 * FR_SIZE));
 }
@@ -137,6 +207,7 @@ int main(int argc, char **argv)
         return 2;
     tstate = take(512);
     cframe = take(16);
+    entry = take(FR_SIZE);
     chunk = take(CHUNK_DATA + 4 * FR_SIZE);
     inner = chunk + CHUNK_DATA;
     outer = inner + FR_SIZE;
@@ -180,7 +251,7 @@ int main(int argc, char **argv)
     put(tstate + TS_TOP, (uintptr_t)chunk); /* a data stack whose top is below its frames */
     request(8);
     build();
-    put(cframe + CF_CURRENT, (uintptr_t)unmapped);
+    put(current(), (uintptr_t)unmapped);
     request(9);
     build();
     put(inner + FR_INSTR, (uintptr_t)(inner_code + CO_CODE - 2)); /* not started */

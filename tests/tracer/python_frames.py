@@ -112,7 +112,7 @@ def run_traced(preload, argv, tmp):
     with open(report) as f:
         r = json.load(f)
     report_schema.validate(r)
-    return r, report
+    return report_schema.expand(r), report
 
 
 def sites_of_mib(report, mib):

@@ -1,4 +1,6 @@
-"""Validator of the optmem lifetime report, schema "optmem-report" version 1 (docs/report-schema.md)."""
+"""Validator of the optmem lifetime report, schema "optmem-report" versions 1 and 2
+(docs/report-schema.md), and expand(), which gives a version 2 report's sites their frames
+in place, as version 1 wrote them."""
 
 CATEGORIES = ("temporary", "per_iteration", "persistent")
 
@@ -72,11 +74,45 @@ SERVING_KEYS = ("serving_requests", "hits", "misses", "served_from_plan", "fallb
                 "layout_max_bytes", "layout_max_us")
 
 
+VERSIONS = (1, 2)
+
+
+def expand(r):
+    """Rewrites a version 2 report, in place, as the version 1 report of the same content:
+    each site's frame indices replaced by the frames of the top-level tables ({address,
+    module, offset, function}; python: {file, line, function, native_index}), the tables
+    dropped. Returns r; a version 1 report is returned as it is."""
+    if r.get("version", 1) < 2:
+        return r
+    for sec in [r] + r.get("device_domains", []):
+        for s in sec.get("sites", []):
+            s["frames"] = [dict(r["frames"][i]) for i in s["frames"]]
+            s["python"] = [dict(r["python_frames"][i], native_index=at)
+                           for i, at in s["python"]]
+    del r["frames"], r["python_frames"]
+    r["version"] = 1
+    return r
+
+
 DOMAIN_KEYS = ("counters", "lower_bound_bytes", "peak_live_bytes", "peak", "iterations",
                "categories", "sites", "sample", "timeline", "resident")
 
 
-def _domain(r, c, forked):
+def _frame(f, fp):
+    _obj(f, fp, ("address", "module", "offset", "function"))
+    _hex(f["address"], fp + ".address")
+    _str(f["module"], fp + ".module", nullable=True)
+    _hex(f["offset"], fp + ".offset", nullable=True)
+    _str(f["function"], fp + ".function", nullable=True)
+
+
+def _python_frame(f, fp):
+    _str(f["file"], fp + ".file")
+    _uint(f["line"], fp + ".line")
+    _str(f["function"], fp + ".function")
+
+
+def _domain(r, c, forked, tables):
     """The sections of one memory domain: the host's at the top level, or a device's."""
     if "serving" in r:  # plan mode only
         _obj(r["serving"], "serving", SERVING_KEYS)
@@ -173,21 +209,30 @@ def _domain(r, c, forked):
         _obj(s, path, site_keys + (("python",) if "python" in s else ()))
         if s["id"] != i:
             _fail(path + ".id", "ids must equal the index")
-        for j, f in enumerate(_list(s["frames"], path + ".frames")):
+        frames = _list(s["frames"], path + ".frames")
+        for j, f in enumerate(frames):
             fp = "%s.frames[%d]" % (path, j)
-            _obj(f, fp, ("address", "module", "offset", "function"))
-            _hex(f["address"], fp + ".address")
-            _str(f["module"], fp + ".module", nullable=True)
-            _hex(f["offset"], fp + ".offset", nullable=True)
-            _str(f["function"], fp + ".function", nullable=True)
+            if tables is not None:
+                _uint(f, fp)
+                if f >= len(tables[0]):
+                    _fail(fp, "not an index of frames")
+            else:
+                _frame(f, fp)
         for j, f in enumerate(_list(s.get("python", []), path + ".python")):
             fp = "%s.python[%d]" % (path, j)
-            _obj(f, fp, ("file", "line", "function", "native_index"))
-            _str(f["file"], fp + ".file")
-            _uint(f["line"], fp + ".line")
-            _str(f["function"], fp + ".function")
-            _uint(f["native_index"], fp + ".native_index", nullable=True)
-            if f["native_index"] is not None and f["native_index"] >= len(s["frames"]):
+            if tables is not None:
+                if not isinstance(f, list) or len(f) != 2:
+                    _fail(fp, "expected [python_frames index, native_index]")
+                _uint(f[0], fp + "[0]")
+                if f[0] >= len(tables[1]):
+                    _fail(fp + "[0]", "not an index of python_frames")
+                native = f[1]
+            else:
+                _obj(f, fp, ("file", "line", "function", "native_index"))
+                _python_frame(f, fp)
+                native = f["native_index"]
+            _uint(native, fp + ".native_index", nullable=True)
+            if native is not None and native >= len(frames):
                 _fail(fp + ".native_index", "not the index of a frame")
         for key in ("count", "total_bytes", "live_blocks", "live_bytes", "freed"):
             _uint(s[key], path + "." + key)
@@ -273,12 +318,23 @@ def _domain(r, c, forked):
 
 
 def validate(r):
-    """Raise SchemaError unless r (parsed JSON) is a valid version-1 report."""
+    """Raise SchemaError unless r (parsed JSON) is a valid report of version 1 or 2."""
+    if not isinstance(r, dict) or r.get("schema") != "optmem-report" or \
+            r.get("version") not in VERSIONS:
+        _fail("$", "not an optmem-report of version %s" % " or ".join(map(str, VERSIONS)))
     top = ("schema", "version", "process", "configuration", "domains", "duration_ns",
            "device_domains") + DOMAIN_KEYS
+    tables = None
+    if r["version"] >= 2:
+        top += ("frames", "python_frames")
+        tables = (_list(r.get("frames"), "frames"), _list(r.get("python_frames"), "python_frames"))
     _obj(r, "$", top + (("serving",) if "serving" in r else ()))
-    if r["schema"] != "optmem-report" or r["version"] != 1:
-        _fail("$", "not an optmem-report version 1")
+    if tables is not None:
+        for j, f in enumerate(tables[0]):
+            _frame(f, "frames[%d]" % j)
+        for j, f in enumerate(tables[1]):
+            _obj(f, "python_frames[%d]" % j, ("file", "line", "function"))
+            _python_frame(f, "python_frames[%d]" % j)
     p = r["process"]
     _obj(p, "process", ("pid", "ppid", "start_time", "managed_requests", "iterations_found",
                         "ancestors", "rank", "exe", "argv", "forked_at_request"))
@@ -309,7 +365,7 @@ def validate(r):
         _uint(c["warmup"], "configuration.warmup")
     _uint(c["sample_capacity"], "configuration.sample_capacity")
     _uint(r["duration_ns"], "duration_ns")
-    _domain(r, c, forked)
+    _domain(r, c, forked, tables)
 
     devices = _list(r["device_domains"], "device_domains")
     names = ["cpu"]
@@ -321,7 +377,7 @@ def validate(r):
             _fail(path + ".name", "expected 1 to 15 printable ASCII characters, no spaces")
         names.append(d["name"])
         try:
-            _domain(d, c, forked)
+            _domain(d, c, forked, tables)
         except SchemaError as e:
             raise SchemaError("%s.%s" % (path, e))
     if len(set(names)) != len(names):

@@ -49,7 +49,7 @@ def run(preload, argv, env_extra, tmp):
         with open(path) as f:
             r = json.load(f)
         report_schema.validate(r)
-        reports[r["process"]["pid"]] = r
+        reports[r["process"]["pid"]] = report_schema.expand(r)
     if glob.glob(os.path.join(tmp, "*.tmp.*")):
         raise CheckError("a temporary report file was left behind")
     return proc, reports

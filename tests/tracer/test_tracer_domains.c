@@ -441,6 +441,42 @@ static void test_report_written_outside_the_lock(void **state)
     free(all);
 }
 
+/* A report copies a site's counters only when they changed since the last copy: what it
+ * writes is the same as a full copy, and a record started anew is copied in full. */
+static void test_report_copies_changed_sites(void **state)
+{
+    (void)state;
+    assert_int_equal(init_tracer(0), 0);
+    char path[] = "/tmp/optmem-domains-XXXXXX";
+    int fd = mkstemp(path);
+    assert_true(fd >= 0);
+    close(fd);
+    char a[3];
+    struct om_stack sa = stack_of(1), sb = stack_of(2);
+    om_tracer_on_alloc(OM_TRACER_HOST, &a[0], 5000, 5000, 0, &sa, NULL);
+    om_tracer_on_alloc(OM_TRACER_HOST, &a[1], 6000, 6000, 0, &sb, NULL);
+    assert_int_equal(om_tracer_dump(path), 0);
+    char *r = read_all(path);
+    assert_non_null(strstr(r, "\"count\":1,\"total_bytes\":5000,"));
+    assert_non_null(strstr(r, "\"count\":1,\"total_bytes\":6000,"));
+    om_tracer_on_alloc(OM_TRACER_HOST, &a[2], 8000, 8000, 0, &sa, NULL);
+    om_tracer_on_free(OM_TRACER_HOST, &a[1]);
+    assert_int_equal(om_tracer_dump(path), 0);
+    r = read_all(path);
+    assert_non_null(strstr(r, "\"count\":2,\"total_bytes\":13000,\"min_size\":5000,"
+                              "\"max_size\":8000,\"live_blocks\":2,\"live_bytes\":13000,"));
+    assert_non_null(strstr(r, "\"count\":1,\"total_bytes\":6000,\"min_size\":6000,"
+                              "\"max_size\":6000,\"live_blocks\":0,\"live_bytes\":0,\"freed\":1,"));
+    /* A new record: its first site is another stack, and nothing of the old one shows. */
+    assert_int_equal(init_tracer(0), 0);
+    om_tracer_on_alloc(OM_TRACER_HOST, &a[0], 7000, 7000, 0, &sb, NULL);
+    assert_int_equal(om_tracer_dump(path), 0);
+    r = read_all(path);
+    assert_non_null(strstr(r, "\"count\":1,\"total_bytes\":7000,"));
+    assert_null(strstr(r, "\"total_bytes\":13000,"));
+    unlink(path);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -451,6 +487,7 @@ int main(void)
         cmocka_unit_test(test_fork_child_restarts_every_domain),
         cmocka_unit_test(test_report_sections),
         cmocka_unit_test(test_report_written_outside_the_lock),
+        cmocka_unit_test(test_report_copies_changed_sites),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
