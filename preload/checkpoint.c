@@ -4,7 +4,6 @@
 #include "engine.h"
 #include "guard.h"
 #include "log.h"
-#include "route.h"
 #include "tracer.h"
 
 #include <errno.h>
