@@ -1,7 +1,6 @@
 /* The devices of the CUDA domain: set-up of each device's tracer domain, backend and pool
- * under one lock, the lookup of a pointer's device, and the engine's hooks (init, publish,
- * fork). */
-#include "cuda.h"
+ * under one lock, the lookup of a pointer's device, and the domains it registers with the
+ * engine (the set-up, then each device as it is set up). */
 #include "device.h"
 #include "engine.h"
 #include "log.h"
@@ -23,16 +22,49 @@ static int devices_hi;
 /* Ordinals whose set-up failed: they pass through for good. */
 static unsigned failed_mask;
 
-int om_cuda_init(const struct om_config *cfg)
+/* A device as a domain: registered before its set-up, so its ops act only once it is ready
+ * and has a pool (fork's ops run under the set-up lock, where that cannot change). */
+static struct om_pool *device_pool(void *ctx)
 {
-    if (!(cfg->devices & OM_DEVICE_CUDA) || cfg->mode == OM_MODE_OFF)
-        return 0;
-    cuda_cfg = cfg;
-    om_cuda_depth = cfg->stack_depth;
-    __atomic_store_n(&om_cuda_min, cfg->min_bytes ? cfg->min_bytes : 1, __ATOMIC_RELAXED);
-    __atomic_store_n(&om_cuda_state, OM_CUDA_ON, __ATOMIC_RELEASE);
-    return 0;
+    struct om_cuda_dev *d = ctx;
+    return __atomic_load_n(&d->ready, __ATOMIC_ACQUIRE) ? d->pool : NULL;
 }
+
+static void device_lock(void *ctx)
+{
+    struct om_pool *pool = device_pool(ctx);
+    if (pool)
+        om_pool_lock(pool);
+}
+
+static void device_unlock(void *ctx)
+{
+    struct om_pool *pool = device_pool(ctx);
+    if (pool)
+        om_pool_unlock(pool);
+}
+
+static void device_atfork_child(void *ctx)
+{
+    struct om_pool *pool = device_pool(ctx);
+    if (pool)
+        om_pool_atfork_child(pool);
+}
+
+static void device_publish(void *ctx)
+{
+    struct om_pool *pool = device_pool(ctx);
+    if (pool)
+        om_pool_publish(pool);
+}
+
+/* No save_plan: saved plans are the host's (OPTMEM_PLAN_FILE). */
+static const struct om_domain_ops device_ops = {
+    .lock = device_lock,
+    .unlock = device_unlock,
+    .atfork_child = device_atfork_child,
+    .publish = device_publish,
+};
 
 static void device_name(int ordinal, char name[16])
 {
@@ -60,10 +92,19 @@ static int setup_pool(struct om_cuda_dev *d, int ordinal, const char *name)
     return 0;
 }
 
+/* Every device, the set-up and the host's pool fit in the engine's table. */
+_Static_assert(OM_CUDA_DEVICES + 2 <= OM_ENGINE_DOMAINS, "the engine's domain table is too small");
+
 static int setup_device(struct om_cuda_dev *d, int ordinal)
 {
     char name[16];
     device_name(ordinal, name);
+    int rc = om_engine_register(&device_ops, d);
+    if (rc != 0) {
+        om_warn("%s: not registered with the engine (%s); this device passes through", name,
+                strerror(-rc));
+        return rc;
+    }
     int domain = om_tracer_domain_open(name);
     if (domain < 0) {
         om_warn("%s: no tracer domain (%s); this device passes through", name, strerror(-domain));
@@ -71,7 +112,7 @@ static int setup_device(struct om_cuda_dev *d, int ordinal)
     }
     d->domain = (unsigned)domain;
     if (cuda_cfg->mode == OM_MODE_PLAN) {
-        int rc = setup_pool(d, ordinal, name);
+        rc = setup_pool(d, ordinal, name);
         if (rc != 0)
             om_warn("%s: the device arena could not be set up (%s); recording only", name,
                     strerror(-rc));
@@ -140,42 +181,49 @@ void om_cuda_record_free(void *p)
     }
 }
 
-void om_cuda_publish(void)
-{
-    int hi = __atomic_load_n(&devices_hi, __ATOMIC_ACQUIRE);
-    om_engine_enter();
-    for (int i = 0; i < hi; i++)
-        if (__atomic_load_n(&devices[i].ready, __ATOMIC_ACQUIRE) && devices[i].pool)
-            om_pool_publish(devices[i].pool);
-    om_engine_leave();
-}
-
-/* Lock order: the set-up lock, then the device pools in ordinal order (the tracer's come
- * after: set-up opens tracer domains while holding the set-up lock). */
-void om_cuda_atfork_prepare(void)
+/* The set-up lock as a domain: held across fork, so that no device is set up (and none
+ * registered) in between. The child keeps its parent's tables but cannot use its CUDA
+ * context: it stops serving and passes everything through. */
+static void setup_domain_lock(void *ctx)
 {
     pthread_mutex_lock(&setup_lock);
-    for (int i = 0; i < devices_hi; i++)
-        if (devices[i].ready && devices[i].pool)
-            om_pool_lock(devices[i].pool);
 }
 
-void om_cuda_atfork_parent(void)
+static void setup_domain_unlock(void *ctx)
 {
-    for (int i = devices_hi - 1; i >= 0; i--)
-        if (devices[i].ready && devices[i].pool)
-            om_pool_unlock(devices[i].pool);
     pthread_mutex_unlock(&setup_lock);
 }
 
-void om_cuda_atfork_child(void)
+static void setup_domain_atfork_child(void *ctx)
 {
-    for (int i = 0; i < devices_hi; i++)
-        if (devices[i].ready && devices[i].pool)
-            om_pool_atfork_child(devices[i].pool);
     pthread_mutex_unlock(&setup_lock);
     if (om_cuda_state == OM_CUDA_ON) {
         om_cuda_min = SIZE_MAX;
         om_cuda_state = OM_CUDA_CHILD;
     }
 }
+
+static const struct om_domain_ops setup_domain_ops = {
+    .lock = setup_domain_lock,
+    .unlock = setup_domain_unlock,
+    .atfork_child = setup_domain_atfork_child,
+};
+
+/* Resolves nothing yet: devices are set up at their first request. */
+static int cuda_start(const struct om_config *cfg)
+{
+    if (!(cfg->devices & OM_DEVICE_CUDA) || cfg->mode == OM_MODE_OFF)
+        return 0;
+    int rc = om_engine_register(&setup_domain_ops, NULL);
+    if (rc != 0)
+        return rc;
+    cuda_cfg = cfg;
+    om_cuda_depth = cfg->stack_depth;
+    __atomic_store_n(&om_cuda_min, cfg->min_bytes ? cfg->min_bytes : 1, __ATOMIC_RELAXED);
+    __atomic_store_n(&om_cuda_state, OM_CUDA_ON, __ATOMIC_RELEASE);
+    return 0;
+}
+
+static const struct om_domain_kind cuda_kind = {"CUDA", cuda_start};
+
+const struct om_domain_kind *const om_domain_kinds[] = {&cuda_kind, NULL};

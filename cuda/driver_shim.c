@@ -74,7 +74,7 @@ static int is_ours(const void *f)
 }
 
 /* A replacement handed out by a lookup that found optmem's own export has no slot yet. */
-__attribute__((noinline)) static void *resolve_slot(int id)
+OM_NOINLINE static void *resolve_slot(int id)
 {
     void *f = om_cuda_driver_symbol(sub_names[id]);
     if (!f || is_ours(f))
@@ -127,8 +127,7 @@ static int substitute_id_of_proc(const char *symbol, long version, int ptds)
     return -1;
 }
 
-__attribute__((noinline)) static void *dlsym_slow(om_dlsym_fn real_dlsym, void *handle,
-                                                  const char *name, int id)
+OM_NOINLINE static void *dlsym_slow(om_dlsym_fn real_dlsym, void *handle, const char *name, int id)
 {
     void *found = real_dlsym(handle, name);
     return substitute(id, found);
@@ -284,8 +283,8 @@ static int call_mem_free_async(const struct om_cuda_free *req)
     return ((om_cuMemFreeAsync_fn)req->fn)((CUdeviceptr)(uintptr_t)req->ptr, req->stream);
 }
 
-__attribute__((noinline)) static CUresult mem_alloc_slow(void *real, CUdeviceptr *dptr, size_t size,
-                                                         int ordered, CUstream stream, int ptds)
+OM_NOINLINE static CUresult mem_alloc_slow(void *real, CUdeviceptr *dptr, size_t size, int ordered,
+                                           CUstream stream, int ptds)
 {
     struct om_cuda_alloc req = {.kind = ordered ? OM_CUDA_ORDERED : OM_CUDA_SYNC,
                                 .device = -1,
@@ -298,8 +297,8 @@ __attribute__((noinline)) static CUresult mem_alloc_slow(void *real, CUdeviceptr
     return om_cuda_alloc_slow(&req);
 }
 
-__attribute__((noinline)) static CUresult mem_free_slow(void *real, CUdeviceptr dptr, int ordered,
-                                                        CUstream stream, int ptds)
+OM_NOINLINE static CUresult mem_free_slow(void *real, CUdeviceptr dptr, int ordered,
+                                          CUstream stream, int ptds)
 {
     struct om_cuda_free req = {.ordered = ordered,
                                .ptds = ptds,

@@ -81,7 +81,7 @@ static void set_result(const struct om_cuda_alloc *req, void *p)
         *(CUdeviceptr *)req->dst = (CUdeviceptr)(uintptr_t)p;
 }
 
-__attribute__((noinline)) static int alloc_entered(const struct om_cuda_alloc *req)
+OM_NOINLINE static int alloc_entered(const struct om_cuda_alloc *req)
 {
     if (req->size == 0 || !req->dst ||
         __atomic_load_n(&om_cuda_state, __ATOMIC_ACQUIRE) != OM_CUDA_ON)
@@ -114,10 +114,10 @@ __attribute__((noinline)) static int alloc_entered(const struct om_cuda_alloc *r
 
 int om_cuda_alloc_slow(const struct om_cuda_alloc *req)
 {
-    om_engine_enter();
+    om_guard_enter();
     int rc = alloc_entered(req);
     om_checkpoint_note_request();
-    om_engine_leave();
+    om_guard_leave();
     return rc;
 }
 
@@ -147,7 +147,7 @@ static void free_in_pool(struct om_cuda_dev *d, const struct om_cuda_free *req)
 int om_cuda_free_slow(const struct om_cuda_free *req)
 {
     int rc = 0;
-    om_engine_enter();
+    om_guard_enter();
     int state = __atomic_load_n(&om_cuda_state, __ATOMIC_ACQUIRE);
     struct om_cuda_dev *d = om_cuda_device_of(req->ptr);
     if (!d) {
@@ -158,6 +158,6 @@ int om_cuda_free_slow(const struct om_cuda_free *req)
         free_in_pool(d, req);
     }
     /* In a fork child the parent's arena blocks are left alone: its context is gone. */
-    om_engine_leave();
+    om_guard_leave();
     return rc;
 }

@@ -5,7 +5,7 @@
 
 #include "cuda_abi.h"
 #include "device.h"
-#include "engine.h"
+#include "guard.h"
 #include "route.h"
 
 #include <stddef.h>
@@ -18,14 +18,14 @@
 static inline int om_cuda_takes(size_t size)
 {
     return om_ensure_init() == 0 && size >= __atomic_load_n(&om_cuda_min, __ATOMIC_RELAXED) &&
-           !om_engine_inside();
+           !om_guard_inside();
 }
 
 /* Whether a free of p must be looked at (an arena block, or a recorded one). */
 static inline int om_cuda_watches(const void *p)
 {
     return p && om_ensure_init() == 0 &&
-           __atomic_load_n(&om_cuda_state, __ATOMIC_RELAXED) != OM_CUDA_OFF && !om_engine_inside();
+           __atomic_load_n(&om_cuda_state, __ATOMIC_RELAXED) != OM_CUDA_OFF && !om_guard_inside();
 }
 
 /* Whether successful lookups of the allocation entry points get optmem's functions. */

@@ -51,8 +51,7 @@ static int call_free_async(const struct om_cuda_free *req)
     return ((om_cudaFreeAsync_fn)req->fn)(req->ptr, req->stream);
 }
 
-__attribute__((noinline)) static cudaError_t malloc_slow(om_cudaMalloc_fn real, void **ptr,
-                                                         size_t size)
+OM_NOINLINE static cudaError_t malloc_slow(om_cudaMalloc_fn real, void **ptr, size_t size)
 {
     struct om_cuda_alloc req = {.kind = OM_CUDA_SYNC,
                                 .runtime = 1,
@@ -64,9 +63,8 @@ __attribute__((noinline)) static cudaError_t malloc_slow(om_cudaMalloc_fn real, 
     return om_cuda_alloc_slow(&req);
 }
 
-__attribute__((noinline)) static cudaError_t malloc_async_slow(om_cudaMallocAsync_fn real,
-                                                               void **ptr, size_t size,
-                                                               cudaStream_t stream, int ptds)
+OM_NOINLINE static cudaError_t malloc_async_slow(om_cudaMallocAsync_fn real, void **ptr,
+                                                 size_t size, cudaStream_t stream, int ptds)
 {
     struct om_cuda_alloc req = {.kind = OM_CUDA_ORDERED,
                                 .runtime = 1,
@@ -80,9 +78,9 @@ __attribute__((noinline)) static cudaError_t malloc_async_slow(om_cudaMallocAsyn
     return om_cuda_alloc_slow(&req);
 }
 
-__attribute__((noinline)) static cudaError_t
-malloc_from_pool_slow(om_cudaMallocFromPoolAsync_fn real, void **ptr, size_t size,
-                      cudaMemPool_t pool, cudaStream_t stream)
+OM_NOINLINE static cudaError_t malloc_from_pool_slow(om_cudaMallocFromPoolAsync_fn real, void **ptr,
+                                                     size_t size, cudaMemPool_t pool,
+                                                     cudaStream_t stream)
 {
     struct om_cuda_alloc req = {.kind = OM_CUDA_RECORDED,
                                 .runtime = 1,
@@ -96,14 +94,14 @@ malloc_from_pool_slow(om_cudaMallocFromPoolAsync_fn real, void **ptr, size_t siz
     return om_cuda_alloc_slow(&req);
 }
 
-__attribute__((noinline)) static cudaError_t free_slow(om_cudaFree_fn real, void *ptr)
+OM_NOINLINE static cudaError_t free_slow(om_cudaFree_fn real, void *ptr)
 {
     struct om_cuda_free req = {.ptr = ptr, .fn = (void *)real, .real = call_free};
     return om_cuda_free_slow(&req);
 }
 
-__attribute__((noinline)) static cudaError_t free_async_slow(om_cudaFreeAsync_fn real, void *ptr,
-                                                             cudaStream_t stream, int ptds)
+OM_NOINLINE static cudaError_t free_async_slow(om_cudaFreeAsync_fn real, void *ptr,
+                                               cudaStream_t stream, int ptds)
 {
     struct om_cuda_free req = {.ordered = 1,
                                .ptds = ptds,
@@ -196,8 +194,8 @@ OM_EXPORT cudaError_t cudaMallocFromPoolAsync_ptsz(void **ptr, size_t size, cuda
     return malloc_from_pool_slow(real, ptr, size, pool, stream);
 }
 
-__attribute__((noinline)) static cudaError_t
-malloc_managed_slow(om_cudaMallocManaged_fn real, void **ptr, size_t size, unsigned int flags)
+OM_NOINLINE static cudaError_t malloc_managed_slow(om_cudaMallocManaged_fn real, void **ptr,
+                                                   size_t size, unsigned int flags)
 {
     struct om_cuda_alloc req = {.kind = OM_CUDA_RECORDED,
                                 .runtime = 1,
@@ -222,8 +220,8 @@ OM_EXPORT cudaError_t cudaMallocManaged(void **ptr, size_t size, unsigned int fl
 
 /* PyTorch's CUDAPluggableAllocator: served like cudaMallocAsync on stream, for device (the
  * current one when PyTorch calls). */
-__attribute__((noinline)) static void *
-pluggable_malloc_slow(om_cudaMallocAsync_fn real, size_t size, int device, cudaStream_t stream)
+OM_NOINLINE static void *pluggable_malloc_slow(om_cudaMallocAsync_fn real, size_t size, int device,
+                                               cudaStream_t stream)
 {
     void *p = NULL;
     struct om_cuda_alloc req = {.kind = OM_CUDA_ORDERED,

@@ -2,8 +2,8 @@
 #include "checkpoint.h"
 #include "config.h"
 #include "engine.h"
+#include "guard.h"
 #include "log.h"
-#include "route.h"
 #include "tracer.h"
 
 #include <errno.h>
@@ -57,7 +57,7 @@ static int start_thread(void)
     return 0;
 }
 
-__attribute__((noinline, cold)) static void start(void)
+OM_COLD static void start(void)
 {
     int idle = CKPT_IDLE;
     if (!__atomic_compare_exchange_n(&state, &idle, CKPT_RUNNING, 0, __ATOMIC_ACQ_REL,

@@ -1,9 +1,9 @@
 /* Managed requests: the stack is captured before any lock; in plan mode the pool serves the
  * block, otherwise (or when the pool cannot) the real allocator does and the tracer records
- * its birth and death. */
+ * its birth and death. The registered domains are walked at fork, before reports and at exit. */
 #include "engine.h"
 #include "checkpoint.h"
-#include "cuda.h"
+#include "guard.h"
 #include "log.h"
 #include "pool.h"
 #include "real.h"
@@ -14,14 +14,73 @@
 #include <string.h>
 #include <unistd.h>
 
-static int engine_on, pool_on, cuda_on;
+static int engine_on, pool_on;
 static struct om_pool *host_pool;
 
 static size_t engine_min_bytes;
 static unsigned engine_depth;
-/* Set while this thread is inside the engine: anything it allocates (libunwind, the
- * report) goes straight to the real allocator. */
-static __thread int tls_in_engine;
+
+/* The registered domains; ndomains is published (release) after the slot is written. */
+static struct {
+    const struct om_domain_ops *ops;
+    void *ctx;
+} domains[OM_ENGINE_DOMAINS];
+static int ndomains;
+
+int om_engine_register(const struct om_domain_ops *ops, void *ctx)
+{
+    int n = __atomic_load_n(&ndomains, __ATOMIC_RELAXED);
+    if (n == OM_ENGINE_DOMAINS)
+        return -ENOSPC;
+    domains[n].ops = ops;
+    domains[n].ctx = ctx;
+    __atomic_store_n(&ndomains, n + 1, __ATOMIC_RELEASE);
+    return 0;
+}
+
+/* The host's pool as a domain. */
+static void host_lock(void *ctx)
+{
+    om_pool_lock(ctx);
+}
+
+static void host_unlock(void *ctx)
+{
+    om_pool_unlock(ctx);
+}
+
+static void host_atfork_child(void *ctx)
+{
+    om_pool_atfork_child(ctx);
+}
+
+static void host_publish(void *ctx)
+{
+    om_pool_publish(ctx);
+}
+
+static void host_save_plan(void *ctx)
+{
+    om_pool_save_plan(ctx);
+}
+
+static const struct om_domain_ops host_ops = {
+    .lock = host_lock,
+    .unlock = host_unlock,
+    .atfork_child = host_atfork_child,
+    .publish = host_publish,
+    .save_plan = host_save_plan,
+};
+
+static void start_kinds(const struct om_config *cfg)
+{
+    for (const struct om_domain_kind *const *k = om_domain_kinds; k && *k; k++) {
+        int rc = (*k)->start(cfg);
+        if (rc != 0)
+            om_warn("the %s domain could not start (%s); its memory is not managed", (*k)->name,
+                    strerror(-rc));
+    }
+}
 
 int om_engine_init(const struct om_config *cfg)
 {
@@ -33,7 +92,7 @@ int om_engine_init(const struct om_config *cfg)
         .mode_name = om_mode_name(cfg->mode),
         .verify = cfg->verify,
     };
-    tls_in_engine++;
+    om_guard_enter();
     int rc = om_tracer_init(&options);
     if (rc == 0 && cfg->mode == OM_MODE_PLAN && (cfg->devices & OM_DEVICE_CPU)) {
         /* Address space only: twice the machine's memory, which no program can fill. */
@@ -43,18 +102,13 @@ int om_engine_init(const struct om_config *cfg)
         int pool_rc = om_pool_create(&host_pool, &om_host_backend, OM_TRACER_HOST, reserve, cfg);
         if (pool_rc != 0)
             om_warn("the pool could not be reserved (%s); recording only", strerror(-pool_rc));
-        pool_on = pool_rc == 0;
+        pool_on = pool_rc == 0 && om_engine_register(&host_ops, host_pool) == 0;
         if (pool_on)
             om_pool_range(host_pool, &om_arena_lo, &om_arena_len);
     }
-    if (rc == 0 && (cfg->devices & OM_DEVICE_CUDA)) {
-        int cuda_rc = om_cuda_init(cfg);
-        if (cuda_rc != 0)
-            om_warn("the CUDA domain could not start (%s); device memory is not managed",
-                    strerror(-cuda_rc));
-        cuda_on = cuda_rc == 0;
-    }
-    tls_in_engine--;
+    if (rc == 0)
+        start_kinds(cfg);
+    om_guard_leave();
     if (rc != 0) {
         om_warn("the tracer could not start (%s); running in passthrough", strerror(-rc));
         return rc;
@@ -72,22 +126,7 @@ int om_engine_running(void)
 
 int om_engine_accepts(size_t size)
 {
-    return engine_on && !tls_in_engine;
-}
-
-void om_engine_enter(void)
-{
-    tls_in_engine++;
-}
-
-void om_engine_leave(void)
-{
-    tls_in_engine--;
-}
-
-int om_engine_inside(void)
-{
-    return tls_in_engine;
+    return engine_on && !om_guard_inside();
 }
 
 static void *real_alloc(size_t size, size_t alignment, int zero, const struct om_stack *stack)
@@ -115,14 +154,14 @@ static void *real_alloc(size_t size, size_t alignment, int zero, const struct om
 void *om_engine_alloc(size_t size, size_t alignment, int zero)
 {
     struct om_stack stack;
-    tls_in_engine++;
+    om_guard_enter();
     om_stack_capture(&stack, engine_depth, 2); /* skip this frame and the route's */
     void *p =
         pool_on ? om_pool_alloc(host_pool, size, alignment, zero, OM_STREAM_NONE, &stack) : NULL;
     if (!p)
         p = real_alloc(size, alignment, zero, &stack);
     om_checkpoint_note_request();
-    tls_in_engine--;
+    om_guard_leave();
     return p;
 }
 
@@ -130,16 +169,17 @@ void *om_engine_alloc(size_t size, size_t alignment, int zero)
  * the chunk header, which spares the tracer a locked lookup for every small free. */
 static int may_be_managed(void *ptr)
 {
-    return engine_on && !tls_in_engine && __atomic_load_n(&om_real_managed, __ATOMIC_RELAXED) > 0 &&
-           om_real.malloc_usable_size && om_real.malloc_usable_size(ptr) >= engine_min_bytes;
+    return engine_on && !om_guard_inside() &&
+           __atomic_load_n(&om_real_managed, __ATOMIC_RELAXED) > 0 && om_real.malloc_usable_size &&
+           om_real.malloc_usable_size(ptr) >= engine_min_bytes;
 }
 
 int om_engine_free(void *ptr)
 {
     if (pool_on && om_pool_contains(host_pool, ptr)) {
-        tls_in_engine++;
+        om_guard_enter();
         om_pool_free(host_pool, ptr, OM_STREAM_NONE);
-        tls_in_engine--;
+        om_guard_leave();
         return 0;
     }
     if (may_be_managed(ptr) && om_tracer_on_free(OM_TRACER_HOST, ptr))
@@ -158,13 +198,13 @@ size_t om_engine_usable_size(void *ptr)
     return pool_on && om_pool_contains(host_pool, ptr) ? om_pool_usable_size(host_pool, ptr) : 0;
 }
 
-/* Every pool's counters into the tracer, before a report. */
+/* Every domain's counters into the tracer, before a report. */
 static void publish(void)
 {
-    if (pool_on)
-        om_pool_publish(host_pool);
-    if (cuda_on)
-        om_cuda_publish();
+    int n = __atomic_load_n(&ndomains, __ATOMIC_ACQUIRE);
+    for (int i = 0; i < n; i++)
+        if (domains[i].ops->publish)
+            domains[i].ops->publish(domains[i].ctx);
 }
 
 void om_engine_step(void)
@@ -177,20 +217,20 @@ int om_engine_dump(const char *path)
 {
     if (!engine_on)
         return -ENOTSUP;
-    tls_in_engine++;
+    om_guard_enter();
     publish();
     int rc = om_tracer_dump(path);
-    tls_in_engine--;
+    om_guard_leave();
     return rc;
 }
 
-/* Lock order everywhere: the host pool's, the device pools', then the tracer's. */
+/* The count is read again after each lock: a domain registered under an earlier domain's
+ * lock (a device, under the set-up lock) is seen once that lock is held. */
 void om_engine_atfork_prepare(void)
 {
-    if (pool_on)
-        om_pool_lock(host_pool);
-    if (cuda_on)
-        om_cuda_atfork_prepare();
+    for (int i = 0; i < __atomic_load_n(&ndomains, __ATOMIC_ACQUIRE); i++)
+        if (domains[i].ops->lock)
+            domains[i].ops->lock(domains[i].ctx);
     if (engine_on)
         om_tracer_atfork_prepare();
 }
@@ -199,10 +239,9 @@ void om_engine_atfork_parent(void)
 {
     if (engine_on)
         om_tracer_atfork_parent();
-    if (cuda_on)
-        om_cuda_atfork_parent();
-    if (pool_on)
-        om_pool_unlock(host_pool);
+    for (int i = __atomic_load_n(&ndomains, __ATOMIC_ACQUIRE) - 1; i >= 0; i--)
+        if (domains[i].ops->unlock)
+            domains[i].ops->unlock(domains[i].ctx);
 }
 
 void om_engine_atfork_child(void)
@@ -210,20 +249,19 @@ void om_engine_atfork_child(void)
     om_checkpoint_atfork_child();
     if (engine_on)
         om_tracer_atfork_child();
-    if (cuda_on)
-        om_cuda_atfork_child();
-    if (pool_on)
-        om_pool_atfork_child(host_pool);
+    for (int i = __atomic_load_n(&ndomains, __ATOMIC_ACQUIRE) - 1; i >= 0; i--)
+        if (domains[i].ops->atfork_child)
+            domains[i].ops->atfork_child(domains[i].ctx);
 }
 
 void om_engine_checkpoint(uint64_t interval_ns)
 {
     if (!engine_on)
         return;
-    tls_in_engine++;
+    om_guard_enter();
     publish();
     om_tracer_checkpoint(interval_ns);
-    tls_in_engine--;
+    om_guard_leave();
 }
 
 void om_engine_at_exit(void)
@@ -231,10 +269,12 @@ void om_engine_at_exit(void)
     if (!engine_on)
         return;
     om_checkpoint_stop();
-    tls_in_engine++;
-    if (pool_on)
-        om_pool_save_plan(host_pool);
+    om_guard_enter();
+    int n = __atomic_load_n(&ndomains, __ATOMIC_ACQUIRE);
+    for (int i = 0; i < n; i++)
+        if (domains[i].ops->save_plan)
+            domains[i].ops->save_plan(domains[i].ctx);
     publish();
     om_tracer_at_exit();
-    tls_in_engine--;
+    om_guard_leave();
 }

@@ -2,7 +2,7 @@
  * optmem-plan thread) and placed over the arena. */
 #include "pool_internal.h"
 
-#include "engine.h"
+#include "guard.h"
 #include "log.h"
 #include "plan_dump.h"
 #include "replanner.h"
@@ -328,7 +328,7 @@ struct om_plan_job {
 static void *plan_thread(void *arg)
 {
     struct om_plan_job *job = arg;
-    om_engine_enter(); /* what this thread allocates is none of the program's */
+    om_guard_enter(); /* what this thread allocates is none of the program's */
     struct scratch none = {NULL, NULL, NULL};
     job->opt.alloc = (om_rp_allocator){scratch_alloc, scratch_release, &none};
     job->opt.err = job->err;

@@ -3,13 +3,12 @@
 #ifndef OPTMEM_PRELOAD_ROUTE_H
 #define OPTMEM_PRELOAD_ROUTE_H
 
+#include "guard.h"
 #include "real.h"
 
 #include <stddef.h>
 #include <stdint.h>
 
-#define OM_LIKELY(x) __builtin_expect(!!(x), 1)
-#define OM_UNLIKELY(x) __builtin_expect(!!(x), 0)
 #define OM_EXPORT __attribute__((visibility("default")))
 
 /* Requests of at least this many bytes take the slow path: 0 until the library is

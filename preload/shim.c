@@ -1,5 +1,6 @@
 /* The interposed malloc family: each entry point routes small requests straight to the real
  * allocator and everything else to an out-of-line slow path. */
+#include "guard.h"
 #include "real.h"
 #include "route.h"
 
