@@ -30,10 +30,6 @@
 #define MAX_LIVE 256
 #define DIRT 0xab
 
-/* The engine (the interposer and its re-entry guard) is not linked: this process's malloc
- * is glibc's, so what the optmem-plan thread allocates has no pool to be kept out of. */
-void om_engine_enter(void) {}
-
 static struct om_pool *pool;
 static unsigned char *base;
 
