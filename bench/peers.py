@@ -36,6 +36,8 @@ WORKLOADS = {
     "cnn_bn_adam": {"kind": "python", "script": "cnn_bn_adam.py", "args": [], "steps": 20},
     "transformer_adamw": {"kind": "python", "script": "transformer_adamw.py", "args": [], "steps": 20},
     "numpy_mlp": {"kind": "python", "script": "numpy_mlp.py", "args": [], "steps": 20},
+    # A program nobody here wrote: scikit-learn's forest and MLP (python3-sklearn).
+    "sklearn_fit": {"kind": "python", "script": "sklearn_fit.py", "args": [], "steps": 30},
     # The CNN with evaluation phases: 10 training steps, then 6 evaluation steps, six times.
     "cnn_train_eval": {"kind": "python", "script": "cnn_bn_adam.py",
                        "args": ["--eval-every", "10", "--eval-steps", "6"], "steps": 96},

@@ -17,6 +17,9 @@
  * when the arena holds more than 1/RESIDENT_SLACK above the most bytes ever live. */
 #define FREED_RANGES 4096
 #define RESIDENT_SLACK 128
+/* Holes of at least this share of the peak (whole arrays) go back whenever they are idle
+ * beyond the slack; smaller ones taken again after they went back widen the slack. */
+#define LARGE_HOLE 16
 
 int om_pool_pages_init(struct om_pool *pool)
 {
@@ -33,19 +36,37 @@ void om_pool_release_free(struct om_pool *pool, size_t from, size_t to)
 /* Best fit before a plan holds pages that no live block uses; once they exceed a small
  * share of the peak of live bytes, the holes freed longest ago, where still free, give
  * theirs back. A program whose holes fit its next requests keeps its pages and faults
- * nothing in again, where releasing every hole would refault each iteration. On the host
+ * nothing in again, where releasing every hole would refault each iteration. Pages of
+ * small holes (below 1/LARGE_HOLE of the peak) given back and taken again since were
+ * given back too soon: the slack grows by them, as glibc keeps chunks below its trim and
+ * mmap thresholds in its heap and raises those to the chunks it sees freed, so that a
+ * program whose small holes are fragmented beyond the share pays one release and refault
+ * of each, not one per request; a large hole (whole arrays) still goes back. On the host
  * only: a device's release synchronizes the device and its remapping costs more than a
  * fault, so a device arena keeps its pages until a plan trims them or the device is full. */
 void om_pool_release_idle(struct om_pool *pool)
 {
-    size_t released = 0;
-    size_t limit = pool->arena.peak_used + pool->arena.peak_used / RESIDENT_SLACK;
+    size_t released = 0, unbacked = pool->arena.unbacked.bytes;
+    /* Unbacked bytes fell with nothing else released since: taken again. */
+    if (pool->arena.released == pool->idle_released && unbacked < pool->idle_unbacked) {
+        size_t again = pool->idle_unbacked - unbacked;
+        again = again < pool->idle_small ? again : pool->idle_small;
+        pool->idle_slack += again;
+        pool->idle_small -= again;
+    }
+    size_t share = pool->arena.peak_used / RESIDENT_SLACK;
+    size_t limit = pool->arena.peak_used + (share > pool->idle_slack ? share : pool->idle_slack);
     while (pool->nfreed && om_arena_resident(&pool->arena) > limit) {
         struct om_extent e = pool->freed[pool->freed_head];
         pool->freed_head = (pool->freed_head + 1) % FREED_RANGES;
         pool->nfreed--;
-        released += om_arena_release_range(&pool->arena, e.off, e.len);
+        size_t r = om_arena_release_range(&pool->arena, e.off, e.len);
+        released += r;
+        if (e.len < pool->arena.peak_used / LARGE_HOLE)
+            pool->idle_small += r;
     }
+    pool->idle_unbacked = pool->arena.unbacked.bytes;
+    pool->idle_released = pool->arena.released;
     pool->stats.released_bytes += released;
 }
 

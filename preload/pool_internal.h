@@ -110,6 +110,11 @@ struct om_pool {
     /* Before a plan: a ring of freed blocks whose pages may still be resident. */
     struct om_extent *freed;
     size_t freed_head, nfreed;
+    /* Idle bytes kept resident above the peak: grows by the bytes of small holes given back
+     * and taken again (idle_small: given back and not yet counted so). The arena's unbacked
+     * and released bytes after the last such release: where nothing else was released
+     * since, unbacked bytes that fell were taken again. */
+    size_t idle_slack, idle_small, idle_unbacked, idle_released;
     size_t max_request; /* larger requests go to the real allocator */
     size_t redzone;
     int hugepages; /* OPTMEM_HUGEPAGES=1 on the host */
