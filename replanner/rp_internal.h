@@ -50,6 +50,9 @@ uint32_t rp_maxtree_first_above(const rp_maxtree *t, uint32_t lo, uint32_t hi, i
 
 /* splitmix64: deterministic and stateless apart from the caller's word. */
 uint64_t rp_rand(uint64_t *state);
+/* The Luby sequence 1 1 2 1 1 2 4 ... (i from 1): restart lengths that waste at most a log
+ * factor against the best fixed length. */
+uint64_t rp_luby(uint64_t i);
 uint64_t rp_now_ns(void);
 
 /*

@@ -40,19 +40,6 @@ static void prove(driver *d, uint64_t lo)
         d->best->proven = lo;
 }
 
-/* The Luby sequence 1 1 2 1 1 2 4 ...: restart lengths that waste at most a log factor. */
-static uint64_t luby(uint64_t i)
-{
-    for (;;) {
-        uint64_t k = 1;
-        while ((UINT64_C(1) << k) - 1 < i)
-            k++;
-        if ((UINT64_C(1) << k) - 1 == i)
-            return UINT64_C(1) << (k - 1);
-        i -= (UINT64_C(1) << (k - 1)) - 1;
-    }
-}
-
 /*
  * The capacity of the j-th run below the best plan (j >= 1): best - 1, less a share of the
  * gap to the proven bound that follows the van der Corput sequence over [0, 1/2): 1/4, 1/8,
@@ -178,7 +165,7 @@ int rp_bnb(const rp_inst *in, rp_mem *m, rp_best *best, rp_clock *clk, uint64_t 
             rr.factor = factor;
             rr.rank = rrank;
             rp_search_rank(d.s, &rr, rrank);
-            rc = attempt(&d, &rr, RESTART_NODES * luby(++t));
+            rc = attempt(&d, &rr, RESTART_NODES * rp_luby(++t));
         } else if (rc == 0) {
             rc = 1;
         }

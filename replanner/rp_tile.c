@@ -218,18 +218,6 @@ static void order_starts(tile *t, uint64_t *rng, int shuffle)
     rp_rand(rng);
 }
 
-static uint64_t luby_tile(uint64_t i)
-{
-    for (;;) {
-        uint64_t k = 1;
-        while ((UINT64_C(1) << k) - 1 < i)
-            k++;
-        if ((UINT64_C(1) << k) - 1 == i)
-            return UINT64_C(1) << (k - 1);
-        i -= (UINT64_C(1) << (k - 1)) - 1;
-    }
-}
-
 int rp_tile(const rp_inst *in, rp_mem *m, rp_best *best, rp_clock *clk, uint64_t deadline_ns)
 {
     rp_mem own = {m->a, NULL};
@@ -273,7 +261,7 @@ int rp_tile(const rp_inst *in, rp_mem *m, rp_best *best, rp_clock *clk, uint64_t
     rc = 0;
     for (uint64_t run = 1; r == RP_ABORTED && !c.stopped; run++) {
         order_starts(&t, &rng, run > 1);
-        r = tile_run(&t, &c, 4 * (uint64_t)nm * luby_tile(run));
+        r = tile_run(&t, &c, 4 * (uint64_t)nm * rp_luby(run));
     }
     if (r == RP_FOUND) {
         memcpy(best->off, t.off, nm * sizeof(uint64_t));

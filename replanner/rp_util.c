@@ -251,6 +251,18 @@ uint64_t rp_rand(uint64_t *state)
     return z ^ (z >> 31);
 }
 
+uint64_t rp_luby(uint64_t i)
+{
+    for (;;) {
+        uint64_t k = 1;
+        while ((UINT64_C(1) << k) - 1 < i)
+            k++;
+        if ((UINT64_C(1) << k) - 1 == i)
+            return UINT64_C(1) << (k - 1);
+        i -= (UINT64_C(1) << (k - 1)) - 1;
+    }
+}
+
 uint64_t rp_now_ns(void)
 {
     struct timespec ts;
