@@ -10,6 +10,7 @@ static const char style[] =
     "h1{font-size:22px}h2{font-size:17px;margin-top:28px;border-bottom:1px solid #ccc}"
     "table{border-collapse:collapse;margin:8px 0}"
     "td,th{border:1px solid #ccc;padding:3px 8px;text-align:left;vertical-align:top}"
+    "td{overflow-wrap:anywhere}"
     "td.n{text-align:right;white-space:nowrap;font-variant-numeric:tabular-nums}"
     "th{background:#f0f0f0}"
     "ol.stack{margin:0;padding-left:20px;font-family:monospace;font-size:12px}"
@@ -18,9 +19,12 @@ static const char style[] =
     "#summary{background:#f7f7f7;border:1px solid #ccc;padding:4px 16px 10px}"
     "#summary h2{margin-top:8px}"
     ".bdbar{display:flex;width:100%;max-width:900px;height:22px;border:1px solid #888;"
-    "margin:6px 0}.bdbar span{display:block;height:100%;min-width:0}"
+    "box-sizing:border-box;margin:6px 0}.bdbar span{display:block;height:100%;min-width:0}"
     ".sw{display:inline-block;width:12px;height:12px;border:1px solid #888;margin-right:6px;"
-    "vertical-align:middle}";
+    "vertical-align:middle}"
+    /* A picture keeps its size (its legend stays legible) and scrolls in its own box on a
+     * narrower window; the page itself never scrolls sideways. */
+    ".fig{overflow-x:auto;max-width:100%}.fig svg{display:block}";
 
 /* One colour per class of the breakdown, in om_bd_keys' order. */
 static const char *const bd_colour[OM_NBD] = {"#4e79a7", "#f28e2b", "#e15759",
@@ -422,8 +426,11 @@ int om_render_html_in(const struct om_merged *m, const struct om_render *o,
           "sampled iterations: one rectangle per block at its arena offset, coloured by call "
           "site; the black line is the live bytes, the red dashed line the lower bound.</p>\n",
           out);
-    for (size_t i = 0; i < m->nreports && rc == 0; i++)
+    for (size_t i = 0; i < m->nreports && rc == 0; i++) {
+        fputs("<div class=\"fig\">", out);
         rc = om_svg_panel_in(out, &m->reports[i], o, false, v->shown);
+        fputs("</div>\n", out);
+    }
     if (rc != 0)
         return rc;
     processes(out, m);
