@@ -9,6 +9,7 @@ static const char style[] =
     "body{font-family:sans-serif;margin:24px;color:#222;max-width:1260px}"
     "h1{font-size:22px}h2{font-size:17px;margin-top:28px;border-bottom:1px solid #ccc}"
     "table{border-collapse:collapse;margin:8px 0}"
+    "table.wide{display:block;overflow-x:auto;max-width:100%}"
     "td,th{border:1px solid #ccc;padding:3px 8px;text-align:left;vertical-align:top}"
     "td{overflow-wrap:anywhere}"
     "td.n{text-align:right;white-space:nowrap;font-variant-numeric:tabular-nums}"
@@ -23,7 +24,8 @@ static const char style[] =
     ".sw{display:inline-block;width:12px;height:12px;border:1px solid #888;margin-right:6px;"
     "vertical-align:middle}"
     /* A picture keeps its size (its legend stays legible) and scrolls in its own box on a
-     * narrower window; the page itself never scrolls sideways. */
+     * narrower window, as do the tables of many numeric columns (processes, serving): the
+     * page never scrolls sideways. */
     ".fig{overflow-x:auto;max-width:100%}.fig svg{display:block}";
 
 /* One colour per class of the breakdown, in om_bd_keys' order. */
@@ -220,7 +222,8 @@ static int summary(FILE *out, const struct om_merged *m, const struct om_render 
 
 static void processes(FILE *out, const struct om_merged *m)
 {
-    fputs("<h2>Processes</h2>\n<table><tr><th>pid</th><th>rank</th><th>command</th><th>mode</th>"
+    fputs("<h2>Processes</h2>\n<table "
+          "class=\"wide\"><tr><th>pid</th><th>rank</th><th>command</th><th>mode</th>"
           "<th>peak live</th><th>lower bound</th><th>plan efficiency</th><th>served from "
           "plan</th><th>iterations</th><th>period</th><th>first steady request</th></tr>\n",
           out);
@@ -301,7 +304,7 @@ static void serving(FILE *out, const struct om_merged *m)
         any |= m->reports[i].serving.present;
     if (!any)
         return;
-    fputs("<h2>Serving</h2>\n<table><tr>", out);
+    fputs("<h2>Serving</h2>\n<table class=\"wide\"><tr>", out);
     for (size_t k = 0; k < sizeof head / sizeof head[0]; k++)
         fprintf(out, "<th>%s</th>", head[k]);
     fputs("</tr>\n", out);
