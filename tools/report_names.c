@@ -380,8 +380,10 @@ static int classify(const struct om_dframe *f, char *buf, size_t len)
 }
 
 /* The frame a site is named by (where), the outermost meaningful frame inside the first
- * boundary (entry), the innermost user Python frame (py); n for none. */
-static void pick(const struct om_dframe *f, size_t n, size_t *wherep, size_t *entryp, size_t *pyp)
+ * boundary (entry), the innermost user Python frame (py); n for none. *meaningful is false
+ * when no meaningful native frame was found (where is plumbing or a boundary). */
+static void pick(const struct om_dframe *f, size_t n, size_t *wherep, size_t *entryp, size_t *pyp,
+                 bool *meaningful)
 {
     char a[512];
     size_t where = n, entry = n, plumb = n, py = n, outside = n, bound = n;
@@ -408,6 +410,7 @@ static void pick(const struct om_dframe *f, size_t n, size_t *wherep, size_t *en
     /* Nothing meaningful inside the first boundary: the innermost meaningful frame past it,
      * else the outermost of several plumbing frames (the nearest to what asked, a PyTorch op
      * often), else the boundary (main, an interpreter's frame), else the innermost frame. */
+    *meaningful = where < n || outside < n;
     if (where == n)
         where = outside < n                  ? outside
                 : plumb < n && plumb > 0     ? plumb
@@ -422,9 +425,10 @@ size_t om_site_where(struct om_symbolizer *sym, const struct om_rsite *site)
 {
     const struct om_dframe *f;
     size_t n, where, entry, py;
+    bool meaningful;
     if (om_sym_site(sym, site, &f, &n) != 0 || n == 0)
         return 0;
-    pick(f, n, &where, &entry, &py);
+    pick(f, n, &where, &entry, &py, &meaningful);
     return where;
 }
 
@@ -440,7 +444,8 @@ const char *om_site_name(struct om_symbolizer *sym, const struct om_rsite *site,
         return "?";
     char a[512], b[512];
     size_t where, entry, py;
-    pick(f, n, &where, &entry, &py);
+    bool meaningful;
+    pick(f, n, &where, &entry, &py, &meaningful);
     size_t o = 0;
     if (where == py) { /* a Python frame of the user's own: it says it all */
         append_python(buf, len, &o, &f[py]);
@@ -448,6 +453,24 @@ const char *om_site_name(struct om_symbolizer *sym, const struct om_rsite *site,
     }
     const char *w = full || !f[where].function ? om_frame_name(&f[where], full, a, sizeof a)
                                                : leaf(om_cxx_short(f[where].function, a, sizeof a));
+    /* Nothing meaningful among the native frames but an op that only makes an empty tensor
+     * (a kernel whose own frames have no symbols, torch.empty in a module's __init__): the
+     * library's Python frame that asked, batch_norm or a Conv2d's __init__, says more than
+     * empty_like. An op that computes (cat, randn) keeps its name. */
+    const char *op = f[where].function ? leaf(om_cxx_short(f[where].function, b, sizeof b)) : "";
+    bool empty = strncmp(op, "empty", 5) == 0 || strncmp(op, "resize", 6) == 0;
+    size_t lib = n;
+    for (size_t k = 0; k < n && lib == n && !meaningful && empty; k++)
+        if (f[k].file && !f[k].module)
+            lib = k;
+    if (lib < n && lib != py) {
+        append_python(buf, len, &o, &f[lib]);
+        if (py < n) {
+            append(buf, len, &o, " \xe2\x86\x90 ");
+            append_python(buf, len, &o, &f[py]);
+        }
+        return buf;
+    }
     append(buf, len, &o, w);
     if (py < n) {
         append(buf, len, &o, " \xe2\x86\x90 ");
