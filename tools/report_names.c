@@ -139,6 +139,16 @@ static const char *const boundary[] = {
     "torch::PythonArgParser*",
     "array_function*",
     "ufunc_generic*",
+    /* CPython running a file, a module or its start-up */
+    "_PyRun_*",
+    "PyRun_*",
+    "Py_RunMain",
+    "Py_BytesMain",
+    "Py_Main",
+    "pymain_*",
+    "Py_Initialize*",
+    "_PyImport_*",
+    "PyImport_*",
     /* where a thread, a program or a library's initialisation starts */
     "main",
     "_start",
@@ -453,17 +463,25 @@ const char *om_site_name(struct om_symbolizer *sym, const struct om_rsite *site,
     }
     const char *w = full || !f[where].function ? om_frame_name(&f[where], full, a, sizeof a)
                                                : leaf(om_cxx_short(f[where].function, a, sizeof a));
-    /* Nothing meaningful among the native frames but an op that only makes an empty tensor
-     * (a kernel whose own frames have no symbols, torch.empty in a module's __init__): the
-     * library's Python frame that asked, batch_norm or a Conv2d's __init__, says more than
-     * empty_like. An op that computes (cat, randn) keeps its name. */
+    /* Nothing meaningful among the native frames, and the frame chosen says nothing of what
+     * the memory is for: an unnamed frame (an extension without symbols, numpy's) or an op
+     * that only makes an empty tensor (a kernel whose own frames have no symbols, torch.empty
+     * in a module's __init__). The innermost Python frame that asked names the site instead
+     * (a library's, before the user's line: batch_norm, a Conv2d's __init__, numpy's hstack;
+     * or the user's own line alone), skipping generated code (<__array_function__
+     * internals>). An op that computes (cat, randn) keeps its name. */
     const char *op = f[where].function ? leaf(om_cxx_short(f[where].function, b, sizeof b)) : "";
-    bool empty = strncmp(op, "empty", 5) == 0 || strncmp(op, "resize", 6) == 0;
+    bool vague =
+        !f[where].function || strncmp(op, "empty", 5) == 0 || strncmp(op, "resize", 6) == 0;
     size_t lib = n;
-    for (size_t k = 0; k < n && lib == n && !meaningful && empty; k++)
-        if (f[k].file && !f[k].module)
+    for (size_t k = 0; k < n && lib == n && !meaningful && vague; k++)
+        if (f[k].file && !f[k].module && f[k].file[0] != '<')
             lib = k;
-    if (lib < n && lib != py) {
+    if (lib < n && lib == py) {
+        append_python(buf, len, &o, &f[py]);
+        return buf;
+    }
+    if (lib < n) {
         append_python(buf, len, &o, &f[lib]);
         if (py < n) {
             append(buf, len, &o, " \xe2\x86\x90 ");

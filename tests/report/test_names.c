@@ -169,6 +169,27 @@ static void test_site_names(void **state)
     assert_string_equal(name_of(bn, 6, false, buf, sizeof buf),
                         "functional.py:2450 batch_norm \xe2\x86\x90 train.py:17 train");
     assert_string_equal(name_of(bn, 5, false, buf, sizeof buf), "functional.py:2450 batch_norm");
+    /* an extension without symbols (numpy): its library's Python frame, generated code
+     * skipped; the user's own line alone when it is the innermost */
+    const struct om_dframe np[] = {
+        {.module = "_multiarray_umath.so", .offset = 0xde138},
+        FN("PyObject_Call"),
+        {.function = "concatenate", .file = "<__array_function__ internals>", .line = 200},
+        {.function = "hstack",
+         .file = "/usr/lib/python3/dist-packages/numpy/core/shape_base.py",
+         .line = 370},
+        {.function = "main", .file = "/home/u/fit.py", .line = 15},
+    };
+    assert_string_equal(name_of(np, 5, false, buf, sizeof buf),
+                        "shape_base.py:370 hstack \xe2\x86\x90 fit.py:15 main");
+    const struct om_dframe rng[] = {
+        {.module = "_multiarray_umath.so", .offset = 0xde138},
+        FN("PyObject_Vectorcall"),
+        {.function = "data", .file = "/home/u/fit.py", .line = 7},
+        FN("PyEval_EvalCode"),
+        FN("_PyRun_SimpleFileObject"),
+    };
+    assert_string_equal(name_of(rng, 5, false, buf, sizeof buf), "fit.py:7 data");
     /* an op that computes keeps its name under a library's Python frame */
     const struct om_dframe cat[] = {
         FN("c10::alloc_cpu(unsigned long)"),
