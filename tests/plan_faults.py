@@ -27,9 +27,11 @@ MAX_FAULTS_PER_STEP = {"transformer_adamw": 300, "cnn_bn_adam": 100}
 # Faults of the training thread alone: the pages that the moves make resident are the ones
 # it touches, while the other threads fault for their own reasons, optmem's report thread
 # above all, which faults its buffers in once, at the first checkpoint (they grow with the
-# call sites, four times as many since sites carry Python frames): the CNN's window held
-# about 860 such faults, 220 a step for the process against 48 for the training thread
-# (2026-11-26).
+# call sites, four times as many since sites carry Python frames). With report version 1
+# the CNN's window held about 860 such faults, 220 a step for the process against 48 for
+# the training thread; version 2 (frames written once, only changed counters copied, the
+# copy grown in place) brought the report thread's faults at the first checkpoint to about
+# 238 (docs/report-schema.md: 2026-11-26, commit 72500e4).
 INLINE = {"OPTMEM_PLAN_THREAD": "0", "OPTMEM_WORKLOAD_FAULTS": "thread"}
 
 

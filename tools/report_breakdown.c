@@ -169,6 +169,37 @@ static int find_kept(struct bd_block *v, size_t n, struct bd_block **grads, stru
     return 0;
 }
 
+/* Rule 3b: blocks freed at the iteration's end but born after its last block that died in
+ * it. A step that makes no temporaries (SGD updating in place) leaves the backward's last
+ * gradients (the first layer's) there, where the step's final temporaries usually are: such a
+ * block is a gradient when a resident block of its size, born no later than the last
+ * parameter, is still unmatched. A step's final temporary of a parameter's size finds every
+ * parameter of that size taken by its own gradient. */
+static void match_late(struct bd_block *v, size_t n, uint64_t q0, uint64_t qe, uint64_t last_done,
+                       struct bd_block **res, size_t nr, uint64_t last_param)
+{
+    for (size_t i = 0; i < n; i++) {
+        struct bd_block *x = &v[i];
+        if (x->birth < q0 || x->birth >= qe || x->death != qe || x->birth < last_done ||
+            x->cls != OM_BD_TEMPORARIES)
+            continue;
+        size_t lo = 0, hi = nr; /* the first resident block of its size (sorted by size) */
+        while (lo < hi) {
+            size_t mid = lo + (hi - lo) / 2;
+            if (res[mid]->size < x->size)
+                lo = mid + 1;
+            else
+                hi = mid;
+        }
+        for (size_t k = lo; k < nr && res[k]->size == x->size; k++)
+            if (res[k]->cls == OM_BD_OTHER && res[k]->birth <= last_param) {
+                res[k]->cls = OM_BD_PARAMETERS;
+                x->cls = OM_BD_GRADIENTS;
+                break;
+            }
+    }
+}
+
 static int classify(struct bd_block *v, size_t n, struct bd_block **grads, struct bd_block **res,
                     struct om_breakdown *b)
 {
@@ -201,6 +232,8 @@ static int classify(struct bd_block *v, size_t n, struct bd_block **grads, struc
     match_parameters(grads, ng, res, nr, &last_param);
     if (last_param == NEVER && find_kept(v, n, grads, res, nr, b, &last_param) != 0)
         return -ENOMEM;
+    if (last_param != NEVER && !b->kept_gradients)
+        match_late(v, n, q0, qe, last_done, res, nr, last_param);
     /* The turn from forward to backward: the first gradient's birth, or without gradients
      * the iteration's peak. Blocks of the iteration born by then and freed after it, in it,
      * were kept for the backward. */

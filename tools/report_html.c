@@ -9,7 +9,9 @@ static const char style[] =
     "body{font-family:sans-serif;margin:24px;color:#222;max-width:1260px}"
     "h1{font-size:22px}h2{font-size:17px;margin-top:28px;border-bottom:1px solid #ccc}"
     "table{border-collapse:collapse;margin:8px 0}"
+    "table.wide{display:block;overflow-x:auto;max-width:100%}"
     "td,th{border:1px solid #ccc;padding:3px 8px;text-align:left;vertical-align:top}"
+    "td{overflow-wrap:anywhere}"
     "td.n{text-align:right;white-space:nowrap;font-variant-numeric:tabular-nums}"
     "th{background:#f0f0f0}"
     "ol.stack{margin:0;padding-left:20px;font-family:monospace;font-size:12px}"
@@ -18,9 +20,13 @@ static const char style[] =
     "#summary{background:#f7f7f7;border:1px solid #ccc;padding:4px 16px 10px}"
     "#summary h2{margin-top:8px}"
     ".bdbar{display:flex;width:100%;max-width:900px;height:22px;border:1px solid #888;"
-    "margin:6px 0}.bdbar span{display:block;height:100%;min-width:0}"
+    "box-sizing:border-box;margin:6px 0}.bdbar span{display:block;height:100%;min-width:0}"
     ".sw{display:inline-block;width:12px;height:12px;border:1px solid #888;margin-right:6px;"
-    "vertical-align:middle}";
+    "vertical-align:middle}"
+    /* A picture keeps its size (its legend stays legible) and scrolls in its own box on a
+     * narrower window, as do the tables of many numeric columns (processes, serving): the
+     * page never scrolls sideways. */
+    ".fig{overflow-x:auto;max-width:100%}.fig svg{display:block}";
 
 /* One colour per class of the breakdown, in om_bd_keys' order. */
 static const char *const bd_colour[OM_NBD] = {"#4e79a7", "#f28e2b", "#e15759",
@@ -216,7 +222,8 @@ static int summary(FILE *out, const struct om_merged *m, const struct om_render 
 
 static void processes(FILE *out, const struct om_merged *m)
 {
-    fputs("<h2>Processes</h2>\n<table><tr><th>pid</th><th>rank</th><th>command</th><th>mode</th>"
+    fputs("<h2>Processes</h2>\n<table "
+          "class=\"wide\"><tr><th>pid</th><th>rank</th><th>command</th><th>mode</th>"
           "<th>peak live</th><th>lower bound</th><th>plan efficiency</th><th>served from "
           "plan</th><th>iterations</th><th>period</th><th>first steady request</th></tr>\n",
           out);
@@ -297,7 +304,7 @@ static void serving(FILE *out, const struct om_merged *m)
         any |= m->reports[i].serving.present;
     if (!any)
         return;
-    fputs("<h2>Serving</h2>\n<table><tr>", out);
+    fputs("<h2>Serving</h2>\n<table class=\"wide\"><tr>", out);
     for (size_t k = 0; k < sizeof head / sizeof head[0]; k++)
         fprintf(out, "<th>%s</th>", head[k]);
     fputs("</tr>\n", out);
@@ -422,8 +429,11 @@ int om_render_html_in(const struct om_merged *m, const struct om_render *o,
           "sampled iterations: one rectangle per block at its arena offset, coloured by call "
           "site; the black line is the live bytes, the red dashed line the lower bound.</p>\n",
           out);
-    for (size_t i = 0; i < m->nreports && rc == 0; i++)
+    for (size_t i = 0; i < m->nreports && rc == 0; i++) {
+        fputs("<div class=\"fig\">", out);
         rc = om_svg_panel_in(out, &m->reports[i], o, false, v->shown);
+        fputs("</div>\n", out);
+    }
     if (rc != 0)
         return rc;
     processes(out, m);

@@ -139,6 +139,16 @@ static const char *const boundary[] = {
     "torch::PythonArgParser*",
     "array_function*",
     "ufunc_generic*",
+    /* CPython running a file, a module or its start-up */
+    "_PyRun_*",
+    "PyRun_*",
+    "Py_RunMain",
+    "Py_BytesMain",
+    "Py_Main",
+    "pymain_*",
+    "Py_Initialize*",
+    "_PyImport_*",
+    "PyImport_*",
     /* where a thread, a program or a library's initialisation starts */
     "main",
     "_start",
@@ -380,8 +390,10 @@ static int classify(const struct om_dframe *f, char *buf, size_t len)
 }
 
 /* The frame a site is named by (where), the outermost meaningful frame inside the first
- * boundary (entry), the innermost user Python frame (py); n for none. */
-static void pick(const struct om_dframe *f, size_t n, size_t *wherep, size_t *entryp, size_t *pyp)
+ * boundary (entry), the innermost user Python frame (py); n for none. *meaningful is false
+ * when no meaningful native frame was found (where is plumbing or a boundary). */
+static void pick(const struct om_dframe *f, size_t n, size_t *wherep, size_t *entryp, size_t *pyp,
+                 bool *meaningful)
 {
     char a[512];
     size_t where = n, entry = n, plumb = n, py = n, outside = n, bound = n;
@@ -408,6 +420,7 @@ static void pick(const struct om_dframe *f, size_t n, size_t *wherep, size_t *en
     /* Nothing meaningful inside the first boundary: the innermost meaningful frame past it,
      * else the outermost of several plumbing frames (the nearest to what asked, a PyTorch op
      * often), else the boundary (main, an interpreter's frame), else the innermost frame. */
+    *meaningful = where < n || outside < n;
     if (where == n)
         where = outside < n                  ? outside
                 : plumb < n && plumb > 0     ? plumb
@@ -422,9 +435,10 @@ size_t om_site_where(struct om_symbolizer *sym, const struct om_rsite *site)
 {
     const struct om_dframe *f;
     size_t n, where, entry, py;
+    bool meaningful;
     if (om_sym_site(sym, site, &f, &n) != 0 || n == 0)
         return 0;
-    pick(f, n, &where, &entry, &py);
+    pick(f, n, &where, &entry, &py, &meaningful);
     return where;
 }
 
@@ -440,7 +454,8 @@ const char *om_site_name(struct om_symbolizer *sym, const struct om_rsite *site,
         return "?";
     char a[512], b[512];
     size_t where, entry, py;
-    pick(f, n, &where, &entry, &py);
+    bool meaningful;
+    pick(f, n, &where, &entry, &py, &meaningful);
     size_t o = 0;
     if (where == py) { /* a Python frame of the user's own: it says it all */
         append_python(buf, len, &o, &f[py]);
@@ -448,6 +463,32 @@ const char *om_site_name(struct om_symbolizer *sym, const struct om_rsite *site,
     }
     const char *w = full || !f[where].function ? om_frame_name(&f[where], full, a, sizeof a)
                                                : leaf(om_cxx_short(f[where].function, a, sizeof a));
+    /* Nothing meaningful among the native frames, and the frame chosen says nothing of what
+     * the memory is for: an unnamed frame (an extension without symbols, numpy's) or an op
+     * that only makes an empty tensor (a kernel whose own frames have no symbols, torch.empty
+     * in a module's __init__). The innermost Python frame that asked names the site instead
+     * (a library's, before the user's line: batch_norm, a Conv2d's __init__, numpy's hstack;
+     * or the user's own line alone), skipping generated code (<__array_function__
+     * internals>). An op that computes (cat, randn) keeps its name. */
+    const char *op = f[where].function ? leaf(om_cxx_short(f[where].function, b, sizeof b)) : "";
+    bool vague =
+        !f[where].function || strncmp(op, "empty", 5) == 0 || strncmp(op, "resize", 6) == 0;
+    size_t lib = n;
+    for (size_t k = 0; k < n && lib == n && !meaningful && vague; k++)
+        if (f[k].file && !f[k].module && f[k].file[0] != '<')
+            lib = k;
+    if (lib < n && lib == py) {
+        append_python(buf, len, &o, &f[py]);
+        return buf;
+    }
+    if (lib < n) {
+        append_python(buf, len, &o, &f[lib]);
+        if (py < n) {
+            append(buf, len, &o, " \xe2\x86\x90 ");
+            append_python(buf, len, &o, &f[py]);
+        }
+        return buf;
+    }
     append(buf, len, &o, w);
     if (py < n) {
         append(buf, len, &o, " \xe2\x86\x90 ");

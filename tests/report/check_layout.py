@@ -2,16 +2,19 @@
 
 Usage: check_layout.py --optmem CLI WORKLOAD.py
 Runs the workload under `optmem run --mode trace`, renders its HTML report (short names, and
---full-names for the longest lines), and in Chromium at WIDTH x HEIGHT:
+--full-names for the longest lines), and in Chromium at each of WIDTHS x HEIGHT:
 - layout_probe.js measures the page: no element's content is wider than its box or reaches
-  past the page (stacks, names and tables wrap inside the page), no horizontal scrolling, the
-  SVG legends' texts are at least MIN_FONT px, inside their picture and clear of each other,
+  past the page (stacks, names and tables wrap inside the page; a picture wider than the window
+  scrolls in its own box), no horizontal scrolling, the SVG legends' texts are drawn at least
+  MIN_FONT px high (a picture scaled down draws them smaller), inside their picture and clear
+  of each other,
   the breakdown bar's segments lie inside the bar;
 - a screenshot of the first screen shows the breakdown bar: each class with at least
   MIN_SHARE of the peak has its colour on at least MIN_PIXELS pixels (more than its legend
   swatch has);
-- the same checks fail on sabotaged copies of the page (stacks that cannot wrap, legend text
-  too large, a bar segment too wide), so that a broken layout cannot pass them."""
+- the same checks fail on sabotaged copies of the page (stacks that cannot wrap, a picture
+  that does not scroll in its box on an 800 px window, legend text too large or scaled too
+  small, a bar segment too wide), so that a broken layout cannot pass them."""
 import argparse
 import html
 import json
@@ -28,6 +31,7 @@ from checks import CheckError, expect
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 WIDTH, HEIGHT = 1300, 900
+WIDTHS = (800, 1300, 1920)  # a narrow window, the screenshot's, a wide screen
 MIN_FONT = 10
 MIN_SHARE = 0.03
 MIN_PIXELS = 300
@@ -35,7 +39,7 @@ COLOURS = {"parameters": "#4e79a7", "gradients": "#f28e2b", "optimizer_state": "
            "activations": "#76b7b2", "temporaries": "#59a14f", "other": "#bab0ac"}
 
 
-def chromium(tmp, page, *how):
+def chromium(tmp, page, *how, width=WIDTH):
     exe = shutil.which("chromium") or shutil.which("chromium-browser")
     expect(exe, "chromium is not installed (tools/setup.sh installs it)")
     profile = tempfile.mkdtemp(dir=tmp)
@@ -44,7 +48,7 @@ def chromium(tmp, page, *how):
                            "--disable-component-update", "--disable-sync",
                            "--hide-scrollbars", "--force-device-scale-factor=1",
                            "--user-data-dir=" + profile,
-                           "--window-size=%d,%d" % (WIDTH, HEIGHT)] + list(how) +
+                           "--window-size=%d,%d" % (width, HEIGHT)] + list(how) +
                           ["file://" + page], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                           timeout=120)
     expect(proc.returncode == 0, "chromium exit %d: %s" % (proc.returncode,
@@ -52,7 +56,7 @@ def chromium(tmp, page, *how):
     return proc.stdout.decode()
 
 
-def measure(tmp, page, sabotage=""):
+def measure(tmp, page, sabotage="", width=WIDTH):
     """The probe's findings on a copy of page, with sabotage added to its style."""
     with open(page) as f:
         text = f.read()
@@ -64,7 +68,7 @@ def measure(tmp, page, sabotage=""):
     copy = os.path.join(tmp, "probed.html")
     with open(copy, "w") as f:
         f.write(text)
-    dom = chromium(tmp, copy, "--dump-dom")
+    dom = chromium(tmp, copy, "--dump-dom", width=width)
     found = re.findall(r'<pre id="layout-report">([^<]*)</pre>', dom)
     expect(found, "the probe wrote nothing (did its script run?)")
     return json.loads(html.unescape(found[-1]))
@@ -98,8 +102,9 @@ def problems(found):
     return out
 
 
-def check_page(tmp, page, what):
-    found = measure(tmp, page)
+def check_page(tmp, page, what, width):
+    found = measure(tmp, page, width=width)
+    what = "%s at %d px" % (what, width)
     expect(found["legends"], "%s: no SVG legend measured" % what)
     expect(found["bars"], "%s: no breakdown bar measured" % what)
     bad = [line for lines in problems(found).values() for line in lines]
@@ -109,14 +114,14 @@ def check_page(tmp, page, what):
            sum(len(b["segments"]) for b in found["bars"])))
 
 
-def check_screenshot(tmp, page, classes, peak):
+def check_screenshot(tmp, page, classes, peak, width):
     shot = os.path.join(tmp, "shot.png")
-    chromium(tmp, page, "--screenshot=" + shot)
+    chromium(tmp, page, "--screenshot=" + shot, width=width)
     img = Image.open(shot).convert("RGB")
-    expect(img.size == (WIDTH, HEIGHT), "the screenshot is %s, not %dx%d" %
-           (img.size, WIDTH, HEIGHT))
+    expect(img.size == (width, HEIGHT), "the screenshot is %s, not %dx%d" %
+           (img.size, width, HEIGHT))
     counts = {}
-    for count, rgb in img.getcolors(WIDTH * HEIGHT):
+    for count, rgb in img.getcolors(width * HEIGHT):
         counts["#%02x%02x%02x" % rgb] = count
     shown = 0
     for key, c in classes.items():
@@ -129,18 +134,22 @@ def check_screenshot(tmp, page, classes, peak):
         shown += 1
     expect(shown >= 2, "fewer than two classes large enough to look for")
     print("ok screenshot: %d classes of the breakdown visible in the first %dx%d screen" %
-          (shown, WIDTH, HEIGHT))
+          (shown, width, HEIGHT))
 
 
 def check_sabotage(tmp, page):
     """Broken layouts must be caught, each by its own check."""
     cases = [
-        ("overflow", "ol.stack li,b.site,td{white-space:nowrap}"),
-        ("legend", "g.legend text{font-size:24px}"),
-        ("bar", ".bdbar span{flex-shrink:0;min-width:400px}"),
+        ("overflow", "ol.stack li,b.site,td{white-space:nowrap}", WIDTH),
+        # the pictures no longer scrolling in their own box, on a narrow window
+        ("overflow", ".fig{overflow-x:visible}", 800),
+        ("legend", "g.legend text{font-size:24px}", WIDTH),
+        # a picture scaled down to fit: its legend drawn too small
+        ("legend", ".fig svg{width:400px;height:auto}", WIDTH),
+        ("bar", ".bdbar span{flex-shrink:0;min-width:400px}", WIDTH),
     ]
-    for kind, css in cases:
-        found = problems(measure(tmp, page, css))
+    for kind, css, width in cases:
+        found = problems(measure(tmp, page, css, width=width))
         expect(found[kind], "the %s check passed a sabotaged page (%s)" % (kind, css))
         print("ok sabotage caught by the %s check: %s" % (kind, found[kind][0][:120]))
 
@@ -168,8 +177,10 @@ def main():
         bd = summary["processes"][0]["breakdown"]
         expect(bd["found"], "the run has no breakdown: %s" % bd)
         for what, page in pages.items():
-            check_page(tmp, page, what)
-        check_screenshot(tmp, pages["short names"], bd["classes"], bd["peak_bytes"])
+            for width in WIDTHS:
+                check_page(tmp, page, what, width)
+        for width in WIDTHS:
+            check_screenshot(tmp, pages["short names"], bd["classes"], bd["peak_bytes"], width)
         check_sabotage(tmp, pages["full names"])
 
 

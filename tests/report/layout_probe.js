@@ -12,23 +12,37 @@
   }
   var root = document.documentElement;
   res.page = {scrollWidth: root.scrollWidth, clientWidth: root.clientWidth};
+  // A box that scrolls sideways by design (overflow-x auto or scroll) may hold wider
+  // content: only the box itself must fit the page.
+  function scrolls(el) {
+    var x = getComputedStyle(el).overflowX;
+    return x === 'auto' || x === 'scroll';
+  }
+  function inScroller(el) {
+    for (var p = el.parentElement; p; p = p.parentElement)
+      if (scrolls(p)) return true;
+    return false;
+  }
   document.querySelectorAll('body, body *').forEach(function (el) {
     if (el.closest('svg') && el.tagName.toLowerCase() !== 'svg') return;
+    if (inScroller(el)) return;
     var r = el.getBoundingClientRect();
     var text = (el.textContent || '').slice(0, 100);
-    if (el.clientWidth > 0 && el.scrollWidth > el.clientWidth + 1)
+    if (el.clientWidth > 0 && el.scrollWidth > el.clientWidth + 1 && !scrolls(el))
       res.overflow.push({el: name(el), scrollWidth: el.scrollWidth,
                          clientWidth: el.clientWidth, text: text});
     else if (r.width > 0 && r.right > root.clientWidth + 1)
       res.overflow.push({el: name(el), right: r.right, page: root.clientWidth, text: text});
   });
   document.querySelectorAll('svg g.legend').forEach(function (g) {
-    var svg = g.closest('svg').getBoundingClientRect();
+    var el = g.closest('svg'), svg = el.getBoundingClientRect();
+    // Text as drawn: a picture scaled to fit draws its font-size smaller.
+    var vb = el.viewBox && el.viewBox.baseVal, scale = vb && vb.width ? svg.width / vb.width : 1;
     var boxes = [];
     g.querySelectorAll('text').forEach(function (t) {
       var b = t.getBoundingClientRect();
       boxes.push({text: t.textContent, left: b.left, right: b.right, top: b.top,
-                  bottom: b.bottom, font: parseFloat(getComputedStyle(t).fontSize),
+                  bottom: b.bottom, font: parseFloat(getComputedStyle(t).fontSize) * scale,
                   svg: [svg.left, svg.top, svg.right, svg.bottom]});
     });
     res.legends.push(boxes);

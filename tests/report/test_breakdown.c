@@ -304,13 +304,84 @@ static void test_kept_gradients(void **state)
     assert_int_equal(b.at_peak[OM_BD_GRADIENTS], 0);
 }
 
+/* SGD updating in place: the step makes no block, so the backward's last gradient (the first
+ * layer's) is born after the iteration's last block that died in it, where a step's final
+ * temporaries usually are (rule 3b). 6 requests a step; momentum born in the first. */
+static void inplace_step(struct sim *s, size_t *grads, size_t *ngrads, bool first)
+{
+    for (size_t k = 0; k < *ngrads; k++)
+        die(s, grads[k]);
+    *ngrads = 0;
+    size_t a1 = born(s, 100000), a2 = born(s, 200000);
+    grads[(*ngrads)++] = born(s, 30000);
+    die(s, a2);
+    size_t t = born(s, 60000);
+    die(s, t);
+    grads[(*ngrads)++] = born(s, 80000);
+    die(s, a1);
+    grads[(*ngrads)++] = born(s, 40000); /* after the last temporary */
+    if (first) {
+        born(s, 40000);
+        born(s, 80000);
+        born(s, 30000);
+    }
+}
+
+static void test_inplace_step(void **state)
+{
+    (void)state;
+    static struct sim s;
+    static struct om_rlife life[MAXB];
+    static struct om_rresident res[MAXB];
+    memset(&s, 0, sizeof s);
+    born(&s, 40000);
+    born(&s, 80000);
+    born(&s, 30000);
+    born(&s, 40000); /* a data set of the first parameter's size, born after the parameters */
+    size_t grads[4], ngrads = 0;
+    inplace_step(&s, grads, &ngrads, true);
+    uint64_t first = s.seq;
+    for (int i = 0; i < 3; i++)
+        inplace_step(&s, grads, &ngrads, false);
+    struct om_report r;
+    memset(&r, 0, sizeof r);
+    r.found = true;
+    r.period = 6;
+    r.sample_first = first;
+    r.sample_end = s.seq;
+    r.nlife = (size_t)(s.seq - first);
+    for (uint64_t q = first; q < s.seq; q++)
+        life[q - first] = (struct om_rlife){0, s.all[q].size, q, s.all[q].death, 0, 0, OM_NO_VALUE};
+    r.life = life;
+    r.live_after = s.live_after + first;
+    for (uint64_t q = 0; q < first; q++)
+        if (s.all[q].death == OM_NO_VALUE || s.all[q].death > first)
+            res[r.nresident++] = s.all[q];
+    r.resident = res;
+    r.have_resident = true;
+    r.resident_complete = true;
+    uint64_t starts[1] = {first + 2};
+    r.starts = starts;
+    r.nstarts = 1;
+    struct om_breakdown b;
+    assert_int_equal(om_breakdown(&r, &b), 0);
+    assert_true(b.found);
+    assert_false(b.kept_gradients);
+    assert_int_equal(b.first, first + 6);
+    assert_int_equal(b.at_peak[OM_BD_PARAMETERS], 150000);
+    assert_int_equal(b.blocks_at_peak[OM_BD_PARAMETERS], 3);
+    assert_int_equal(b.max_live[OM_BD_GRADIENTS], 150000);
+    assert_int_equal(b.born[OM_BD_GRADIENTS], 150000);
+    assert_int_equal(b.at_peak[OM_BD_OPTIMIZER], 150000);
+    assert_int_equal(b.born[OM_BD_TEMPORARIES], 60000);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_training_run),
-        cmocka_unit_test(test_not_found),
-        cmocka_unit_test(test_no_gradients),
-        cmocka_unit_test(test_kept_gradients),
+        cmocka_unit_test(test_training_run), cmocka_unit_test(test_not_found),
+        cmocka_unit_test(test_no_gradients), cmocka_unit_test(test_kept_gradients),
+        cmocka_unit_test(test_inplace_step),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

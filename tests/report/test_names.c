@@ -154,6 +154,63 @@ static void test_site_names(void **state)
     };
     assert_string_equal(name_of(py, 5, false, buf, sizeof buf),
                         "addmm \xe2\x86\x90 model.py:41 forward");
+    /* no meaningful native frame (the kernel's own frames unnamed): the library's Python
+     * frame that asked names the site, before the user's line */
+    const struct om_dframe bn[] = {
+        FN("c10::alloc_cpu(unsigned long)"),
+        FN("at::native::empty_like(at::Tensor const&)"),
+        FN("at::_ops::empty_like::call(at::Tensor const&)"),
+        {.module = "libtorch_cpu.so", .offset = 0xdb4112},
+        {.function = "batch_norm",
+         .file = "/usr/lib/python3/dist-packages/torch/nn/functional.py",
+         .line = 2450},
+        {.function = "train", .file = "/home/u/train.py", .line = 17},
+    };
+    assert_string_equal(name_of(bn, 6, false, buf, sizeof buf),
+                        "functional.py:2450 batch_norm \xe2\x86\x90 train.py:17 train");
+    assert_string_equal(name_of(bn, 5, false, buf, sizeof buf), "functional.py:2450 batch_norm");
+    /* an extension without symbols (numpy): its library's Python frame, generated code
+     * skipped; the user's own line alone when it is the innermost */
+    const struct om_dframe np[] = {
+        {.module = "_multiarray_umath.so", .offset = 0xde138},
+        FN("PyObject_Call"),
+        {.function = "concatenate", .file = "<__array_function__ internals>", .line = 200},
+        {.function = "hstack",
+         .file = "/usr/lib/python3/dist-packages/numpy/core/shape_base.py",
+         .line = 370},
+        {.function = "main", .file = "/home/u/fit.py", .line = 15},
+    };
+    assert_string_equal(name_of(np, 5, false, buf, sizeof buf),
+                        "shape_base.py:370 hstack \xe2\x86\x90 fit.py:15 main");
+    const struct om_dframe rng[] = {
+        {.module = "_multiarray_umath.so", .offset = 0xde138},
+        FN("PyObject_Vectorcall"),
+        {.function = "data", .file = "/home/u/fit.py", .line = 7},
+        FN("PyEval_EvalCode"),
+        FN("_PyRun_SimpleFileObject"),
+    };
+    assert_string_equal(name_of(rng, 5, false, buf, sizeof buf), "fit.py:7 data");
+    /* an op that computes keeps its name under a library's Python frame */
+    const struct om_dframe cat[] = {
+        FN("c10::alloc_cpu(unsigned long)"),
+        FN("at::native::empty_cpu(c10::ArrayRef<long>)"),
+        FN("at::_ops::cat::call(c10::ArrayRef<at::Tensor>, long)"),
+        {.function = "forward",
+         .file = "/usr/lib/python3/dist-packages/torchvision/models/squeezenet.py",
+         .line = 31},
+        {.function = "train", .file = "/home/u/train.py", .line = 17},
+    };
+    assert_string_equal(name_of(cat, 5, false, buf, sizeof buf),
+                        "cat \xe2\x86\x90 train.py:17 train");
+    /* the user's own frame first: the op stays, the user's line replaces its entry */
+    const struct om_dframe randn[] = {
+        FN("c10::alloc_cpu(unsigned long)"),
+        FN("at::native::empty_cpu(c10::ArrayRef<long>)"),
+        FN("at::_ops::randn::call(c10::ArrayRef<c10::SymInt>)"),
+        {.function = "make_batch", .file = "/home/u/train.py", .line = 6},
+    };
+    assert_string_equal(name_of(randn, 4, false, buf, sizeof buf),
+                        "randn \xe2\x86\x90 train.py:6 make_batch");
     /* a C program: no entry past main */
     const struct om_dframe c[] = {FN("malloc"), FN("site_temp"), FN("main"), FN("_start")};
     assert_string_equal(name_of(c, 4, false, buf, sizeof buf), "site_temp");
