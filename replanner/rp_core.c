@@ -498,6 +498,10 @@ static int inst_build(rp_inst *in, rp_mem *m, const om_rp_block *blocks, size_t 
     in->stop = in->floor_lb;
     if (!lists)
         return 0;
+    if (rp_bound(in, m, &in->shape_lb) < 0)
+        return -ENOMEM;
+    if (in->shape_lb > in->floor_lb)
+        in->floor_lb = in->stop = in->shape_lb;
 
     /* Fixed blocks by offset, so that one pass of rp_bump_fixed suffices. */
     for (uint32_t k = 0; k < nf; k++) {
@@ -681,8 +685,9 @@ const char *om_rp_gap_owner(uint64_t peak, uint64_t lower_bound, uint64_t proven
     if (proven_bound >= peak)
         return "the gap is the bound's: no plan is lower";
     if (proven_bound > lower_bound)
-        return "the gap is partly the bound's (proven), the rest not settled by the search";
-    return "the gap is not settled by the search";
+        return "the gap is the bound's up to the proven bound, above it not settled: the "
+               "search's or a bound not proven";
+    return "the gap is not settled: the search's or a bound not proven";
 }
 
 static void finish(const rp_inst *in, const rp_best *best, uint64_t *offsets, om_rp_result *res)
