@@ -768,6 +768,11 @@ static void test_shape_bound(void **state)
     assert_int_equal(peak, 3);
     /* [9, 10) meets only [6, 12) of the three: not in the clique */
     assert_int_equal(shape_bound(arcs, 4, 10, &peak), 3);
+    /* arcs of exactly half the period need not meet */
+    arcs[0] = blk(1, 0, 5, 1);
+    arcs[1] = blk(2, 5, 10, 1);
+    assert_int_equal(shape_bound(arcs, 2, 10, &peak), 1);
+    assert_int_equal(peak, 1);
     line[0].fixed = 1;
     line[0].offset = 1000;
     assert_int_equal(shape_bound(line, 3, 0, &peak), 3500);
