@@ -735,6 +735,30 @@ static int use_branch_and_bound(const rp_inst *in, rp_mem *m, int algo, uint32_t
     return algo == OM_RP_ALGO_BNB || entries <= (uint64_t)budget_ms * BNB_ENTRIES_PER_MS;
 }
 
+/*
+ * Where arcs that are never live at once still meet pairwise (the long arcs of rp_bound.c,
+ * whose bytes exceed the max of live bytes), the branch and bound's runs below its best plan
+ * can all fail without proving anything: the local search gets the second half of the time
+ * left, from the best order found before the branch and bound. Elsewhere (generated circles
+ * whose optimum is LB) the branch and bound needs the whole time.
+ */
+static int bnb_then_local(const rp_inst *in, rp_mem *m, rp_best *best, rp_clock *clk, uint64_t seed)
+{
+    uint64_t now = rp_now_ns(), end = clk->deadline_ns;
+    int rc;
+
+    if (now < end)
+        clk->deadline_ns = now + (end - now) / 2;
+    rc = rp_bnb(in, m, best, clk, seed);
+    clk->deadline_ns = end;
+    if (rc < 0 || best->peak <= in->stop || best->peak <= best->proven)
+        return rc;
+    if (clk->max_nodes && clk->nodes >= clk->max_nodes)
+        return 0; /* out of nodes, not of time */
+    clk->stopped = 0;
+    return rp_local(in, m, best, clk, seed);
+}
+
 int om_rp_plan(const om_rp_block *blocks, size_t n, const om_rp_options *opt, uint64_t *offsets,
                om_rp_result *res)
 {
@@ -790,8 +814,10 @@ int om_rp_plan(const om_rp_block *blocks, size_t n, const om_rp_options *opt, ui
             goto nomem;
         rc = 0;
         if (opt->algo != OM_RP_ALGO_GREEDY && best.peak > in.stop)
-            rc = use_bnb ? rp_bnb(&in, &m, &best, &clk, opt->seed)
-                         : rp_local(&in, &m, &best, &clk, opt->seed);
+            rc = use_bnb && in.shape_lb > in.lb && opt->algo == OM_RP_ALGO_AUTO
+                     ? bnb_then_local(&in, &m, &best, &clk, opt->seed)
+                 : use_bnb ? rp_bnb(&in, &m, &best, &clk, opt->seed)
+                           : rp_local(&in, &m, &best, &clk, opt->seed);
         if (rc < 0)
             goto nomem;
     }

@@ -372,14 +372,15 @@ int rp_local(const rp_inst *in, rp_mem *m, rp_best *best, rp_clock *clk, uint64_
     uint32_t *cur = rp_alloc(m, (size_t)n + 1, sizeof(uint32_t));
     uint32_t *cand = rp_alloc(m, (size_t)n + 1, sizeof(uint32_t));
     uint64_t *off = rp_alloc(m, (size_t)n + 1, sizeof(uint64_t));
-    uint64_t cur_peak = best->peak, rng = seed;
+    uint64_t cur_peak, rng = seed;
 
     if (!cur || !cand || !off || sky_init(&t, m, in->nsec ? in->nsec : 1) < 0)
         return -ENOMEM;
     if (n < 2 || rp_now_ns() >= clk->deadline_ns)
         return 0;
     memcpy(cur, best->order, n * sizeof(uint32_t));
-    decode(in, &t, cur, off, RP_NONE - 1, &crit, NULL);
+    /* The order's own peak: above the best one where the branch and bound found that */
+    cur_peak = decode(in, &t, cur, off, RP_NONE - 1, &crit, NULL);
     /* A decode can take milliseconds: look at the clock before each one. */
     while (cur_peak > in->stop && !rp_expired(clk) && rp_now_ns() < clk->deadline_ns) {
         uint64_t peak;
