@@ -626,11 +626,9 @@ static void test_in_program_not_behind(void **state)
     static const struct {
         const char *file;
         uint64_t shape_bound; /* proven without search, 0: the live bytes */
-    } files[] = {{"inprog-sklearn-mlp.csv", 2014976},
-                 {"inprog-sklearn-step.csv", 0},
-                 {"inprog-numpy-mlp.csv", 0},
-                 {"inprog-cnn-bn-adam.csv", 0},
-                 {"inprog-mlp-sgd.csv", 0}};
+    } files[] = {{"inprog-sklearn-mlp.csv", 2014976}, {"inprog-sklearn-step.csv", 0},
+                 {"inprog-numpy-mlp.csv", 0},         {"inprog-cnn-bn-adam.csv", 0},
+                 {"inprog-mlp-sgd.csv", 0},           {"inprog-resnet18.csv", 0}};
     static const uint32_t budgets[] = {1, 200};
     (void)state;
 
