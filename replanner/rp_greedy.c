@@ -302,8 +302,11 @@ int rp_greedy(const rp_inst *in, rp_mem *m, rp_best *best, const rp_clock *clk)
     for (uint32_t x = 0; x < placed; x++)
         order[x] = kv[x].v;
     best->peak = decode(in, &t, order, best->off, RP_NONE - 1, &crit, NULL);
+    /* With nothing placed and no fixed block, apart is that plan again: a second pass of
+     * the skyline, past a deadline that the setup overran already. */
     if (placed < in->nm) {
-        uint64_t apart = rest_apart(in, &t, order, placed, best->off, off);
+        uint64_t apart =
+            placed || in->nm < in->n ? rest_apart(in, &t, order, placed, best->off, off) : RP_NONE;
 
         if (apart < best->peak) {
             best->peak = apart;
