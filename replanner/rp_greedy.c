@@ -295,26 +295,30 @@ int rp_greedy(const rp_inst *in, rp_mem *m, rp_best *best, const rp_clock *clk)
      * blocks placed before it that meet it in time end at or below that offset), so the
      * plan is never higher and the local search gets an order that yields it. If the
      * deadline stopped it, the blocks it did not place follow, each on top of what it
-     * meets: a valid plan in O(n log n), whatever the budget.
+     * meets (in its order, or longest first where it placed none): a valid plan in
+     * O(n log n), whatever the budget.
      */
     for (uint32_t x = 0; x < placed; x++)
         kv[x] = (rp_kv){off[order[x]], 0, 0, order[x]};
     rp_sort_kv(kv, placed);
     for (uint32_t x = 0; x < placed; x++)
         order[x] = kv[x].v;
-    /* The rest in two orders, the lower plan kept: apart in greedy by size's, and on top of
-     * what each meets longest first, where a long-lived block low leaves the short ones to
-     * stack only where they live (cut before it placed anything, idealloc S1 2.36 x LB, Y1
-     * 1.72, PanGu 9 to 11 in size order; 1.52, 1.12, 1.85 longest first; a generated
-     * crowded trace of 50,000 blocks 2.42 and 2.71). */
+    /* Cut before it placed a block (the setup took the budget), the plan is all the cut
+     * plan's: two orders, the lower plan kept, apart in greedy by size's and on top of what
+     * each meets longest first, where a long-lived block low leaves the short ones to stack
+     * only where they live (idealloc S1 2.36 x LB, Y1 1.72, PanGu 9 to 11 in size order;
+     * 1.52, 1.12, 1.85 longest first; a crowded trace of 50,000 blocks 2.42 and 2.71).
+     * Where it placed the large ones, the rest, its smallest, follow in its order. */
     memcpy(sized, order, in->nm * sizeof(uint32_t));
-    for (uint32_t x = placed; x < in->nm; x++) {
-        const om_rp_block *b = &in->b[in->mov[order[x]]];
-        kv[x - placed] = (rp_kv){desc(length_of(b)), desc(b->size), 0, order[x]};
+    if (placed == 0) {
+        for (uint32_t x = 0; x < in->nm; x++) {
+            const om_rp_block *b = &in->b[in->mov[order[x]]];
+            kv[x] = (rp_kv){desc(length_of(b)), desc(b->size), 0, order[x]};
+        }
+        rp_sort_kv(kv, in->nm);
+        for (uint32_t x = 0; x < in->nm; x++)
+            order[x] = kv[x].v;
     }
-    rp_sort_kv(kv, in->nm - placed);
-    for (uint32_t x = placed; x < in->nm; x++)
-        order[x] = kv[x - placed].v;
     best->peak = decode(in, &t, order, best->off, RP_NONE - 1, &crit, NULL);
     if (placed < in->nm) {
         uint64_t apart = rest_apart(in, &t, sized, placed, best->off, off);
