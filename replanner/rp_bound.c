@@ -7,7 +7,7 @@
 
 /* The holes bound costs holes x sections; above this it is left out (the live bytes and the
  * clique bound still hold), so that a plan searched inline for a millisecond keeps it. */
-#define HOLES_MAX_WORK (UINT64_C(1) << 21)
+#define HOLES_MAX_WORK (UINT64_C(1) << 20)
 
 /* Per section, bytes of the blocks flagged (sel NULL: all movable blocks) live in it. */
 static void section_sums(const rp_inst *in, const unsigned char *sel, uint64_t *diff, uint64_t *out)
@@ -129,35 +129,52 @@ static int holes_bound(const rp_inst *in, rp_mem *m, uint64_t *bound)
     rp_sort_kv(kv, nh);
     for (size_t k = 0; k < nh; k++)
         hole[k] = kv[k].k1;
-    /* bucket of a block: the first (smallest) hole it fits in, nh if none; bytes per bucket
-     * and section as differences, then running sums section by section */
-    uint64_t *diff = rp_alloc(m, ((size_t)in->nsec + 1) * (nh + 1), sizeof(*diff));
+    /* bucket of a block: the first (smallest) hole it fits in, nh if none. Its runs' ends
+     * as events by section (a counting sort), then per-bucket running sums section by
+     * section: memory in blocks and holes, not their product. */
+    uint32_t *at = rp_alloc(m, (size_t)in->nsec + 2, sizeof(*at));
+    uint32_t *ev_q = rp_alloc(m, 4 * (size_t)in->nm + 1, sizeof(*ev_q));
+    int64_t *ev_d = rp_alloc(m, 4 * (size_t)in->nm + 1, sizeof(*ev_d));
     uint64_t *run = rp_alloc(m, nh + 1, sizeof(*run));
-    if (!diff || !run)
+    uint32_t *bucket = rp_alloc(m, (size_t)in->nm + 1, sizeof(*bucket));
+    if (!at || !ev_q || !ev_d || !run || !bucket)
         return -ENOMEM;
     for (uint32_t k = 0; k < in->nm; k++) {
-        const om_rp_block *b = &in->b[in->mov[k]];
         uint32_t i = in->mov[k];
         size_t lo = 0, hi = nh;
         while (lo < hi) {
             size_t mid = lo + (hi - lo) / 2;
-            if (hole[mid] < b->size)
+            if (hole[mid] < in->b[i].size)
                 lo = mid + 1;
             else
                 hi = mid;
         }
-        diff[(size_t)in->s0[i] * (nh + 1) + lo] += b->size;
-        diff[(size_t)in->s1[i] * (nh + 1) + lo] -= b->size;
+        bucket[k] = (uint32_t)lo;
+        at[in->s0[i] + 1]++;
+        at[in->s1[i] + 1]++;
         if (in->w0[i] < in->w1[i]) {
-            diff[(size_t)in->w0[i] * (nh + 1) + lo] += b->size;
-            diff[(size_t)in->w1[i] * (nh + 1) + lo] -= b->size;
+            at[in->w0[i] + 1]++;
+            at[in->w1[i] + 1]++;
         }
     }
+    for (uint32_t x = 0; x <= in->nsec; x++)
+        at[x + 1] += at[x];
+    for (uint32_t k = 0; k < in->nm; k++) {
+        uint32_t i = in->mov[k];
+        int64_t sz = (int64_t)in->b[i].size;
+        uint32_t e[4] = {in->s0[i], in->s1[i], in->w0[i], in->w1[i]};
+        for (int r = 0; r < (in->w0[i] < in->w1[i] ? 4 : 2); r++) {
+            ev_q[at[e[r]]] = bucket[k];
+            ev_d[at[e[r]]++] = r % 2 ? -sz : sz;
+        }
+    }
+    /* at[x] now ends section x's events, which start where x - 1's end */
     *bound = top;
-    for (uint32_t s = 0; s < in->nsec; s++) {
+    for (uint32_t s = 0, y = 0; s < in->nsec; s++) {
         uint64_t total = 0, fits = 0, taken = 0;
+        for (; y < at[s]; y++)
+            run[ev_q[y]] += (uint64_t)ev_d[y];
         for (size_t q = 0; q <= nh; q++) {
-            run[q] += diff[(size_t)s * (nh + 1) + q];
             total += run[q];
             if (q < nh) {
                 fits += run[q]; /* bytes of blocks that fit in hole q */
