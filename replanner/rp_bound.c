@@ -189,7 +189,7 @@ static int holes_bound(const rp_inst *in, rp_mem *m, uint64_t *bound)
     return 0;
 }
 
-int rp_bound(const rp_inst *in, rp_mem *m, uint64_t *bound)
+int rp_bound(const rp_inst *in, rp_mem *m, uint64_t *bound, uint64_t *clique)
 {
     uint64_t c = 0, h = 0;
     int rc;
@@ -199,5 +199,6 @@ int rp_bound(const rp_inst *in, rp_mem *m, uint64_t *bound)
     if ((rc = holes_bound(in, m, &h)) < 0)
         return rc;
     *bound = c > h ? c : h;
+    *clique = c;
     return 0;
 }

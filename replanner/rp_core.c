@@ -498,7 +498,7 @@ static int inst_build(rp_inst *in, rp_mem *m, const om_rp_block *blocks, size_t 
     in->stop = in->floor_lb;
     if (!lists)
         return 0;
-    if (rp_bound(in, m, &in->shape_lb) < 0)
+    if (rp_bound(in, m, &in->shape_lb, &in->clique_lb) < 0)
         return -ENOMEM;
     if (in->shape_lb > in->floor_lb)
         in->floor_lb = in->stop = in->shape_lb;
@@ -814,7 +814,7 @@ int om_rp_plan(const om_rp_block *blocks, size_t n, const om_rp_options *opt, ui
             goto nomem;
         rc = 0;
         if (opt->algo != OM_RP_ALGO_GREEDY && best.peak > in.stop)
-            rc = use_bnb && in.shape_lb > in.lb && opt->algo == OM_RP_ALGO_AUTO
+            rc = use_bnb && in.clique_lb > in.lb && opt->algo == OM_RP_ALGO_AUTO
                      ? bnb_then_local(&in, &m, &best, &clk, opt->seed)
                  : use_bnb ? rp_bnb(&in, &m, &best, &clk, opt->seed)
                            : rp_local(&in, &m, &best, &clk, opt->seed);
