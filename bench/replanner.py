@@ -1,12 +1,15 @@
 #!/usr/bin/python3
 """Benchmark of the replanner: `optmem plan` over the bundled lifetime sets, a generated
 20,000-buffer training-like trace, two recorded transformer iterations (cyclic, 6491 and
-12635 arcs, tests/replanner/data) and hard generated instances (tests/replanner/
+12635 arcs, tests/replanner/data), the instances planned inside programs that
+tests/replanner/data/inprog-*.csv keep (OPTMEM_PLAN_DUMP: cyclic, each planned with the
+budget its program gave it) and hard generated instances (tests/replanner/
 gen_instances.py: perfect packings of 220 to 600 buffers, whose optimum is LB, a cyclic one
 and two crowded aligned ones, of 2000 and 50,000 buffers, seeds from 1000, which the tests do
 not use); prints one table
-(instance, buffers, LB, best known, greedy by size / LB, ours / LB, time, the process's peak
-RSS, and ours / LB and the time taken with the in-process default budget of 20 ms)."""
+(instance, buffers, LB, best known, greedy by size / LB, ours / LB, the proven bound / LB
+(above 1 where no plan reaches LB: that much of the gap is the bound's), time, the process's
+peak RSS, and ours / LB and the time taken with the in-process default budget of 20 ms)."""
 import argparse
 import json
 import os
@@ -79,11 +82,13 @@ def gen_training_trace(path, n_target=20000, seed=1):
     return len(rows)
 
 
-def run_plan(optmem, path, budget_ms, period=0):
-    """Plans one file; its figures, with the peak RSS of `optmem plan` (CSV reading included)
-    from the child's own rusage."""
-    with subprocess.Popen([optmem, "plan", path, "--budget-ms", str(budget_ms), "--period",
-                           str(period)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+def run_plan(optmem, path, budget_ms, period=None):
+    """Plans one file (period None: the file's own); its figures, with the peak RSS of
+    `optmem plan` (CSV reading included) from the child's own rusage."""
+    cmd = [optmem, "plan", path, "--budget-ms", str(budget_ms)]
+    if period is not None:
+        cmd += ["--period", str(period)]
+    with subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                           text=True) as proc:
         out, err = proc.stdout.read(), proc.stderr.read()
         _, status, usage = os.wait4(proc.pid, 0)
@@ -91,7 +96,7 @@ def run_plan(optmem, path, budget_ms, period=0):
     if proc.returncode != 0:
         sys.exit("optmem plan %s failed: %s" % (path, err.strip()))
     val = {"MiB": usage.ru_maxrss / 1024}
-    for key in ("buffers", "lower bound", "peak", "greedy"):
+    for key in ("buffers", "lower bound", "peak", "greedy", "proven"):
         val[key] = int(re.search(r"^%s:\s+(\d+)" % key, out, re.M).group(1))
     val["ms"] = float(re.search(r"^time:\s+([\d.]+) ms", out, re.M).group(1))
     return val
@@ -108,6 +113,8 @@ def main():
                          "%(default)s)")
     ap.add_argument("--short-budget-ms", type=int, default=20,
                     help="second, short budget for every instance (0: none)")
+    ap.add_argument("--only", default=None, metavar="SUBSTRING",
+                    help="only the instances whose name contains this")
     ap.add_argument("--no-generated", action="store_true",
                     help="leave out the gen_instances.py instances")
     a = ap.parse_args()
@@ -122,6 +129,13 @@ def main():
 
     jobs = [(f, os.path.join(a.data, f), a.budget_ms, 0) for f in sorted(os.listdir(a.data))
             if f.endswith(".csv")]
+    data = os.path.join(ROOT, "tests", "replanner", "data")
+    for f in sorted(os.listdir(data)):
+        if f.startswith("inprog-") and f.endswith(".csv"):
+            with open(os.path.join(data, f)) as fh:
+                m = re.search(r"for up to (\d+) ms", fh.readline())
+            budget = int(m.group(1)) if m else a.step_budget_ms
+            jobs.append((f[:-4] + " (%d ms)" % budget, os.path.join(data, f), budget, None))
     tmp = tempfile.mkdtemp(prefix="om_rp_bench_")
     trace = os.path.join(tmp, "training-20k.csv")
     gen_training_trace(trace)
@@ -146,12 +160,14 @@ def main():
             jobs.append((name, path, a.budget_ms, meta["period"]))
             generated.append(path)
 
-    fmt = "%-32s %8s %13s %12s %9s %8s %9s %7s %10s %9s"
+    fmt = "%-32s %8s %13s %12s %9s %8s %9s %9s %7s %10s %9s"
     short = "LB@%dms" % a.short_budget_ms if a.short_budget_ms else ""
     short_ms = "ms@%dms" % a.short_budget_ms if a.short_budget_ms else ""
     print(fmt % ("instance", "buffers", "lower bound", "best known", "greedy/LB", "ours/LB",
-                 "time ms", "MiB", short, short_ms))
+                 "proven/LB", "time ms", "MiB", short, short_ms))
     for name, path, budget, period in jobs:
+        if a.only and a.only not in name:
+            continue
         v = run_plan(optmem, path, budget, period)
         best = BEST_KNOWN.get(name)
         ratio = ms = ""
@@ -161,7 +177,8 @@ def main():
             ms = "%.1f" % w["ms"]
         print(fmt % (name, v["buffers"], v["lower bound"], best if best else "-",
                      "%.4f" % (v["greedy"] / v["lower bound"]),
-                     "%.4f" % (v["peak"] / v["lower bound"]), "%.1f" % v["ms"], "%.1f" % v["MiB"],
+                     "%.4f" % (v["peak"] / v["lower bound"]),
+                     "%.4f" % (v["proven"] / v["lower bound"]), "%.1f" % v["ms"], "%.1f" % v["MiB"],
                      ratio, ms), flush=True)
     for path in generated + [trace]:
         os.remove(path)

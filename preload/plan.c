@@ -230,12 +230,14 @@ static int place_arcs(struct om_pool *pool, om_rp_block *in, size_t n, uint64_t 
     next->proven_bound = pl.res.proven_bound;
     next->time_us = pl.res.elapsed_ns / 1000;
     next->nslots = n;
+    double lb = pl.res.lower_bound ? (double)pl.res.lower_bound : 1.0;
     om_info("plan: %zu slots of a %llu-request iteration (packed around %zu live blocks), "
-            "peak %.1f MiB (%.3f of its lower bound, greedy by size %.3f%s; %s) in %.1f ms "
-            "(%s), budget %u ms",
+            "peak %.1f MiB (%.3f x the live-bytes bound, proven bound %.3f, greedy by size "
+            "%.3f%s; %s) in %.1f ms (%s), budget %u ms",
             n, (unsigned long long)next->period, pl.nfixed, pl.peak / 1048576.0,
-            pl.res.lower_bound ? (double)pl.peak / (double)pl.res.lower_bound : 1.0,
-            pl.res.lower_bound ? (double)pl.res.greedy_peak / (double)pl.res.lower_bound : 1.0,
+            pl.res.lower_bound ? (double)pl.peak / lb : 1.0,
+            pl.res.lower_bound ? (double)pl.res.proven_bound / lb : 1.0,
+            pl.res.lower_bound ? (double)pl.res.greedy_peak / lb : 1.0,
             pl.res.greedy_cut ? " cut at the deadline" : "",
             om_rp_gap_owner(pl.res.peak, pl.res.lower_bound, pl.res.proven_bound),
             pl.res.elapsed_ns / 1e6, on_thread ? "on the optmem-plan thread" : "inline",

@@ -50,6 +50,11 @@ struct rp_search {
     uint32_t nm, nsec;
     uint64_t cap; /* C */
     uint64_t *size;
+    /* On a circle, the arcs longer than half the period meet pairwise (rp_bound.c): the
+     * unplaced ones, long_left bytes, all go above the current offset, each on bytes of its
+     * own. islong NULL: none. */
+    unsigned char *islong;
+    uint64_t long_left;
     /* The blocks each block k meets in time: ov from ov_start[k] to ov_start[k + 1], and on
      * a line also bys (blocks by start) from r0[k] to r1[k], those starting after k before
      * it ends; so the list holds only the earlier starters that are live when k starts.
@@ -481,8 +486,14 @@ static int setup(rp_search *s)
     if (s->nsec >= TREE_MIN_SECTIONS && rp_maxtree_init(&s->tree, s->m, s->nsec) < 0)
         return -ENOMEM;
     for (uint32_t k = 0; k < s->nm; k++) {
-        s->size[k] = in->b[in->mov[k]].size;
+        const om_rp_block *b = &in->b[in->mov[k]];
+        s->size[k] = b->size;
         FOR_SECTIONS(in, in->mov[k], x) nsc++;
+        if (in->period && 2 * (b->upper - b->lower) > in->period) {
+            if (!s->islong && !(s->islong = rp_alloc(s->m, s->nm, 1)))
+                return -ENOMEM;
+            s->islong[k] = 1;
+        }
     }
     if (!(s->sc = rp_alloc(s->m, nsc + 1, sizeof(uint32_t))))
         return -ENOMEM;
@@ -542,6 +553,8 @@ static int check(const rp_search *s, const part *p, uint64_t o)
 {
     uint64_t room = s->cap - o;
 
+    if (s->long_left > room)
+        return 0;
     if (s->tree.n)
         return p->lo >= p->hi || (uint64_t)rp_maxtree_max(&s->tree, p->lo, p->hi) <= room;
     for (uint32_t x = p->lo; x < p->hi; x++)
@@ -651,6 +664,8 @@ static int place(rp_search *s, uint32_t c, uint64_t o)
     int flags = 1;
 
     s->off[c] = o;
+    if (s->islong && s->islong[c])
+        s->long_left -= s->size[c];
     /* Out of the unplaced prefix of each section; unplace() is LIFO, so a count undoes it. */
     if (s->ucnt)
         FOR_SECTIONS(in, i, sec)
@@ -708,6 +723,8 @@ static void unplace(rp_search *s, uint32_t c, size_t tmin_mark)
             s->cuts[x]++;
     if (s->ucnt)
         FOR_SECTIONS(in, i, sec) s->ucnt[sec]++;
+    if (s->islong && s->islong[c])
+        s->long_left += s->size[c];
     s->off[c] = RP_NONE;
 }
 
@@ -970,9 +987,11 @@ int rp_search_run(rp_search *s, const rp_ranking *rk, uint64_t cap, uint64_t nod
         return -ENOMEM;
     memset(s->total, 0, s->nsec * sizeof(uint64_t));
     memset(s->cuts, 0, s->nsec * sizeof(uint32_t));
+    s->long_left = 0;
     for (uint32_t k = 0; k < s->nm; k++) {
         uint32_t i = in->mov[k];
         s->off[k] = RP_NONE;
+        s->long_left += s->islong && s->islong[k] ? s->size[k] : 0;
         s->minoff[k] = rp_bump_fixed(in, k, 0);
         parts_put(s, k, k);
         FOR_SECTIONS(in, i, sec) s->total[sec] += s->size[k];

@@ -498,6 +498,10 @@ static int inst_build(rp_inst *in, rp_mem *m, const om_rp_block *blocks, size_t 
     in->stop = in->floor_lb;
     if (!lists)
         return 0;
+    if (rp_bound(in, m, &in->shape_lb, &in->clique_lb) < 0)
+        return -ENOMEM;
+    if (in->shape_lb > in->floor_lb)
+        in->floor_lb = in->stop = in->shape_lb;
 
     /* Fixed blocks by offset, so that one pass of rp_bump_fixed suffices. */
     for (uint32_t k = 0; k < nf; k++) {
@@ -681,8 +685,9 @@ const char *om_rp_gap_owner(uint64_t peak, uint64_t lower_bound, uint64_t proven
     if (proven_bound >= peak)
         return "the gap is the bound's: no plan is lower";
     if (proven_bound > lower_bound)
-        return "the gap is partly the bound's (proven), the rest not settled by the search";
-    return "the gap is not settled by the search";
+        return "the gap is the bound's up to the proven bound, above it not settled: the "
+               "search's or a bound not proven";
+    return "the gap is not settled: the search's or a bound not proven";
 }
 
 static void finish(const rp_inst *in, const rp_best *best, uint64_t *offsets, om_rp_result *res)
@@ -728,6 +733,30 @@ static int use_branch_and_bound(const rp_inst *in, rp_mem *m, int algo, uint32_t
     if (entries > BNB_MAX_ENTRIES)
         return 0;
     return algo == OM_RP_ALGO_BNB || entries <= (uint64_t)budget_ms * BNB_ENTRIES_PER_MS;
+}
+
+/*
+ * Where arcs that are never live at once still meet pairwise (the long arcs of rp_bound.c,
+ * whose bytes exceed the max of live bytes), the branch and bound's runs below its best plan
+ * can all fail without proving anything: the local search gets the second half of the time
+ * left, from the best order found before the branch and bound. Elsewhere (generated circles
+ * whose optimum is LB) the branch and bound needs the whole time.
+ */
+static int bnb_then_local(const rp_inst *in, rp_mem *m, rp_best *best, rp_clock *clk, uint64_t seed)
+{
+    uint64_t now = rp_now_ns(), end = clk->deadline_ns;
+    int rc;
+
+    if (now < end)
+        clk->deadline_ns = now + (end - now) / 2;
+    rc = rp_bnb(in, m, best, clk, seed);
+    clk->deadline_ns = end;
+    if (rc < 0 || best->peak <= in->stop || best->peak <= best->proven)
+        return rc;
+    if (clk->max_nodes && clk->nodes >= clk->max_nodes)
+        return 0; /* out of nodes, not of time */
+    clk->stopped = 0;
+    return rp_local(in, m, best, clk, seed);
 }
 
 int om_rp_plan(const om_rp_block *blocks, size_t n, const om_rp_options *opt, uint64_t *offsets,
@@ -785,8 +814,10 @@ int om_rp_plan(const om_rp_block *blocks, size_t n, const om_rp_options *opt, ui
             goto nomem;
         rc = 0;
         if (opt->algo != OM_RP_ALGO_GREEDY && best.peak > in.stop)
-            rc = use_bnb ? rp_bnb(&in, &m, &best, &clk, opt->seed)
-                         : rp_local(&in, &m, &best, &clk, opt->seed);
+            rc = use_bnb && in.clique_lb > in.lb && opt->algo == OM_RP_ALGO_AUTO
+                     ? bnb_then_local(&in, &m, &best, &clk, opt->seed)
+                 : use_bnb ? rp_bnb(&in, &m, &best, &clk, opt->seed)
+                           : rp_local(&in, &m, &best, &clk, opt->seed);
         if (rc < 0)
             goto nomem;
     }

@@ -67,7 +67,9 @@ typedef struct rp_inst {
     uint32_t nsec;
     uint32_t *s0, *s1, *w0, *w1; /* per block */
     uint64_t lb;                 /* max live bytes over sections */
-    uint64_t floor_lb;           /* max(lb, highest fixed end): no plan can beat it */
+    uint64_t shape_lb;           /* rp_bound's: cliques on a circle, holes among fixed blocks */
+    uint64_t clique_lb;          /* its clique part (0 on a line) */
+    uint64_t floor_lb;           /* max(lb, highest fixed end, shape_lb): no plan can beat it */
     uint64_t stop;               /* max(floor_lb, the caller's goal): a plan this good ends it */
     uint32_t nm;                 /* movable blocks */
     uint32_t *mov;               /* their indices into b */
@@ -81,6 +83,13 @@ typedef struct rp_inst {
 } rp_inst;
 
 int rp_inst_build(rp_inst *in, rp_mem *m, const om_rp_block *blocks, size_t n, uint64_t period);
+
+/* rp_bound.c: a proven lower bound from the instance's shape, where the max of live bytes is
+ * out of reach: the arcs that meet pairwise without being live at once on a circle (those
+ * longer than half the period, with the arcs of a section that meet them all), and the
+ * movable bytes that the holes among fixed blocks live throughout cannot take; *clique the
+ * first alone. 0 where it knows nothing more; 0 or -ENOMEM. Needs the sections (not the lists). */
+int rp_bound(const rp_inst *in, rp_mem *m, uint64_t *bound, uint64_t *clique);
 
 /* Do blocks i and j (indices into b) live at the same time? */
 int rp_overlap_time(const rp_inst *in, uint32_t i, uint32_t j);

@@ -732,6 +732,93 @@ static void test_proven_bound(void **state)
     assert_int_equal(t_live_bytes(), 0);
 }
 
+/* The proven bound with no search (algo greedy): rp_bound's alone. */
+static uint64_t shape_bound(const om_rp_block *b, size_t n, uint64_t period, uint64_t *peak)
+{
+    uint64_t off[8];
+    om_rp_options opt = {0};
+    om_rp_result res;
+
+    assert_true(n <= 8);
+    opt.period = period;
+    opt.algo = OM_RP_ALGO_GREEDY;
+    opt.alloc = t_alloc;
+    assert_int_equal(om_rp_plan(b, n, &opt, off, &res), 0);
+    assert_int_equal(om_rp_check(b, n, period, off, &t_alloc, NULL, 0), 0);
+    assert_true(res.peak >= res.proven_bound && res.proven_bound >= res.lower_bound);
+    if (peak)
+        *peak = res.peak;
+    return res.proven_bound;
+}
+
+/*
+ * Three arcs longer than half the period meet pairwise but are never live all at once: the
+ * max of live bytes (2) is out of reach, the clique (3) is proven. A fixed block live
+ * throughout leaves a hole of 1000 bytes below it that no 1500-byte block fits in: the
+ * blocks go above it, at 2000 + 1500.
+ */
+static void test_shape_bound(void **state)
+{
+    om_rp_block arcs[4] = {blk(1, 0, 6, 1), blk(2, 3, 9, 1), blk(3, 6, 12, 1), blk(4, 9, 10, 1)};
+    om_rp_block line[3] = {blk(1, 0, 10, 1000), blk(2, 0, 4, 1500), blk(3, 5, 10, 1500)};
+    uint64_t peak;
+    (void)state;
+
+    assert_int_equal(shape_bound(arcs, 3, 10, &peak), 3);
+    assert_int_equal(peak, 3);
+    /* [9, 10) meets only [6, 12) of the three: not in the clique */
+    assert_int_equal(shape_bound(arcs, 4, 10, &peak), 3);
+    /* arcs of exactly half the period need not meet */
+    arcs[0] = blk(1, 0, 5, 1);
+    arcs[1] = blk(2, 5, 10, 1);
+    assert_int_equal(shape_bound(arcs, 2, 10, &peak), 1);
+    assert_int_equal(peak, 1);
+    line[0].fixed = 1;
+    line[0].offset = 1000;
+    assert_int_equal(shape_bound(line, 3, 0, &peak), 3500);
+    assert_int_equal(peak, 3500);
+    /* a hole large enough: nothing beyond the fixed block's end, where the plan is */
+    line[0].offset = 1500;
+    assert_int_equal(shape_bound(line, 3, 0, &peak), 2500);
+    assert_int_equal(peak, 2500);
+    assert_int_equal(t_live_bytes(), 0);
+}
+
+/* The shape bound never exceeds the optimum (brute force) on random small instances,
+ * cyclic with long arcs and with fixed blocks live throughout. */
+static void test_shape_bound_sound(void **state)
+{
+    uint64_t seed = 23;
+    om_rp_block b[7];
+    int above_lb = 0;
+    (void)state;
+
+    for (int iter = 0; iter < 400; iter++) {
+        int cyclic = iter % 2, aligned = iter % 5 == 3;
+        size_t n = 3 + t_rand(&seed) % 5, nf = iter % 3 == 0 ? 1 + t_rand(&seed) % 2 : 0;
+        uint64_t period = cyclic ? 12 : 0, top = 0, lb;
+
+        t_random_blocks(b, n, 12, cyclic, aligned, &seed);
+        for (size_t i = 0; i < nf; i++) { /* live throughout, with a hole below each */
+            b[i].fixed = 1;
+            b[i].lower = 0;
+            b[i].upper = 12;
+            b[i].align = 0;
+            b[i].offset = top + t_rand(&seed) % 40;
+            top = b[i].offset + b[i].size;
+        }
+        uint64_t opt = t_brute_force(b, n, period), bound = shape_bound(b, n, period, NULL);
+        if (bound > opt)
+            fail_msg("iteration %d (n %zu, period %llu): bound %llu above the optimum %llu", iter,
+                     n, (unsigned long long)period, (unsigned long long)bound,
+                     (unsigned long long)opt);
+        assert_int_equal(om_rp_lower_bound(b, n, period, &t_alloc, &lb, NULL, 0), 0);
+        above_lb += bound > lb && bound > top;
+    }
+    assert_true(above_lb > 0); /* the instances exercise it */
+    assert_int_equal(t_live_bytes(), 0);
+}
+
 static void test_empty(void **state)
 {
     om_rp_options opt = {0};
@@ -765,6 +852,8 @@ int main(void)
         cmocka_unit_test(test_deterministic),
         cmocka_unit_test(test_empty),
         cmocka_unit_test(test_proven_bound),
+        cmocka_unit_test(test_shape_bound),
+        cmocka_unit_test(test_shape_bound_sound),
         cmocka_unit_test(test_bnb_restarts),
         cmocka_unit_test(test_tiny_budget_large),
         cmocka_unit_test(test_maxtree_random),

@@ -614,6 +614,64 @@ static void test_perfect_packings_tile(void **state)
     assert_int_equal(t_live_bytes(), 0);
 }
 
+/*
+ * Instances planned inside programs (OPTMEM_PLAN_DUMP, tests/replanner/data/README.md), with
+ * the options preload/plan.c gives: the period, 1 ms inline, then the least budget of a
+ * search on the optmem-plan thread. Never above greedy by size (unless the deadline cut it:
+ * a loaded machine), never below what is proven; the sklearn MLP's long arcs prove a bound
+ * above the max of live bytes without any search.
+ */
+static void test_in_program_not_behind(void **state)
+{
+    static const struct {
+        const char *file;
+        uint64_t shape_bound; /* proven without search, 0: the live bytes */
+    } files[] = {{"inprog-sklearn-mlp.csv", 2014976}, {"inprog-sklearn-step.csv", 0},
+                 {"inprog-numpy-mlp.csv", 0},         {"inprog-cnn-bn-adam.csv", 0},
+                 {"inprog-mlp-sgd.csv", 0},           {"inprog-resnet18.csv", 0}};
+    static const uint32_t budgets[] = {1, 200};
+    (void)state;
+
+    for (size_t f = 0; f < sizeof(files) / sizeof(files[0]); f++) {
+        char path[1024], err[512];
+        om_rp_block *b;
+        size_t n;
+        uint64_t period, *off;
+
+        snprintf(path, sizeof(path), "%s/%s", OM_TEST_DATA_DIR, files[f].file);
+        if (om_rp_csv_read_instance(path, &t_alloc, &b, &n, &period, err, sizeof(err)) != 0)
+            fail_msg("%s", err);
+        assert_true(period > 0);
+        uint64_t want = reference_greedy(b, n, period);
+        assert_non_null(off = calloc(n, sizeof(*off)));
+        for (size_t k = 0; k < sizeof(budgets) / sizeof(budgets[0]); k++) {
+            om_rp_options opt = {0};
+            om_rp_result res;
+
+            opt.period = period;
+            opt.budget_ms = budgets[k];
+            opt.alloc = t_alloc;
+            opt.err = err;
+            opt.errlen = sizeof(err);
+            if (om_rp_plan(b, n, &opt, off, &res) != 0)
+                fail_msg("%s: %s", files[f].file, err);
+            if (om_rp_check(b, n, period, off, &t_alloc, err, sizeof(err)) != 0)
+                fail_msg("%s: invalid plan: %s", files[f].file, err);
+            if (!res.greedy_cut && res.peak > want)
+                fail_msg("%s (%u ms): peak %llu above greedy by size's %llu", files[f].file,
+                         budgets[k], (unsigned long long)res.peak, (unsigned long long)want);
+            assert_true(res.peak >= res.proven_bound && res.proven_bound >= res.lower_bound);
+            if (files[f].shape_bound && res.proven_bound < files[f].shape_bound)
+                fail_msg("%s: proven %llu, below the long arcs' clique %llu", files[f].file,
+                         (unsigned long long)res.proven_bound,
+                         (unsigned long long)files[f].shape_bound);
+        }
+        free(off);
+        om_rp_csv_free(&t_alloc, b, n);
+        assert_int_equal(t_live_bytes(), 0);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -622,7 +680,7 @@ int main(void)
         cmocka_unit_test(test_bundled_not_behind),    cmocka_unit_test(test_tiny_budget),
         cmocka_unit_test(test_bnb_large_line),        cmocka_unit_test(test_dive_matches_reference),
         cmocka_unit_test(test_dive_deadline),         cmocka_unit_test(test_dives_above_bnb_size),
-        cmocka_unit_test(test_perfect_packings_tile),
+        cmocka_unit_test(test_perfect_packings_tile), cmocka_unit_test(test_in_program_not_behind),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
