@@ -199,6 +199,7 @@ void om_pool_serve(struct om_pool *pool, uint64_t cursor)
     pool->iteration_misses = pool->window_requests = pool->served_iterations = 0;
     pool->window_turned_away = 0;
     pool->failing = 0;
+    pool->after_unknown = 0;
 }
 
 int om_pool_install(struct om_pool *pool, struct om_plan *plan, uint64_t cursor,

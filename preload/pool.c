@@ -139,17 +139,26 @@ static int place(struct om_pool *pool, size_t len, size_t alignment, uintptr_t s
             return 0;
         }
         const struct om_plan *plan = &pool->plan;
-        uint64_t s = pool->cursor;
-        if (plan->slots[s].token != token) {
+        uint64_t s = pool->cursor, after = s + 1 < plan->period ? s + 1 : 0;
+        int after_unknown = pool->after_unknown;
+        pool->after_unknown = 0;
+        if (plan->slots[s].token == token) {
+            pool->stats.hits++;
+        } else if (after_unknown && plan->slots[after].token == token) {
+            /* The request before, unknown, took the place of slot cursor: one miss. */
+            s = after;
+            pool->stats.hits++;
+        } else {
             s = om_slot_index_find(&plan->index, plan->slots, token, pool->cursor);
             pool->stats.misses++;
             pool->iteration_misses++;
             pool->iteration_unknown += s == UINT64_MAX;
+            pool->after_unknown = s == UINT64_MAX;
             om_pool_release_if_failing(pool);
-        } else {
-            pool->stats.hits++;
         }
-        uint64_t next = s == UINT64_MAX ? pool->cursor + 1 : s + 1;
+        /* An unknown request leaves the cursor where it was: inserted, the request after it is
+         * the slot's (one miss, not a second one looking its slot up behind the cursor). */
+        uint64_t next = s == UINT64_MAX ? pool->cursor : s + 1;
         int anew = s != UINT64_MAX && s < pool->cursor; /* the iteration began anew */
         planned = s != UINT64_MAX && take_planned(pool, plan->slots[s].offset, plan->slots[s].len,
                                                   len, alignment, stream);
@@ -158,7 +167,10 @@ static int place(struct om_pool *pool, size_t len, size_t alignment, uintptr_t s
         pool->cursor = next < plan->period ? next : 0;
         pool->window_requests++;
         pool->window_turned_away += !planned;
-        if (anew || next >= plan->period)
+        /* Unknown requests move no cursor: a run of them (another phase) is judged once a
+         * period's requests have passed, as an iteration would be. */
+        if (anew || next >= plan->period ||
+            (s == UINT64_MAX && pool->window_requests >= plan->period))
             om_pool_end_of_served_iteration(pool);
         if (planned) {
             *flags = OM_BLOCK_PLANNED;

@@ -145,6 +145,7 @@ struct om_pool {
      * that had such; whether a plan was already dropped for them. */
     uint64_t iteration_unknown, stale_iterations;
     int stale_replanned;
+    int after_unknown; /* the last request served had a token without a slot */
     /* Periods whose plans missed: sub-periods (a layer repeated inside a step) that the
      * detector locks onto before the whole step. Not planned again until a plan holds, or
      * until the period has repeated over twice the requests it had when it was planned. */
