@@ -241,6 +241,8 @@ void *om_pool_alloc(struct om_pool *pool, size_t size, size_t alignment, int zer
                                     &info);
     if (pool->layout_next)
         om_pool_lay_out_slice(pool);
+    if (pool->release_next)
+        om_pool_release_slice(pool);
     pthread_mutex_unlock(&pool->lock);
     return p;
 fail:
@@ -323,6 +325,8 @@ void om_pool_free(struct om_pool *pool, void *p, uintptr_t stream)
     om_pool_pages_freed(pool, &gone);
     if (pool->layout_next)
         om_pool_lay_out_slice(pool);
+    if (pool->release_next)
+        om_pool_release_slice(pool);
     if (pool->redzone && om_arena_check(&pool->arena) != 0) {
         pool->stats.verify_violations++;
         om_warn("verify: the arena's free extents are inconsistent");

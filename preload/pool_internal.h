@@ -167,6 +167,9 @@ struct om_pool {
      * none is; where its moves ended. */
     size_t layout_next;
     struct om_move_run layout_run;
+    /* Free pages of a plan dropped or failing going back, a slice a call: the next byte to
+     * look at + 1 (0 when none), the end. */
+    size_t release_next, release_to;
     uint64_t main_requests;
     /* PLAN: the search under way; requests since it began (a multiple of period is where
      * the iteration planned begins again, and the plan can serve from cursor). */
@@ -222,11 +225,10 @@ void om_pool_after_cycle_request(struct om_pool *pool, struct om_block *b, uint6
  * least least_ms, at most 2 s. */
 uint32_t om_pool_search_budget_ms(const struct om_pool *pool, uint32_t least_ms);
 
-/* Plans the iteration in next and places the plan over the arena as it is now: next's slots,
- * end and figures set, for om_pool_install. 0, or -errno: -ENOENT when no block of the
- * iteration dies within it. With budget_ms, the search stops then, and a plan above its
- * lower bound is not placed (-EAGAIN); 0: the whole budget. */
-int om_pool_plan(struct om_pool *pool, uint32_t budget_ms);
+/* Plans the iteration in next inline, with its whole budget, and places the plan over the
+ * arena as it is now: next's slots, end and figures set, for om_pool_install. 0, or -errno:
+ * -ENOENT when no block of the iteration dies within it. */
+int om_pool_plan(struct om_pool *pool);
 
 /* The search for a plan of the iteration in next starts on the optmem-plan thread, from a
  * copy of the arcs: 0 (job set), -ENOENT when no block of the iteration dies within it,
@@ -286,6 +288,16 @@ static inline int om_pool_pages_move(const struct om_pool *pool)
 /* Free pages in [from, to) go back; the ring of freed blocks waiting for release empties
  * with them. */
 void om_pool_release_free(struct om_pool *pool, size_t from, size_t to);
+
+/* Free pages in [from, to) are to go back (a plan dropped, or missing too often): on the host
+ * a slice a call (om_pool_release_slice) from this call on, a device's at once. The ring of
+ * freed blocks waiting for release empties. */
+void om_pool_release_free_later(struct om_pool *pool, size_t from, size_t to);
+
+/* One slice of the release under way, if any: at most OM_LAYOUT_SLICE bytes of pages given
+ * back. A plan installed meanwhile ends it (its layout gives back what its slots do not
+ * cover). Called once by every call into the pool. */
+void om_pool_release_slice(struct om_pool *pool);
 
 /* Before a plan (host only), after a request that made pages resident: the holes freed
  * longest ago give their pages back while the resident pages exceed the peak of live bytes

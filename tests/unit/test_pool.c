@@ -648,6 +648,67 @@ static void test_plan_thread(void **state)
     give(weights);
 }
 
+/* The first lines of the files in dir, joined, and the files removed with dir. */
+static void dumped_searches(const char *dir, char *out, size_t cap, unsigned *files)
+{
+    DIR *d = opendir(dir);
+    assert_non_null(d);
+    struct dirent *e;
+    *files = 0;
+    out[0] = '\0';
+    while ((e = readdir(d)) != NULL) {
+        if (e->d_name[0] == '.')
+            continue;
+        char path[512], line[256] = "";
+        snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+        FILE *f = fopen(path, "r");
+        assert_non_null(f);
+        assert_non_null(fgets(line, sizeof line, f));
+        fclose(f);
+        strncat(out, line, cap - strlen(out) - 1);
+        unlink(path);
+        ++*files;
+    }
+    closedir(d);
+    rmdir(dir);
+}
+
+/* By default (OPTMEM_PLAN_THREAD=auto) the host's plan is searched on the optmem-plan thread,
+ * never inline in the request that reaches the quiet point, even one that meets its lower
+ * bound at once; where pages do not move (huge pages) it is searched inline. */
+static void test_default_plans_off_thread(void **state)
+{
+    assert_int_equal(om_config_load(&om_cfg, no_env), 0);
+    int auto_value = om_cfg.plan_thread;
+    assert_true(auto_value < 0);
+    for (int huge = 0; huge < 2; huge++) {
+        char dir[] = "/tmp/optmem_test_pool_XXXXXX", lines[1024];
+        assert_non_null(mkdtemp(dir));
+        start_with(auto_value, huge, dir);
+        void *weights = take(100, MIB, 0, 0);
+        unsigned steps = 0;
+        for (; steps < 5000 && stats().served_from_plan == 0; steps++) {
+            run_step(step_a, NOPS(step_a), NULL);
+            sched_yield();
+        }
+        assert_true(steps < 5000);
+        struct om_serving_stats s = stats();
+        assert_int_equal(s.plans, 1);
+        assert_int_equal(s.plan_peak_bytes, step_lower_bound(step_a, NOPS(step_a)));
+        unsigned files;
+        dumped_searches(dir, lines, sizeof lines, &files);
+        assert_int_equal(files, 1);
+        if (huge) {
+            assert_non_null(strstr(lines, "searched inline"));
+        } else {
+            assert_non_null(strstr(lines, "searched on the optmem-plan thread"));
+            assert_null(strstr(lines, "inline"));
+        }
+        om_cfg.plan_dump[0] = '\0';
+        give(weights);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -663,6 +724,7 @@ int main(void)
         cmocka_unit_test_setup(test_alignment, setup_inline),
         cmocka_unit_test(test_plan_dump),
         cmocka_unit_test(test_plan_thread),
+        cmocka_unit_test(test_default_plans_off_thread),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
