@@ -139,14 +139,17 @@ static int place(struct om_pool *pool, size_t len, size_t alignment, uintptr_t s
             return 0;
         }
         const struct om_plan *plan = &pool->plan;
-        uint64_t s = pool->cursor, after = s + 1 < plan->period ? s + 1 : 0;
-        int after_unknown = pool->after_unknown;
+        uint64_t s = pool->cursor;
+        int after_unknown = pool->after_unknown, inserted = 0;
         pool->after_unknown = 0;
         if (plan->slots[s].token == token) {
             pool->stats.hits++;
-        } else if (after_unknown && plan->slots[after].token == token) {
-            /* The request before, unknown, took the place of slot cursor: one miss. */
-            s = after;
+        } else if (after_unknown && s > 0 && plan->slots[s - 1].token == token) {
+            /* The request before, unknown, moved the cursor past this one's slot: it was
+             * inserted, one miss (a lookup would find the slot behind the cursor and begin
+             * the iteration anew). */
+            s--;
+            inserted = 1;
             pool->stats.hits++;
         } else {
             s = om_slot_index_find(&plan->index, plan->slots, token, pool->cursor);
@@ -156,10 +159,10 @@ static int place(struct om_pool *pool, size_t len, size_t alignment, uintptr_t s
             pool->after_unknown = s == UINT64_MAX;
             om_pool_release_if_failing(pool);
         }
-        /* An unknown request leaves the cursor where it was: inserted, the request after it is
-         * the slot's (one miss, not a second one looking its slot up behind the cursor). */
-        uint64_t next = s == UINT64_MAX ? pool->cursor : s + 1;
-        int anew = s != UINT64_MAX && s < pool->cursor; /* the iteration began anew */
+        /* An unknown request moves the cursor on: made instead of the slot's request, the
+         * next request is the next slot's (a hit); inserted, it is this slot's (above). */
+        uint64_t next = s == UINT64_MAX ? pool->cursor + 1 : s + 1;
+        int anew = s != UINT64_MAX && s < pool->cursor && !inserted; /* the iteration began anew */
         planned = s != UINT64_MAX && take_planned(pool, plan->slots[s].offset, plan->slots[s].len,
                                                   len, alignment, stream);
         if (planned)
@@ -167,10 +170,7 @@ static int place(struct om_pool *pool, size_t len, size_t alignment, uintptr_t s
         pool->cursor = next < plan->period ? next : 0;
         pool->window_requests++;
         pool->window_turned_away += !planned;
-        /* Unknown requests move no cursor: a run of them (another phase) is judged once a
-         * period's requests have passed, as an iteration would be. */
-        if (anew || next >= plan->period ||
-            (s == UINT64_MAX && pool->window_requests >= plan->period))
+        if (anew || next >= plan->period)
             om_pool_end_of_served_iteration(pool);
         if (planned) {
             *flags = OM_BLOCK_PLANNED;
