@@ -278,7 +278,7 @@ void om_pool_lay_out_slice(struct om_pool *pool)
 void om_pool_release_slice(struct om_pool *pool)
 {
     struct om_arena *a = &pool->arena;
-    size_t window = OM_LAYOUT_SLICE > a->page ? OM_LAYOUT_SLICE : a->page, released = 0;
+    size_t window = OM_RELEASE_SLICE > a->page ? OM_RELEASE_SLICE : a->page, released = 0;
     for (unsigned w = 0; w < LAYOUT_WINDOWS && !released; w++) {
         size_t at = next_free(a, pool->release_next - 1);
         if (at >= a->top || at >= pool->release_to) {
