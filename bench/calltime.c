@@ -5,6 +5,7 @@
 #endif
 #include <dlfcn.h>
 #include <errno.h>
+#include <execinfo.h>
 #include <fcntl.h>
 #include <malloc.h>
 #include <pthread.h>
@@ -15,6 +16,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -42,6 +44,25 @@ struct ct_stats {
 };
 
 static struct ct_stats ct_stats[CT_KINDS];
+
+/*
+ * CALLTIME_SLOW_US: calls that took at least this long are logged (the first CT_SLOW_MAX), each
+ * with the caller's stack, the thread, and the thread's CPU time and minor page faults inside
+ * the call (two more system calls around every timed call, so the other figures of such a
+ * run are not comparable): CPU time well below the call's tells preemption from work.
+ */
+#define CT_SLOW_MAX 64
+#define CT_SLOW_FRAMES 12
+struct ct_slow {
+    int kind, nframes;
+    long tid;
+    size_t size;
+    uint64_t ns, cpu_ns, minflt, at_ns;
+    void *frames[CT_SLOW_FRAMES];
+};
+static struct ct_slow ct_slow[CT_SLOW_MAX];
+static _Atomic unsigned ct_nslow;
+static uint64_t ct_slow_ns, ct_start_ns;
 
 /*
  * Live large blocks, so that their frees are timed and small frees are not: open addressing
@@ -128,9 +149,59 @@ static uint64_t ct_bucket_high(unsigned b)
     return ct_bucket_low(b) + ((uint64_t)1 << (e - 3)) - 1;
 }
 
-static void ct_record(enum ct_kind kind, uint64_t start)
+/* A timed call's start: the clock, and with CALLTIME_SLOW_US the thread's CPU time and faults. */
+struct ct_mark {
+    uint64_t ns, cpu_ns, minflt;
+};
+
+static uint64_t ct_thread_cpu(void)
 {
-    uint64_t ns = ct_now() - start;
+    struct timespec ts;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+static uint64_t ct_thread_minflt(void)
+{
+    struct rusage ru;
+    return getrusage(RUSAGE_THREAD, &ru) == 0 ? (uint64_t)ru.ru_minflt : 0;
+}
+
+static struct ct_mark ct_start_call(void)
+{
+    struct ct_mark m = {0, 0, 0};
+    if (ct_slow_ns) {
+        m.cpu_ns = ct_thread_cpu();
+        m.minflt = ct_thread_minflt();
+    }
+    m.ns = ct_now();
+    return m;
+}
+
+static void ct_log_slow(enum ct_kind kind, const struct ct_mark *m, uint64_t ns, size_t size)
+{
+    uint64_t cpu = ct_thread_cpu() - m->cpu_ns, flt = ct_thread_minflt() - m->minflt;
+    unsigned i = atomic_fetch_add_explicit(&ct_nslow, 1, memory_order_relaxed);
+    if (i >= CT_SLOW_MAX)
+        return;
+    struct ct_slow *e = &ct_slow[i];
+    *e = (struct ct_slow){.kind = kind,
+                          .tid = (long)gettid(),
+                          .size = size,
+                          .ns = ns,
+                          .cpu_ns = cpu,
+                          .minflt = flt,
+                          .at_ns = m->ns - ct_start_ns};
+    ct_depth++; /* backtrace loads libgcc once, through malloc */
+    e->nframes = backtrace(e->frames, CT_SLOW_FRAMES);
+    ct_depth--;
+}
+
+static void ct_record(enum ct_kind kind, const struct ct_mark *m, size_t size)
+{
+    uint64_t ns = ct_now() - m->ns;
+    if (ct_slow_ns && ns >= ct_slow_ns)
+        ct_log_slow(kind, m, ns, size);
     struct ct_stats *s = &ct_stats[kind];
     atomic_fetch_add_explicit(&s->count, 1, memory_order_relaxed);
     atomic_fetch_add_explicit(&s->total_ns, ns, memory_order_relaxed);
@@ -233,6 +304,19 @@ static void ct_calibrate(void)
 
 static void ct_read_env(void)
 {
+    const char *slow = getenv("CALLTIME_SLOW_US");
+    if (slow && *slow) {
+        char *end;
+        errno = 0;
+        unsigned long long us = strtoull(slow, &end, 10);
+        if (errno || *end || slow[0] == '-' || us == 0) {
+            static const char msg[] = "calltime: CALLTIME_SLOW_US must be a number of us > 0\n";
+            ssize_t w = write(2, msg, sizeof(msg) - 1);
+            (void)w;
+            _exit(1);
+        }
+        ct_slow_ns = us * 1000;
+    }
     const char *v = getenv("CALLTIME_MIN_BYTES");
     if (v && *v) {
         char *end;
@@ -273,6 +357,7 @@ static void ct_resolve(void)
     }
     ct_read_env();
     ct_calibrate();
+    ct_start_ns = ct_now();
     atomic_store_explicit(&ct_ready, 1, memory_order_release);
 }
 
@@ -297,11 +382,11 @@ CT_EXPORT void *malloc(size_t size)
         return ct_boot_alloc(size, 16);
     if (ct_depth || size < ct_min_bytes)
         return ct_real.malloc(size);
-    uint64_t t = ct_now();
+    struct ct_mark t = ct_start_call();
     ct_depth++;
     void *p = ct_real.malloc(size);
     ct_depth--;
-    ct_record(CT_MALLOC, t);
+    ct_record(CT_MALLOC, &t, size);
     return ct_track_new(p, size);
 }
 
@@ -317,11 +402,11 @@ CT_EXPORT void *calloc(size_t n, size_t size)
     }
     if (ct_depth || bytes < ct_min_bytes)
         return ct_real.calloc(n, size);
-    uint64_t t = ct_now();
+    struct ct_mark t = ct_start_call();
     ct_depth++;
     void *p = ct_real.calloc(n, size);
     ct_depth--;
-    ct_record(CT_CALLOC, t);
+    ct_record(CT_CALLOC, &t, bytes);
     return ct_track_new(p, bytes);
 }
 
@@ -332,7 +417,9 @@ static void ct_free_with(void *ptr, size_t size, int sized)
     if (!ct_init())
         return; /* nothing but ct_boot can have been handed out yet */
     int large = ct_depth ? 0 : ct_untrack(ptr);
-    uint64_t t = large ? ct_now() : 0;
+    struct ct_mark t = {0, 0, 0};
+    if (large)
+        t = ct_start_call();
     ct_depth++;
     if (sized && ct_real.free_sized)
         ct_real.free_sized(ptr, size);
@@ -340,7 +427,7 @@ static void ct_free_with(void *ptr, size_t size, int sized)
         ct_real.free(ptr);
     ct_depth--;
     if (large)
-        ct_record(CT_FREE, t);
+        ct_record(CT_FREE, &t, size);
 }
 
 CT_EXPORT void free(void *ptr)
@@ -370,11 +457,11 @@ CT_EXPORT void *realloc(void *ptr, size_t size)
     int was_large = ptr ? ct_untrack(ptr) : 0;
     if (!was_large && size < ct_min_bytes)
         return ct_real.realloc(ptr, size);
-    uint64_t t = ct_now();
+    struct ct_mark t = ct_start_call();
     ct_depth++;
     void *p = ct_real.realloc(ptr, size);
     ct_depth--;
-    ct_record(CT_REALLOC, t);
+    ct_record(CT_REALLOC, &t, size);
     if (p)
         return ct_track_new(p, size);
     /* Failed: the old block is still live (realloc(p, 0) returning NULL freed it). */
@@ -406,11 +493,11 @@ CT_EXPORT int posix_memalign(void **out, size_t align, size_t size)
     }
     if (ct_depth || size < ct_min_bytes)
         return ct_real.posix_memalign(out, align, size);
-    uint64_t t = ct_now();
+    struct ct_mark t = ct_start_call();
     ct_depth++;
     int rc = ct_real.posix_memalign(out, align, size);
     ct_depth--;
-    ct_record(CT_ALIGNED, t);
+    ct_record(CT_ALIGNED, &t, size);
     if (rc == 0)
         ct_track_new(*out, size);
     return rc;
@@ -426,11 +513,11 @@ static void *ct_aligned_call(ct_aligned_fn fn, size_t align, size_t size)
     }
     if (ct_depth || size < ct_min_bytes)
         return fn(align, size);
-    uint64_t t = ct_now();
+    struct ct_mark t = ct_start_call();
     ct_depth++;
     void *p = fn(align, size);
     ct_depth--;
-    ct_record(CT_ALIGNED, t);
+    ct_record(CT_ALIGNED, &t, size);
     return ct_track_new(p, size);
 }
 
@@ -454,11 +541,11 @@ static void *ct_page_call(ct_valloc_fn fn, size_t size)
     }
     if (ct_depth || size < ct_min_bytes)
         return fn(size);
-    uint64_t t = ct_now();
+    struct ct_mark t = ct_start_call();
     ct_depth++;
     void *p = fn(size);
     ct_depth--;
-    ct_record(CT_ALIGNED, t);
+    ct_record(CT_ALIGNED, &t, size);
     return ct_track_new(p, size);
 }
 
@@ -600,7 +687,32 @@ static void ct_write_report(void)
         }
         ct_printf(&o, "]}");
     }
-    ct_printf(&o, "\n}}\n");
+    ct_printf(&o, "\n}, \"slow_us\": %llu, \"slow_calls\": %u, \"slow\": [",
+              (unsigned long long)(ct_slow_ns / 1000), atomic_load(&ct_nslow));
+    unsigned nslow = atomic_load(&ct_nslow);
+    for (unsigned i = 0; i < nslow && i < CT_SLOW_MAX; i++) {
+        const struct ct_slow *e = &ct_slow[i];
+        ct_printf(
+            &o,
+            "%s\n  {\"kind\": \"%s\", \"ns\": %llu, \"cpu_ns\": %llu, \"minflt\": %llu, "
+            "\"at_ms\": %.3f, \"tid\": %ld, \"main_thread\": %s, \"size\": %zu, \"frames\": [",
+            i ? "," : "", ct_kind_names[e->kind], (unsigned long long)e->ns,
+            (unsigned long long)e->cpu_ns, (unsigned long long)e->minflt, e->at_ns / 1e6, e->tid,
+            e->tid == (long)getpid() ? "true" : "false", e->size);
+        for (int f = 1; f < e->nframes; f++) { /* frame 0 is calltime's */
+            Dl_info di;
+            const char *mod = "?", *sym = "";
+            uintptr_t off = (uintptr_t)e->frames[f];
+            if (dladdr(e->frames[f], &di) && di.dli_fname) {
+                mod = strrchr(di.dli_fname, '/') ? strrchr(di.dli_fname, '/') + 1 : di.dli_fname;
+                off -= (uintptr_t)di.dli_fbase;
+                sym = di.dli_sname ? di.dli_sname : "";
+            }
+            ct_printf(&o, "%s\"%s+0x%lx %s\"", f > 1 ? ", " : "", mod, (unsigned long)off, sym);
+        }
+        ct_printf(&o, "]}");
+    }
+    ct_printf(&o, "]}\n");
     ct_flush(&o);
     close(o.fd);
 }

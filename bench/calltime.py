@@ -74,6 +74,7 @@ def summary_of(report):
         "free_hist": free["hist"],
         "timer_overhead_ns": report["timer_overhead_ns"],
         "untracked_large": report["untracked_large"],
+        "slow": report.get("slow", []),
     }
 
 
@@ -95,6 +96,8 @@ def run_once(workload, alloc, args, calltime_lib, tmpdir, tag):
     outdir.mkdir()
     env = dict(alloc["env"], CALLTIME_OUT=str(outdir / "%p.json"),
                CALLTIME_MIN_BYTES=str(args.min_bytes))
+    if args.slow_us:
+        env["CALLTIME_SLOW_US"] = str(args.slow_us)
     preload = str(calltime_lib) + (":" + alloc["path"] if alloc["path"] else "")
     rec = peers.run_once(workload, dict(alloc, path=preload, env=env), args, tmpdir, tag)
     rec["calltime"] = None
@@ -193,8 +196,11 @@ def parse_args():
                    help="time calls of at least this many bytes (CALLTIME_MIN_BYTES, default %(default)s)")
     p.add_argument("--cc", default=os.environ.get("CC", "cc"), help="C compiler (default cc)")
     p.add_argument("--calltime-lib", help="use this calltime.so instead of building one")
+    p.add_argument("--slow-us", type=int, default=0,
+                   help="log each call of at least this many µs with its caller's stack, CPU time "
+                        "and page faults (CALLTIME_SLOW_US; adds two system calls to every timed call)")
     args = p.parse_args()
-    if args.runs < 1 or args.steps < 1 or args.min_bytes < 0:
+    if args.runs < 1 or args.steps < 1 or args.min_bytes < 0 or args.slow_us < 0:
         p.error("--runs and --steps must be at least 1, --min-bytes at least 0")
     return args
 
@@ -224,6 +230,12 @@ def main():
                             "%d allocs %.1f ms, %d frees %.1f ms, max %s, %.1f s, others %.2f cores" % (
                                 ct["alloc_calls"], ct["alloc_ms"], ct["free_calls"], ct["free_ms"],
                                 fmt_ns(ct["max_ns"]), rec["wall_s"], rec["other_cpu_cores"]))))
+                    for slow in (ct["slow"] if ct else []):
+                        peers.log("    slow %s of %d B: %s, CPU %s, %d faults, at %.0f ms, %s; %s" % (
+                            slow["kind"], slow["size"], fmt_ns(slow["ns"]), fmt_ns(slow["cpu_ns"]),
+                            slow["minflt"], slow["at_ms"],
+                            "main thread" if slow["main_thread"] else "thread %d" % slow["tid"],
+                            " < ".join(slow["frames"][:6])))
     rows = summarize(records, workloads, allocs)
     print("Medians of %d interleaved run(s); %d steps; threads=%d; calls of >= %d bytes timed with "
           "CLOCK_MONOTONIC (the clock's own cost, ~%s, is inside every figure); median and p99 "

@@ -33,6 +33,21 @@ void om_pool_release_free(struct om_pool *pool, size_t from, size_t to)
     pool->nfreed = 0;
 }
 
+void om_pool_release_free_later(struct om_pool *pool, size_t from, size_t to)
+{
+    if (!pool->host) { /* a device's requests are few and large: at once, as before */
+        om_pool_release_free(pool, from, to);
+        return;
+    }
+    pool->nfreed = 0;
+    if (pool->release_next) { /* one under way: the union of both */
+        from = from < pool->release_next - 1 ? from : pool->release_next - 1;
+        to = to > pool->release_to ? to : pool->release_to;
+    }
+    pool->release_next = from + 1;
+    pool->release_to = to;
+}
+
 /* Best fit before a plan holds pages that no live block uses; once they exceed a small
  * share of the peak of live bytes, the holes freed longest ago, where still free, give
  * theirs back. A program whose holes fit its next requests keeps its pages and faults
@@ -126,7 +141,7 @@ void om_pool_release_if_failing(struct om_pool *pool)
     pool->failing = 1;
     pool->moves_left = 0; /* blocks freed now would move their pages back onto the slots' */
     if (pool->covered.n)
-        om_pool_release_free(pool, pool->covered.v[0].off, pool->plan.end);
+        om_pool_release_free_later(pool, pool->covered.v[0].off, pool->plan.end);
 }
 
 void om_pool_advise_huge(struct om_pool *pool, size_t from, size_t to)
@@ -228,7 +243,7 @@ void om_pool_lay_out_slice(struct om_pool *pool)
 {
     struct om_arena *a = &pool->arena;
     size_t window = OM_LAYOUT_SLICE > a->page ? OM_LAYOUT_SLICE : a->page, work = 0;
-    if (pool->phase != SERVE) { /* the plan went: so did its pages (om_pool_release_free) */
+    if (pool->phase != SERVE) { /* the plan went: so do its pages (om_pool_release_free_later) */
         pool->layout_next = 0;
         return;
     }
@@ -258,6 +273,26 @@ void om_pool_lay_out_slice(struct om_pool *pool)
         pool->stats.layout_max_bytes = work;
     if (us > pool->stats.layout_max_us)
         pool->stats.layout_max_us = us;
+}
+
+void om_pool_release_slice(struct om_pool *pool)
+{
+    struct om_arena *a = &pool->arena;
+    size_t window = OM_RELEASE_SLICE > a->page ? OM_RELEASE_SLICE : a->page, released = 0;
+    for (unsigned w = 0; w < LAYOUT_WINDOWS && !released; w++) {
+        size_t at = next_free(a, pool->release_next - 1);
+        if (at >= a->top || at >= pool->release_to) {
+            pool->release_next = 0;
+            break;
+        }
+        size_t from = at & ~(a->page - 1);
+        size_t to = pool->release_to - from > window ? from + window : pool->release_to;
+        released = om_arena_release_free(a, from, to);
+        pool->stats.released_bytes += released;
+        pool->release_next = to + 1;
+        if (to >= pool->release_to)
+            pool->release_next = 0;
+    }
 }
 
 void om_pool_release_block(struct om_pool *pool, size_t off, size_t len, int move)

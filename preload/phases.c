@@ -115,8 +115,9 @@ void om_pool_end_of_served_iteration(struct om_pool *pool)
         if (stale)
             pool->stale_replanned = 1;
         om_pool_leave_plan(pool, !stale && !outgrown);
-        /* The plan's pages would stay resident beside the holes best fit fills again. */
-        om_pool_release_free(pool, 0, SIZE_MAX);
+        /* The plan's pages would stay resident beside the holes best fit fills again. A
+         * slice a call: the whole arena's at once held this request for milliseconds. */
+        om_pool_release_free_later(pool, 0, SIZE_MAX);
         om_pool_learn(pool);
         pool->outgrown_period = outgrown ? pool->tracer_period : 0;
     } else {
@@ -137,9 +138,6 @@ void om_pool_end_of_served_iteration(struct om_pool *pool)
     pool->failing = 0;
 }
 
-/* How long a request may search for a plan: beyond it, the search goes on a thread. */
-#define PLAN_INLINE_MS 1
-
 static void plan_failed(struct om_pool *pool, int rc)
 {
     if (rc == -ENOENT) /* no block died within the period: a layer inside a step */
@@ -148,18 +146,18 @@ static void plan_failed(struct om_pool *pool, int rc)
 }
 
 /* Plans the iteration in next; serving goes on at the slot of the next request. The
- * search runs on the optmem-plan thread where it can, best fit serving meanwhile: its plan
- * serves from the next iteration boundary after it ends (the request whose slot is cursor,
- * a multiple of period requests on). */
+ * search runs on the optmem-plan thread where it can (the host's pool, unless
+ * OPTMEM_PLAN_THREAD=0), best fit serving meanwhile: its plan serves from the next iteration
+ * boundary after it ends (the request whose slot is cursor, a multiple of period requests
+ * on). Even a search that meets its lower bound at once held the request that reached the
+ * quiet point for a millisecond and more with its setup and its faults; on the thread the
+ * request only copies the arcs. Where a plan may be packed around live blocks (a device,
+ * huge pages) the search needs the arena as it is, and stays inline. */
 static void plan_now(struct om_pool *pool, uint64_t cursor)
 {
     pool->next.period = pool->period;
-    /* Most plans meet their lower bound at once: those serve from the next request. The
-     * search for the others would hold up the request (OPTMEM_PLAN_THREAD). */
-    int rc = om_cfg.plan_thread < 0    ? om_pool_plan(pool, PLAN_INLINE_MS)
-             : om_cfg.plan_thread == 0 ? om_pool_plan(pool, 0)
-                                       : -EAGAIN;
-    if (rc == -EAGAIN) {
+    int rc = -EAGAIN;
+    if (om_cfg.plan_thread != 0) {
         rc = om_pool_plan_start(pool);
         if (rc == 0) {
             pool->phase = PLAN;
@@ -167,9 +165,9 @@ static void plan_now(struct om_pool *pool, uint64_t cursor)
             pool->plan_wait = 0;
             return;
         }
-        if (rc != -ENOENT)
-            rc = om_pool_plan(pool, 0);
     }
+    if (rc != -ENOENT)
+        rc = om_pool_plan(pool);
     if (rc == 0)
         rc = om_pool_install(pool, &pool->next, cursor, OM_PLAN_FRESH);
     if (rc != 0)
@@ -199,6 +197,7 @@ void om_pool_serve(struct om_pool *pool, uint64_t cursor)
     pool->iteration_misses = pool->window_requests = pool->served_iterations = 0;
     pool->window_turned_away = 0;
     pool->failing = 0;
+    pool->after_unknown = 0;
 }
 
 int om_pool_install(struct om_pool *pool, struct om_plan *plan, uint64_t cursor,
@@ -231,6 +230,7 @@ int om_pool_install(struct om_pool *pool, struct om_plan *plan, uint64_t cursor,
     pool->kept_from =
         origin == OM_PLAN_KEPT ? (unsigned)((struct om_kept_plan *)plan - pool->kept) + 1 : 0;
     om_pool_serve(pool, cursor);
+    pool->release_next = 0;      /* the layout gives back what the slots do not cover */
     if (origin != OM_PLAN_SAVED) /* a saved plan serves from the start: no page is there */
         om_pool_lay_out_pages(pool);
     return 0;
@@ -264,7 +264,7 @@ static int serve_kept(struct om_pool *pool, uint64_t token, const struct om_allo
     om_debug("plan: the plan of a %llu-request iteration made before serves again",
              (unsigned long long)k->plan.period);
     if (om_pool_install(pool, &k->plan, k->cursor, OM_PLAN_KEPT) != 0) {
-        om_pool_release_free(pool, 0, SIZE_MAX);
+        om_pool_release_free_later(pool, 0, SIZE_MAX);
         om_pool_learn(pool);
         return 0;
     }

@@ -245,8 +245,7 @@ static int place_arcs(struct om_pool *pool, om_rp_block *in, size_t n, uint64_t 
     return 0;
 }
 
-static int build_plan(struct om_pool *pool, size_t scratch_from, size_t scratch_to,
-                      uint32_t budget_ms)
+static int build_plan(struct om_pool *pool, size_t scratch_from, size_t scratch_to)
 {
     struct om_arena *a = &pool->arena;
     size_t page = a->page;
@@ -271,22 +270,17 @@ static int build_plan(struct om_pool *pool, size_t scratch_from, size_t scratch_
         goto out;
     }
     char err[256] = "";
-    om_rp_options opt = {
-        .period = pool->next.period,
-        .budget_ms = budget_ms ? budget_ms : om_pool_search_budget_ms(pool, PLAN_BUDGET_MIN_MS),
-        .alloc = alloc,
-        .err = err,
-        .errlen = sizeof err};
+    om_rp_options opt = {.period = pool->next.period,
+                         .budget_ms = om_pool_search_budget_ms(pool, PLAN_BUDGET_MIN_MS),
+                         .alloc = alloc,
+                         .err = err,
+                         .errlen = sizeof err};
     om_rp_result res;
     om_plan_dump(pool->domain, in, n, pool->period,
                  "the iteration's arcs, searched inline for up to %u ms", opt.budget_ms);
     rc = om_rp_plan(in, n, &opt, offsets, &res);
     if (rc != 0) {
         om_info("plan of %zu blocks failed: %s", n, err);
-        goto out;
-    }
-    if (budget_ms && !res.optimal && res.peak > res.lower_bound) {
-        rc = -EAGAIN; /* a longer search may find a lower plan */
         goto out;
     }
     rc = place_arcs(pool, in, n, offsets, spare, &opt, &res, 0);
@@ -300,13 +294,13 @@ out:
     return rc;
 }
 
-int om_pool_plan(struct om_pool *pool, uint32_t budget_ms)
+int om_pool_plan(struct om_pool *pool)
 {
     /* The replanner's memory lies on the free pages above every live block (the host's):
      * resident, and given back after unless the plan lies there too. */
     struct om_arena *a = &pool->arena;
     size_t touched = om_arena_touched_end(a);
-    return build_plan(pool, om_arena_taken_end(a), touched < a->top ? touched : a->top, budget_ms);
+    return build_plan(pool, om_arena_taken_end(a), touched < a->top ? touched : a->top);
 }
 
 /* ---- the search on a thread of optmem's ---- */

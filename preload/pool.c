@@ -140,17 +140,29 @@ static int place(struct om_pool *pool, size_t len, size_t alignment, uintptr_t s
         }
         const struct om_plan *plan = &pool->plan;
         uint64_t s = pool->cursor;
-        if (plan->slots[s].token != token) {
+        int after_unknown = pool->after_unknown, inserted = 0;
+        pool->after_unknown = 0;
+        if (plan->slots[s].token == token) {
+            pool->stats.hits++;
+        } else if (after_unknown && s > 0 && plan->slots[s - 1].token == token) {
+            /* The request before, unknown, moved the cursor past this one's slot: it was
+             * inserted, one miss (a lookup would find the slot behind the cursor and begin
+             * the iteration anew). */
+            s--;
+            inserted = 1;
+            pool->stats.hits++;
+        } else {
             s = om_slot_index_find(&plan->index, plan->slots, token, pool->cursor);
             pool->stats.misses++;
             pool->iteration_misses++;
             pool->iteration_unknown += s == UINT64_MAX;
+            pool->after_unknown = s == UINT64_MAX;
             om_pool_release_if_failing(pool);
-        } else {
-            pool->stats.hits++;
         }
+        /* An unknown request moves the cursor on: made instead of the slot's request, the
+         * next request is the next slot's (a hit); inserted, it is this slot's (above). */
         uint64_t next = s == UINT64_MAX ? pool->cursor + 1 : s + 1;
-        int anew = s != UINT64_MAX && s < pool->cursor; /* the iteration began anew */
+        int anew = s != UINT64_MAX && s < pool->cursor && !inserted; /* the iteration began anew */
         planned = s != UINT64_MAX && take_planned(pool, plan->slots[s].offset, plan->slots[s].len,
                                                   len, alignment, stream);
         if (planned)
@@ -229,6 +241,8 @@ void *om_pool_alloc(struct om_pool *pool, size_t size, size_t alignment, int zer
                                     &info);
     if (pool->layout_next)
         om_pool_lay_out_slice(pool);
+    if (pool->release_next)
+        om_pool_release_slice(pool);
     pthread_mutex_unlock(&pool->lock);
     return p;
 fail:
@@ -311,6 +325,8 @@ void om_pool_free(struct om_pool *pool, void *p, uintptr_t stream)
     om_pool_pages_freed(pool, &gone);
     if (pool->layout_next)
         om_pool_lay_out_slice(pool);
+    if (pool->release_next)
+        om_pool_release_slice(pool);
     if (pool->redzone && om_arena_check(&pool->arena) != 0) {
         pool->stats.verify_violations++;
         om_warn("verify: the arena's free extents are inconsistent");

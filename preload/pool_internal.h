@@ -35,6 +35,10 @@
  * plan's at once (a hundred MiB and more) held the request that installed it for
  * milliseconds (docs/serving.md). Giving a page back costs more than moving it. */
 #define OM_LAYOUT_SLICE ((size_t)8 << 20)
+/* Bytes of free pages a call may give back while a plan dropped or failing releases them: only
+ * releases, with no move to share the slice, and 8 MiB of them took 1.1 to 1.7 ms of CPU time
+ * in one call (docs/serving.md). */
+#define OM_RELEASE_SLICE ((size_t)2 << 20)
 
 /* A plan misses too often, the program having changed, where more than one request in
  * OM_MISS_SHARE of those judged missed: the test that drops a plan at the end of a window,
@@ -145,6 +149,7 @@ struct om_pool {
      * that had such; whether a plan was already dropped for them. */
     uint64_t iteration_unknown, stale_iterations;
     int stale_replanned;
+    int after_unknown; /* the last request served had a token without a slot */
     /* Periods whose plans missed: sub-periods (a layer repeated inside a step) that the
      * detector locks onto before the whole step. Not planned again until a plan holds, or
      * until the period has repeated over twice the requests it had when it was planned. */
@@ -166,6 +171,9 @@ struct om_pool {
      * none is; where its moves ended. */
     size_t layout_next;
     struct om_move_run layout_run;
+    /* Free pages of a plan dropped or failing going back, a slice a call: the next byte to
+     * look at + 1 (0 when none), the end. */
+    size_t release_next, release_to;
     uint64_t main_requests;
     /* PLAN: the search under way; requests since it began (a multiple of period is where
      * the iteration planned begins again, and the plan can serve from cursor). */
@@ -221,11 +229,10 @@ void om_pool_after_cycle_request(struct om_pool *pool, struct om_block *b, uint6
  * least least_ms, at most 2 s. */
 uint32_t om_pool_search_budget_ms(const struct om_pool *pool, uint32_t least_ms);
 
-/* Plans the iteration in next and places the plan over the arena as it is now: next's slots,
- * end and figures set, for om_pool_install. 0, or -errno: -ENOENT when no block of the
- * iteration dies within it. With budget_ms, the search stops then, and a plan above its
- * lower bound is not placed (-EAGAIN); 0: the whole budget. */
-int om_pool_plan(struct om_pool *pool, uint32_t budget_ms);
+/* Plans the iteration in next inline, with its whole budget, and places the plan over the
+ * arena as it is now: next's slots, end and figures set, for om_pool_install. 0, or -errno:
+ * -ENOENT when no block of the iteration dies within it. */
+int om_pool_plan(struct om_pool *pool);
 
 /* The search for a plan of the iteration in next starts on the optmem-plan thread, from a
  * copy of the arcs: 0 (job set), -ENOENT when no block of the iteration dies within it,
@@ -285,6 +292,16 @@ static inline int om_pool_pages_move(const struct om_pool *pool)
 /* Free pages in [from, to) go back; the ring of freed blocks waiting for release empties
  * with them. */
 void om_pool_release_free(struct om_pool *pool, size_t from, size_t to);
+
+/* Free pages in [from, to) are to go back (a plan dropped, or missing too often): on the host
+ * a slice a call (om_pool_release_slice) from this call on, a device's at once. The ring of
+ * freed blocks waiting for release empties. */
+void om_pool_release_free_later(struct om_pool *pool, size_t from, size_t to);
+
+/* One slice of the release under way, if any: at most OM_RELEASE_SLICE bytes of pages given
+ * back. A plan installed meanwhile ends it (its layout gives back what its slots do not
+ * cover). Called once by every call into the pool. */
+void om_pool_release_slice(struct om_pool *pool);
 
 /* Before a plan (host only), after a request that made pages resident: the holes freed
  * longest ago give their pages back while the resident pages exceed the peak of live bytes

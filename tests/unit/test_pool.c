@@ -369,9 +369,10 @@ static void test_unknown_request_falls_back(void **state)
     struct om_serving_stats s1 = stats();
     assert_true(offset_of(stray) >= plan_hi);
     assert_int_equal(s1.fallbacks - s0.fallbacks, 1);
-    /* The stray request misses; the cursor, moved on past its slot, may make the next one
-     * look its slot up too: every request of the step is still served from its slot. */
-    assert_true(s1.misses - s0.misses >= 1);
+    /* The stray request misses, once: the cursor stays at the slot of the request after
+     * it, and every request of the step is still served from its slot. */
+    assert_int_equal(s1.misses - s0.misses, 1);
+    assert_int_equal(s1.hits - s0.hits, STEP_A_REQUESTS);
     assert_int_equal(s1.served_from_plan - s0.served_from_plan, STEP_A_REQUESTS);
     /* The stray block lives on over the next steps: their slots never meet it. */
     size_t now[STEP_A_REQUESTS];
@@ -383,6 +384,37 @@ static void test_unknown_request_falls_back(void **state)
     struct om_serving_stats s2 = stats();
     assert_int_equal(s2.replans, 0);
     assert_int_equal(s2.served_from_plan - s1.served_from_plan, 5 * STEP_A_REQUESTS);
+    give(weights);
+}
+
+/* A request made instead of one of the plan's (another call site, the same size) misses
+ * once: the request after it takes the next slot as a hit, and the others are served. The
+ * same where the request replaced is the step's last, its successor the next step's first. */
+static void test_substituted_request_one_miss(void **state)
+{
+    void *weights = take(100, MIB, 0, 0);
+    run_until_served(step_a, NOPS(step_a), STEP_A_REQUESTS, 40);
+    size_t slots[STEP_A_REQUESTS];
+    run_step(step_a, NOPS(step_a), slots);
+    static const unsigned replaced[] = {6, 18};
+    for (unsigned k = 0; k < 2; k++) {
+        struct op step[NOPS(step_a)];
+        memcpy(step, step_a, sizeof step);
+        for (size_t r = 0; r < NOPS(step); r++)
+            if (step[r].kind == ALLOC && step[r].id == replaced[k])
+                step[r].id = 60 + k;
+        struct om_serving_stats s0 = stats();
+        run_step(step, NOPS(step), NULL);
+        size_t now[STEP_A_REQUESTS];
+        run_step(step_a, NOPS(step_a), now);
+        struct om_serving_stats s1 = stats();
+        assert_int_equal(s1.misses - s0.misses, 1);
+        assert_int_equal(s1.hits - s0.hits, 2 * STEP_A_REQUESTS - 1);
+        assert_int_equal(s1.fallbacks - s0.fallbacks, 1);
+        assert_int_equal(s1.served_from_plan - s0.served_from_plan, 2 * STEP_A_REQUESTS - 1);
+        assert_int_equal(s1.replans, 0);
+        assert_memory_equal(now, slots, sizeof slots);
+    }
     give(weights);
 }
 
@@ -616,12 +648,74 @@ static void test_plan_thread(void **state)
     give(weights);
 }
 
+/* The first lines of the files in dir, joined, and the files removed with dir. */
+static void dumped_searches(const char *dir, char *out, size_t cap, unsigned *files)
+{
+    DIR *d = opendir(dir);
+    assert_non_null(d);
+    struct dirent *e;
+    *files = 0;
+    out[0] = '\0';
+    while ((e = readdir(d)) != NULL) {
+        if (e->d_name[0] == '.')
+            continue;
+        char path[512], line[256] = "";
+        snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+        FILE *f = fopen(path, "r");
+        assert_non_null(f);
+        assert_non_null(fgets(line, sizeof line, f));
+        fclose(f);
+        strncat(out, line, cap - strlen(out) - 1);
+        unlink(path);
+        ++*files;
+    }
+    closedir(d);
+    rmdir(dir);
+}
+
+/* By default (OPTMEM_PLAN_THREAD=auto) the host's plan is searched on the optmem-plan thread,
+ * never inline in the request that reaches the quiet point, even one that meets its lower
+ * bound at once; where pages do not move (huge pages) it is searched inline. */
+static void test_default_plans_off_thread(void **state)
+{
+    assert_int_equal(om_config_load(&om_cfg, no_env), 0);
+    int auto_value = om_cfg.plan_thread;
+    assert_true(auto_value < 0);
+    for (int huge = 0; huge < 2; huge++) {
+        char dir[] = "/tmp/optmem_test_pool_XXXXXX", lines[1024];
+        assert_non_null(mkdtemp(dir));
+        start_with(auto_value, huge, dir);
+        void *weights = take(100, MIB, 0, 0);
+        unsigned steps = 0;
+        for (; steps < 5000 && stats().served_from_plan == 0; steps++) {
+            run_step(step_a, NOPS(step_a), NULL);
+            sched_yield();
+        }
+        assert_true(steps < 5000);
+        struct om_serving_stats s = stats();
+        assert_int_equal(s.plans, 1);
+        assert_int_equal(s.plan_peak_bytes, step_lower_bound(step_a, NOPS(step_a)));
+        unsigned files;
+        dumped_searches(dir, lines, sizeof lines, &files);
+        assert_int_equal(files, 1);
+        if (huge) {
+            assert_non_null(strstr(lines, "searched inline"));
+        } else {
+            assert_non_null(strstr(lines, "searched on the optmem-plan thread"));
+            assert_null(strstr(lines, "inline"));
+        }
+        om_cfg.plan_dump[0] = '\0';
+        give(weights);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup(test_learning_best_fit, setup_inline),
         cmocka_unit_test_setup(test_plan_serves_slots, setup_inline),
         cmocka_unit_test_setup(test_unknown_request_falls_back, setup_inline),
+        cmocka_unit_test_setup(test_substituted_request_one_miss, setup_inline),
         cmocka_unit_test_setup(test_guard_turns_away_taken_slot, setup_inline),
         cmocka_unit_test_setup(test_drift_drops_plan, setup_inline),
         cmocka_unit_test_setup(test_phase_comes_back, setup_inline),
@@ -630,6 +724,7 @@ int main(void)
         cmocka_unit_test_setup(test_alignment, setup_inline),
         cmocka_unit_test(test_plan_dump),
         cmocka_unit_test(test_plan_thread),
+        cmocka_unit_test(test_default_plans_off_thread),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
