@@ -24,6 +24,7 @@ from report_schema import SchemaError, validate  # noqa: E402
 
 FORK_DROPPED = "the search under way at fork stays the parent's"
 EXIT_PLANNING = "the plan was still being made at exit"
+ROUNDS = 6
 ON_THREAD = "on the optmem-plan thread"
 
 
@@ -75,8 +76,13 @@ def fork_case(args):
 
 def exit_case(args):
     failures = []
-    ended_planning = 0
-    for iterations in range(3, 15):
+    ended_planning = runs = 0
+    # Whether a run's exit meets its search is a race (a small plan is found in microseconds):
+    # the runs go round again, up to ROUNDS times, until one has met it.
+    for iterations in [i for _ in range(ROUNDS) for i in range(3, 15)]:
+        if ended_planning and runs % 12 == 0:
+            break
+        runs += 1
         cmd = [args.program, "steady", str(iterations)]
         rc, plain_out, plain_err = run(cmd, plain_env())
         if rc != 0:
@@ -106,7 +112,7 @@ def exit_case(args):
                 again = [json.load(open(p)) for p in glob.glob(f"{tmp}/again.*.json")]
                 if not again or again[0]["serving"]["saved_plan"] != 1:
                     failures.append(f"{iterations} iterations: the saved plan was not served")
-    print(f"exit: {ended_planning} of 12 runs ended while their plan was being made")
+    print(f"exit: {ended_planning} of {runs} runs ended while their plan was being made")
     if ended_planning < 1:
         failures.append("no run ended while its plan was being made: nothing is checked")
     return failures
