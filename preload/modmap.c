@@ -76,28 +76,15 @@ static const struct segment *find(const struct table *t, uintptr_t a)
     return lo < t->n && t->seg[lo].start <= a ? &t->seg[lo] : NULL;
 }
 
-/* The calling thread's recent keys, for the table they were found in: a request's stack
- * repeats the same return addresses, and each binary search over a few hundred segments
- * costs more than the rest of the key. A key found in a table is what that table gives for
- * the address until a rebuild publishes another, so an entry holds only while the table
- * it came from is current. */
-#define MEMO_SLOTS 256
-static __thread uintptr_t memo_addr[MEMO_SLOTS];
-static __thread uint64_t memo_key[MEMO_SLOTS];
-static __thread const struct table *memo_table;
-
-static unsigned memo_slot(uintptr_t a)
+const void *om_modmap_table(void)
 {
-    return (unsigned)(((uint64_t)a * 0x9e3779b97f4a7c15ull) >> 56) & (MEMO_SLOTS - 1);
+    return atomic_load_explicit(&current, memory_order_acquire);
 }
 
 uint64_t om_modmap_key(const void *addr)
 {
     uintptr_t a = (uintptr_t)addr;
     struct table *t = atomic_load_explicit(&current, memory_order_acquire);
-    unsigned m = memo_slot(a);
-    if (a && t && t == memo_table && memo_addr[m] == a)
-        return memo_key[m];
     const struct segment *s = t ? find(t, a) : NULL;
     if (!s) {
         unsigned long long adds = 0;
@@ -108,12 +95,5 @@ uint64_t om_modmap_key(const void *addr)
     }
     if (!s) /* not in any module (generated code): the address itself */
         return a;
-    uint64_t key = s->name_hash ^ ((a - s->base) * 0x9e3779b97f4a7c15ull);
-    if (t != memo_table) {
-        memset(memo_addr, 0, sizeof memo_addr);
-        memo_table = t;
-    }
-    memo_addr[m] = a;
-    memo_key[m] = key;
-    return key;
+    return s->name_hash ^ ((a - s->base) * 0x9e3779b97f4a7c15ull);
 }
