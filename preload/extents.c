@@ -111,10 +111,14 @@ int om_extents_add(struct om_extents *s, size_t off, size_t len)
     ptrdiff_t in = om_extents_at_or_below(s, off);
     if (len == 0 || (in >= 0 && s->v[in].off + s->v[in].len >= off + len))
         return 0; /* already there: the removal below would split, needing room not reserved */
-    /* What overlaps goes first, so that the rest is an insertion between neighbours. */
-    if (om_extents_remove(s, off, len) < 0 || om_extents_reserve(s, 1) != 0)
+    /* What overlaps goes first, so that the rest is an insertion between neighbours. A
+     * range that overlaps nothing (a block given back) has its neighbours found already. */
+    size_t after = (size_t)(in + 1);
+    int overlaps = (in >= 0 && s->v[in].off + s->v[in].len > off) ||
+                   (after < s->n && s->v[after].off < off + len);
+    if ((overlaps && om_extents_remove(s, off, len) < 0) || om_extents_reserve(s, 1) != 0)
         return -ENOMEM;
-    ptrdiff_t prev = om_extents_at_or_below(s, off);
+    ptrdiff_t prev = overlaps ? om_extents_at_or_below(s, off) : in;
     size_t next = (size_t)(prev + 1);
     int joins_prev = prev >= 0 && s->v[prev].off + s->v[prev].len == off;
     int joins_next = next < s->n && s->v[next].off == off + len;

@@ -76,6 +76,11 @@ static const struct segment *find(const struct table *t, uintptr_t a)
     return lo < t->n && t->seg[lo].start <= a ? &t->seg[lo] : NULL;
 }
 
+const void *om_modmap_table(void)
+{
+    return atomic_load_explicit(&current, memory_order_acquire);
+}
+
 uint64_t om_modmap_key(const void *addr)
 {
     uintptr_t a = (uintptr_t)addr;

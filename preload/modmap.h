@@ -10,4 +10,8 @@
  * lock of optmem's is held), so call it before taking the pool's. */
 uint64_t om_modmap_key(const void *addr);
 
+/* The table keys come from now: keys found in one stay what that table gives until
+ * another replaces it (a module loaded since). */
+const void *om_modmap_table(void);
+
 #endif

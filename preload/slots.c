@@ -7,11 +7,38 @@
 #include <errno.h>
 #include <string.h>
 
+/* The keys of the calling thread's last stack, by depth, for the table they came from:
+ * consecutive requests share most of their frames. An address in no module is keyed by
+ * itself only until a module is loaded there, which om_modmap_key checks: not memoised.
+ * The default depth's worth, kept small: the library's thread-local storage must fit the
+ * static TLS that dlopen (PyTorch's pluggable allocator) can still give. */
+#define TOK_MEMO 16
+static __thread const void *tok_frame[TOK_MEMO];
+static __thread uint64_t tok_key[TOK_MEMO];
+static __thread const void *tok_table;
+
 uint64_t om_token_of(const struct om_stack *stack, size_t size)
 {
+    const void *table = om_modmap_table();
+    if (table != tok_table) {
+        memset(tok_frame, 0, sizeof tok_frame);
+        tok_table = table;
+    }
     uint64_t h = OM_FNV_OFFSET ^ size;
-    for (unsigned i = 0; i < stack->depth; i++)
-        h = om_fnv1a_word(h, om_modmap_key(stack->frames[i]));
+    for (unsigned i = 0; i < stack->depth; i++) {
+        const void *a = stack->frames[i];
+        uint64_t key;
+        if (i < TOK_MEMO && a && tok_frame[i] == a) {
+            key = tok_key[i];
+        } else {
+            key = om_modmap_key(a);
+            if (i < TOK_MEMO) {
+                tok_frame[i] = key != (uint64_t)(uintptr_t)a ? a : NULL;
+                tok_key[i] = key;
+            }
+        }
+        h = om_fnv1a_word(h, key);
+    }
     return h | 1; /* 0 marks a slot that has no token */
 }
 

@@ -626,9 +626,48 @@ static void layout_failed(const char *what)
 /* What the calling thread's last walks found at each depth: a loop allocates from the same
  * frames again and again, so a frame seen at the same code, instruction and stamp takes its
  * id from here instead of the shared cache. */
-#define MEMO 32
+#define MEMO 24 /* hops: small, as the thread-local storage must stay (slots.c) */
+#define MEMO_CSTACK (UINT32_MAX - 2) /* memo_id of an entry frame on the C stack (3.12+) */
 static __thread uintptr_t memo_instr[MEMO], memo_code[MEMO], memo_stamp[MEMO];
 static __thread uint32_t memo_id[MEMO];
+/* The frame each entry was last seen at, read in place then: 0 when none. */
+static __thread uintptr_t memo_frame[MEMO];
+
+/* Follows the current frame's chain for as long as it is the one memoised, hop for hop:
+ * the same frames at the same addresses, running the same code (its stamp read in place:
+ * a live frame holds its code object) at the same instruction. Only frames that an earlier
+ * walk read in place are read here, and only once they are reached through the live chain,
+ * so the chunks of the data stack need not be found again. A request made from the lines
+ * of the last ones takes its frames from here, at a few loads a frame. Returns the hops
+ * followed; *frame is where the walk goes on, *n the frames written. */
+static unsigned replay(const struct py_layout *L, uintptr_t *frame, uint32_t *out, unsigned cap,
+                       unsigned *n)
+{
+    unsigned hop = 0, k = 0;
+    uintptr_t at = *frame;
+    while (at && k < cap && hop < MEMO && at == memo_frame[hop]) {
+        const unsigned char *f = (const unsigned char *)at;
+        uint32_t id = memo_id[hop];
+        int cstack = L->owner_cstack >= 0 && (char)f[L->fr_owner] == (char)L->owner_cstack;
+        if (cstack != (id == MEMO_CSTACK))
+            break;
+        if (!cstack) {
+            uintptr_t code = word(f, L->fr_code);
+            if (code != memo_code[hop] || word(f, L->fr_instr) != memo_instr[hop] ||
+                *(const uintptr_t *)(code + (uintptr_t)L->co_linetable) != memo_stamp[hop])
+                break;
+            if (id != OM_PY_SKIP)
+                out[k++] = id << 1 | (L->fr_entry >= 0 && f[L->fr_entry] ? 1u : 0u);
+        } else if (k) {
+            out[k - 1] |= 1; /* the frame above was entered from C */
+        }
+        at = word(f, L->fr_previous);
+        hop++;
+    }
+    *frame = at;
+    *n = k;
+    return hop;
+}
 
 /* The frames of the calling thread's Python stack, innermost first, up to cap. */
 static unsigned walk(uint32_t *out, unsigned cap)
@@ -653,6 +692,9 @@ static unsigned walk(uint32_t *out, unsigned cap)
     }
     if (!frame)
         return 0;
+    unsigned n = 0, resolved = 0, hop = fast ? replay(L, &frame, out, cap, &n) : 0;
+    if (!frame || n == cap || hop == MAX_HOPS)
+        return n;
     struct chunks chunks;
     if (find_chunks(L, ts, &chunks) != 0) {
         layout_failed("the data stack");
@@ -660,11 +702,11 @@ static unsigned walk(uint32_t *out, unsigned cap)
     }
     chunks.stack_lo = (uintptr_t)__builtin_frame_address(0);
     chunks.stack_hi = om_stack_top();
-    unsigned n = 0, resolved = 0;
     int early = 0; /* the walk ended at a frame it could not read */
     unsigned char copy[128];
-    for (unsigned hop = 0; frame && n < cap && hop < MAX_HOPS; hop++) {
+    for (; frame && n < cap && hop < MAX_HOPS; hop++) {
         const unsigned char *f;
+        uintptr_t at = frame;
         if (frame & 7) {
             early = 1;
             break;
@@ -683,6 +725,11 @@ static unsigned walk(uint32_t *out, unsigned cap)
         if (L->owner_cstack >= 0 && owner == (char)L->owner_cstack) {
             if (n)
                 out[n - 1] |= 1; /* the frame above was entered from C */
+            if (hop < MEMO) {
+                memo_frame[hop] = fast && f != copy ? at : 0;
+                memo_code[hop] = 0;
+                memo_id[hop] = MEMO_CSTACK;
+            }
             continue;
         }
         if (!code || (code & 7)) {
@@ -720,6 +767,8 @@ static unsigned walk(uint32_t *out, unsigned cap)
             memo_stamp[hop] = *(const uintptr_t *)stamp_at;
             memo_id[hop] = id;
         }
+        if (hop < MEMO)
+            memo_frame[hop] = memo ? at : 0;
         resolved++;
         if (id == OM_PY_SKIP)
             continue;

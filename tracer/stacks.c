@@ -350,6 +350,18 @@ static int grow_ids(struct om_sites *sites)
     return 0;
 }
 
+/* The sites table's hash: one multiply a word, where uthash's own hashes the key byte by
+ * byte (a deep stack's key is 136 bytes, and every request looks its site up). */
+static unsigned site_hash(void *const *key, unsigned n)
+{
+    uint64_t h = n;
+    for (unsigned i = 0; i < n; i++)
+        h = (h ^ (uintptr_t)key[i]) * 0x9e3779b97f4a7c15ull;
+    h ^= h >> 32;
+    h *= 0x9e3779b97f4a7c15ull;
+    return (unsigned)(h >> 32);
+}
+
 struct om_site *om_sites_intern(struct om_sites *sites, const struct om_stack *stack)
 {
     struct om_site *s = NULL;
@@ -360,7 +372,8 @@ struct om_site *om_sites_intern(struct om_sites *sites, const struct om_stack *s
     memcpy(key, stack->frames, depth * sizeof(void *));
     key[depth] = (void *)(uintptr_t)stack->py_stack;
     size_t keylen = (depth + 1) * sizeof(void *);
-    HASH_FIND(hh, sites->hash, key, keylen, s);
+    unsigned hashv = site_hash(key, depth + 1);
+    HASH_FIND_BYHASHVALUE(hh, sites->hash, key, keylen, hashv, s);
     if (s)
         return s;
     if (sites->count == sites->capacity && grow_ids(sites) != 0)
@@ -380,7 +393,7 @@ struct om_site *om_sites_intern(struct om_sites *sites, const struct om_stack *s
     s->life_req_min = UINT64_MAX;
     s->life_ns_min = UINT64_MAX;
     s->min_size = UINT64_MAX;
-    HASH_ADD_KEYPTR(hh, sites->hash, s->frames, keylen, s);
+    HASH_ADD_KEYPTR_BYHASHVALUE(hh, sites->hash, s->frames, keylen, hashv, s);
     sites->by_id[s->id] = s;
     __atomic_store_n(&sites->count, s->id + 1, __ATOMIC_RELEASE);
     return s;
