@@ -16,7 +16,7 @@ import subprocess
 import sys
 import tempfile
 
-from checks import CheckError, expect
+from checks import expect, run_main
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 TOLERANCE = 0.01  # of the true bytes
@@ -74,8 +74,4 @@ def main():
 
 
 if __name__ == "__main__":
-    try:
-        main()
-    except CheckError as e:
-        print("FAIL", e)
-        sys.exit(1)
+    run_main(main)

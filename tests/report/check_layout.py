@@ -27,7 +27,7 @@ import tempfile
 
 from PIL import Image
 
-from checks import CheckError, expect
+from checks import expect, run_main
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 WIDTH, HEIGHT = 1300, 900
@@ -185,8 +185,4 @@ def main():
 
 
 if __name__ == "__main__":
-    try:
-        main()
-    except CheckError as e:
-        print("FAIL", e)
-        sys.exit(1)
+    run_main(main)

@@ -29,7 +29,7 @@ import subprocess
 import sys
 import tempfile
 
-from checks import CheckError, expect
+from checks import expect, run_main
 
 PLUMBING = {"alloc_cpu", "empty_generic", "empty_cpu", "empty_strided_cpu", "malloc", "calloc",
             "realloc", "operator new", "allocate", "_PyObject_Malloc", "PyObject_Malloc",
@@ -175,8 +175,4 @@ def main():
 
 
 if __name__ == "__main__":
-    try:
-        main()
-    except CheckError as e:
-        print("FAIL", e)
-        sys.exit(1)
+    run_main(main)

@@ -18,6 +18,15 @@ def expect(cond, msg):
         raise CheckError(msg)
 
 
+def run_main(main):
+    """Runs a check's main: a CheckError is one FAIL line and exit status 1."""
+    try:
+        main()
+    except CheckError as e:
+        print("FAIL", e)
+        sys.exit(1)
+
+
 def cli(args, argv, cwd=None, env=None, status=0, timeout=300):
     """Runs args.optmem with argv; its (stdout, stderr) once it exited with status."""
     proc = subprocess.run([args.optmem] + argv, cwd=cwd, env=env, stdout=subprocess.PIPE,
