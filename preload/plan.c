@@ -13,12 +13,15 @@
 #include <signal.h>
 #include <string.h>
 
-/* The search stops as soon as a plan meets its lower bound; the budget bounds the one-off
- * pause of a plan that cannot. It is the time one iteration took, within these bounds: a
- * pause of one iteration is little beside a training run, where a fixed 200 ms cut short
- * large ones (the transformer at 8 x the bundled batch, 12635 arcs and 1.4 s an iteration,
- * whose search then needed 355 ms, stopped at 1.057 of its bound). */
-#define PLAN_BUDGET_MIN_MS 200
+/* The search stops as soon as a plan meets its lower bound; the budget bounds the work of
+ * a plan that cannot, which runs beside the program on a core it may be using. It is the
+ * time one iteration took, within these bounds: one iteration's time is little beside a
+ * training run, where a fixed budget cut large ones short (the transformer at 8 x the
+ * bundled batch, 12635 arcs and 1.4 s an iteration, needed 355 ms); a floor well above a
+ * short iteration made a program of short iterations pay many of them for each plan of a few
+ * MiB (its OpenMP threads wait for the core the search holds). The floor leaves greedy by
+ * size and a first improvement their time. */
+#define PLAN_BUDGET_MIN_MS 20
 #define SEARCH_BUDGET_MAX_MS 2000
 /* Packing around live blocks rarely meets its bound, and the plan packed alone is the
  * fallback: a shorter search. */
