@@ -197,11 +197,6 @@ static int32_t int32_at(const unsigned char *buf, int at)
 
 /* ---- frames by id: (file, function, line), interned ---- */
 
-struct py_str {
-    UT_hash_handle hh;
-    char text[];
-};
-
 struct py_key {
     const char *file, *function;
     uint64_t line;
@@ -214,30 +209,15 @@ struct py_rec {
 };
 
 static pthread_mutex_t py_lock = PTHREAD_MUTEX_INITIALIZER;
-static struct py_str *strs;
+static struct om_text *strs;
 static struct py_rec *recs;
 static struct py_rec **by_id; /* append-only; old copies are kept for readers */
 static uint32_t nrecs, caprecs;
 
-static const char *intern_str(const char *s)
-{
-    struct py_str *e = NULL;
-    size_t n = strlen(s);
-    HASH_FIND(hh, strs, s, n, e);
-    if (e)
-        return e->text;
-    e = om_sys_alloc(sizeof *e + n + 1);
-    if (!e)
-        return NULL;
-    memcpy(e->text, s, n + 1);
-    HASH_ADD_KEYPTR(hh, strs, e->text, n, e);
-    return e->text;
-}
-
 /* Under py_lock. OM_PY_NONE when out of memory. */
 static uint32_t intern_frame(const char *file, const char *function, uint32_t line)
 {
-    struct py_key key = {intern_str(file), intern_str(function), line};
+    struct py_key key = {om_text_intern(&strs, file), om_text_intern(&strs, function), line};
     if (!key.file || !key.function)
         return OM_PY_NONE;
     struct py_rec *r = NULL;

@@ -421,28 +421,24 @@ static const char *copy_str(const char *s)
     return c;
 }
 
-/* Module paths, kept for the process's life: frames resolved by one report point at them, and
- * each report scans the modules anew. */
-struct path_entry {
-    UT_hash_handle hh;
-    char text[];
-};
-static struct path_entry *paths;
-
-static const char *module_path(const char *name)
+const char *om_text_intern(struct om_text **table, const char *s)
 {
-    struct path_entry *e = NULL;
-    size_t n = strlen(name);
-    HASH_FIND(hh, paths, name, n, e);
+    struct om_text *e = NULL;
+    size_t n = strlen(s);
+    HASH_FIND(hh, *table, s, n, e);
     if (e)
         return e->text;
     e = om_sys_alloc(sizeof *e + n + 1);
     if (!e)
         return NULL;
-    memcpy(e->text, name, n + 1);
-    HASH_ADD_KEYPTR(hh, paths, e->text, n, e);
+    memcpy(e->text, s, n + 1);
+    HASH_ADD_KEYPTR(hh, *table, e->text, n, e);
     return e->text;
 }
+
+/* Module paths, kept for the process's life: frames resolved by one report point at them, and
+ * each report scans the modules anew. */
+static struct om_text *paths;
 
 static int module_cb(struct dl_phdr_info *info, size_t size, void *data)
 {
@@ -467,7 +463,7 @@ static int module_cb(struct dl_phdr_info *info, size_t size, void *data)
         exe[len > 0 ? len : 0] = '\0';
         name = exe;
     }
-    m->path = module_path(name);
+    m->path = om_text_intern(&paths, name);
     nmodules++;
     return 0;
 }

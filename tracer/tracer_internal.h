@@ -70,6 +70,14 @@ enum om_category { OM_CAT_TEMPORARY = 0, OM_CAT_PER_ITERATION = 1, OM_CAT_PERSIS
 #define OM_CAT_COUNT 3
 const char *om_category_name(int category);
 
+/* Strings kept for the process's life, one copy of each: a table's head starts NULL. */
+struct om_text {
+    UT_hash_handle hh;
+    char text[];
+};
+/* s's copy in *table, added when new (under the caller's lock); NULL when out of memory. */
+const char *om_text_intern(struct om_text **table, const char *s);
+
 struct om_frame_info {
     const char *module;   /* interned path, NULL when unknown */
     uintptr_t offset;     /* from the module's load base */
