@@ -1,10 +1,12 @@
 /* Definitions the library, the tracer, the command line tool and the tests share: the hash
- * of tokens, keys and checksums, and the death of a block that never died. */
+ * of tokens, keys and checksums, the death of a block that never died, and a whole write. */
 #ifndef OPTMEM_COMMON_OM_COMMON_H
 #define OPTMEM_COMMON_OM_COMMON_H
 
+#include <errno.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <unistd.h>
 
 /* A request's death where the block is still live (or outlived what was recorded). */
 #define OM_NO_DEATH UINT64_MAX
@@ -35,6 +37,23 @@ static inline uint64_t om_fnv1a_str(uint64_t h, const char *s)
     for (; *s; s++)
         h = (h ^ (unsigned char)*s) * OM_FNV_PRIME;
     return h;
+}
+
+/* Writes all n bytes to fd, again after a signal or a short write: 0 or -errno (-EIO where
+ * the file takes nothing). */
+static inline int om_write_all(int fd, const void *data, size_t n)
+{
+    const char *p = data;
+    while (n) {
+        ssize_t w = write(fd, p, n);
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w <= 0)
+            return w < 0 ? -errno : -EIO;
+        p += w;
+        n -= (size_t)w;
+    }
+    return 0;
 }
 
 #endif

@@ -529,21 +529,6 @@ uint64_t om_saved_plan_program(void)
     return om_fnv1a(OM_FNV_OFFSET, exe, len > 0 ? (size_t)len : 0);
 }
 
-static int write_all(int fd, const void *data, size_t n)
-{
-    const char *p = data;
-    while (n) {
-        ssize_t w = write(fd, p, n);
-        if (w < 0 && errno == EINTR)
-            continue;
-        if (w <= 0)
-            return w < 0 ? -errno : -EIO;
-        p += w;
-        n -= (size_t)w;
-    }
-    return 0;
-}
-
 struct write_job {
     const struct file_header *header;
     const struct om_saved_plan *plan;
@@ -552,10 +537,10 @@ struct write_job {
 static int fill_plan(int fd, void *ctx)
 {
     const struct write_job *job = ctx;
-    int rc = write_all(fd, job->header, sizeof *job->header);
+    int rc = om_write_all(fd, job->header, sizeof *job->header);
     if (rc == 0)
-        rc = write_all(fd, job->plan->slots,
-                       (job->plan->nprologue + job->plan->period) * sizeof *job->plan->slots);
+        rc = om_write_all(fd, job->plan->slots,
+                          (job->plan->nprologue + job->plan->period) * sizeof *job->plan->slots);
     return rc;
 }
 

@@ -1,5 +1,6 @@
 /* MiniMalloc's lifetime CSV (id,lower,upper,size[,alignment]), with optmem's fixed blocks and
  * period, for the CLI, the tests and the preload library's OPTMEM_PLAN_DUMP. */
+#include "om_common.h"
 #include "rp_internal.h"
 
 #include <ctype.h>
@@ -354,16 +355,8 @@ typedef struct writer {
 
 static void flush(writer *w)
 {
-    size_t done = 0;
-    while (w->rc == 0 && done < w->used) {
-        ssize_t k = write(w->fd, w->buf + done, w->used - done);
-        if (k < 0 && errno == EINTR)
-            continue;
-        if (k <= 0)
-            w->rc = k < 0 ? -errno : -EIO;
-        else
-            done += (size_t)k;
-    }
+    if (w->rc == 0)
+        w->rc = om_write_all(w->fd, w->buf, w->used);
     w->used = 0;
 }
 

@@ -21,16 +21,8 @@ void om_json_init(struct om_json *w, int fd, char *buf, size_t cap)
 
 int om_json_flush(struct om_json *w)
 {
-    size_t off = 0;
-    while (off < w->len && !w->err) {
-        ssize_t n = write(w->fd, w->buf + off, w->len - off);
-        if (n < 0 && errno == EINTR)
-            continue;
-        if (n <= 0)
-            w->err = n < 0 ? -errno : -EIO;
-        else
-            off += (size_t)n;
-    }
+    if (!w->err)
+        w->err = om_write_all(w->fd, w->buf, w->len);
     w->len = 0;
     return w->err;
 }
