@@ -3,7 +3,9 @@
 
 #include <elf.h>
 #include <link.h>
+#include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 #include <sys/auxv.h>
 #include <sys/mman.h>
 #include <unistd.h>
@@ -27,21 +29,6 @@ static int has_text_relocations(const struct dl_phdr_info *info)
     return 0;
 }
 
-/* Whether one of the frames lies in the module: libunwind read only those modules' tables. */
-static int holds_a_frame(const struct dl_phdr_info *info, const struct om_stack *stack)
-{
-    for (unsigned i = 0; i < info->dlpi_phnum; i++) {
-        const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
-        if (ph->p_type != PT_LOAD)
-            continue;
-        uintptr_t lo = info->dlpi_addr + ph->p_vaddr;
-        for (unsigned f = 0; f < stack->depth; f++)
-            if ((uintptr_t)stack->frames[f] - lo < ph->p_memsz)
-                return 1;
-    }
-    return 0;
-}
-
 static const ElfW(Phdr) * segment_of(const struct dl_phdr_info *info, uintptr_t vaddr)
 {
     for (unsigned i = 0; i < info->dlpi_phnum; i++) {
@@ -52,21 +39,43 @@ static const ElfW(Phdr) * segment_of(const struct dl_phdr_info *info, uintptr_t 
     return NULL;
 }
 
-/* Runs under the loader's lock, so no module can be unloaded (and its range reused by
- * some writable mapping) between finding a range and dropping it. */
-static int drop_module(struct dl_phdr_info *info, size_t size, void *data)
+/* One loaded module: the span of its loaded segments and the pages of its unwind tables
+ * that may be dropped (from == to: none). */
+struct module_tables {
+    uintptr_t lo, hi, from, to;
+};
+
+/* The modules as the loader had them at (adds, subs): rebuilt only when a module was loaded
+ * or unloaded since, so that a drop costs a lookup per frame, not a pass over every
+ * module's headers. Read and written only under the loader's lock (inside
+ * dl_iterate_phdr's callback), which serialises the threads. */
+static struct {
+    struct module_tables *v;
+    size_t n, cap;
+    unsigned long long adds, subs;
+    int valid;
+} known;
+
+/* The pages to drop of one module, from its program headers. */
+static struct module_tables tables_of(const struct dl_phdr_info *info)
 {
-    (void)size;
-    const struct om_stack *stack = data;
-    const size_t page = (size_t)sysconf(_SC_PAGESIZE);
-    if (info->dlpi_addr == getauxval(AT_SYSINFO_EHDR) || !holds_a_frame(info, stack))
-        return 0; /* the vDSO has no file behind it */
+    struct module_tables m = {UINTPTR_MAX, 0, 0, 0};
     const ElfW(Phdr) *hdr = NULL;
-    for (unsigned i = 0; i < info->dlpi_phnum; i++)
-        if (info->dlpi_phdr[i].p_type == PT_GNU_EH_FRAME)
-            hdr = &info->dlpi_phdr[i];
-    if (!hdr)
-        return 0;
+    for (unsigned i = 0; i < info->dlpi_phnum; i++) {
+        const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
+        if (ph->p_type == PT_GNU_EH_FRAME)
+            hdr = ph;
+        if (ph->p_type == PT_LOAD) {
+            uintptr_t lo = info->dlpi_addr + ph->p_vaddr;
+            if (lo < m.lo)
+                m.lo = lo;
+            if (lo + ph->p_memsz > m.hi)
+                m.hi = lo + ph->p_memsz;
+        }
+    }
+    if (!hdr || info->dlpi_addr == getauxval(AT_SYSINFO_EHDR))
+        return m; /* the vDSO has no file behind it */
+    const size_t page = (size_t)sysconf(_SC_PAGESIZE);
     const ElfW(Phdr) *seg = segment_of(info, hdr->p_vaddr);
     /* Only pages that are the file's, never written: a writable segment (RELRO included)
      * holds the program's data, and its copy-on-write pages cannot be read back. Where the
@@ -74,7 +83,7 @@ static int drop_module(struct dl_phdr_info *info, size_t size, void *data)
      * are left alone too: breakpoints and uprobes live in copies of code pages. */
     if (!seg || (seg->p_flags & (PF_W | PF_X)) || seg->p_filesz != seg->p_memsz ||
         has_text_relocations(info))
-        return 0;
+        return m;
     /* From the window that reading .eh_frame_hdr's first page mapped to the end of the
      * segment: .eh_frame follows the header and .gcc_except_table follows .eh_frame, as
      * GNU ld and lld lay them out. The tables are only found, never read here: a read
@@ -85,12 +94,113 @@ static int drop_module(struct dl_phdr_info *info, size_t size, void *data)
     if (from < seg_lo)
         from = (seg_lo + page - 1) & ~(page - 1);
     uintptr_t to = (seg_lo + seg->p_memsz) & ~(page - 1);
-    if (to > from)
-        (void)madvise((void *)from, to - from, MADV_DONTNEED);
+    if (to > from) {
+        m.from = from;
+        m.to = to;
+    }
+    return m;
+}
+
+/* Heapsort by start address: qsort may call malloc, the interposed path. */
+static void sift_down(struct module_tables *v, size_t i, size_t n)
+{
+    for (;;) {
+        size_t c = 2 * i + 1;
+        if (c >= n)
+            return;
+        if (c + 1 < n && v[c + 1].lo > v[c].lo)
+            c++;
+        if (v[i].lo >= v[c].lo)
+            return;
+        struct module_tables t = v[i];
+        v[i] = v[c];
+        v[c] = t;
+        i = c;
+    }
+}
+
+static void sort_by_lo(struct module_tables *v, size_t n)
+{
+    for (size_t i = n / 2; i-- > 0;)
+        sift_down(v, i, n);
+    for (size_t end = n; end-- > 1;) {
+        struct module_tables t = v[0];
+        v[0] = v[end];
+        v[end] = t;
+        sift_down(v, 0, end);
+    }
+}
+
+static int add_module(struct dl_phdr_info *info, size_t size, void *data)
+{
+    (void)size;
+    (void)data;
+    if (known.n == known.cap) {
+        size_t cap = known.cap ? 2 * known.cap : 256;
+        struct module_tables *v = om_sys_map(cap * sizeof *v);
+        if (!v)
+            return 1;
+        if (known.n)
+            memcpy(v, known.v, known.n * sizeof *v);
+        om_sys_unmap(known.v, known.cap * sizeof *v);
+        known.v = v;
+        known.cap = cap;
+    }
+    struct module_tables m = tables_of(info);
+    if (m.lo < m.hi)
+        known.v[known.n++] = m;
     return 0;
+}
+
+static const struct module_tables *module_at(uintptr_t a)
+{
+    size_t lo = 0, hi = known.n;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (known.v[mid].lo <= a)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo && a < known.v[lo - 1].hi ? &known.v[lo - 1] : NULL;
+}
+
+/* Runs once under the loader's lock (the callback stops the iteration), so no module can be
+ * unloaded (and its range reused by some writable mapping) between finding a range and
+ * dropping it. */
+static int drop_modules(struct dl_phdr_info *info, size_t size, void *data)
+{
+    const struct om_stack *stack = data;
+    if (size < offsetof(struct dl_phdr_info, dlpi_subs) + sizeof info->dlpi_subs)
+        return 1;
+    if (!known.valid || known.adds != info->dlpi_adds || known.subs != info->dlpi_subs) {
+        known.n = 0;
+        known.valid = 0;
+        if (dl_iterate_phdr(add_module, NULL) != 0)
+            return 1;
+        sort_by_lo(known.v, known.n);
+        known.adds = info->dlpi_adds;
+        known.subs = info->dlpi_subs;
+        known.valid = 1;
+    }
+    const struct module_tables *done[OM_TRACER_MAX_DEPTH];
+    unsigned ndone = 0;
+    for (unsigned f = 0; f < stack->depth; f++) {
+        const struct module_tables *m = module_at((uintptr_t)stack->frames[f]);
+        if (!m || m->from == m->to)
+            continue;
+        unsigned i = 0;
+        while (i < ndone && done[i] != m)
+            i++;
+        if (i < ndone)
+            continue;
+        done[ndone++] = m;
+        (void)madvise((void *)m->from, m->to - m->from, MADV_DONTNEED);
+    }
+    return 1;
 }
 
 void om_unwind_pages_drop(const struct om_stack *stack)
 {
-    dl_iterate_phdr(drop_module, (void *)stack);
+    dl_iterate_phdr(drop_modules, (void *)stack);
 }
