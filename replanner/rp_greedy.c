@@ -273,21 +273,30 @@ static uint64_t rest_apart(const rp_inst *in, rp_sky *t, const uint32_t *order, 
     return peak;
 }
 
-int rp_greedy(const rp_inst *in, rp_mem *m, rp_best *best, const rp_clock *clk)
-{
+struct rp_greedy_ws {
     rp_sky t;
+    rp_kv *kv;
+    uint32_t *order;
+    uint64_t *off;
+};
+
+int rp_greedy_first(const rp_inst *in, rp_mem *m, rp_best *best, const rp_clock *clk,
+                    rp_greedy_ws **out)
+{
+    rp_greedy_ws *ws = rp_alloc(m, 1, sizeof(*ws));
     rp_kv *kv = rp_alloc(m, (size_t)in->nm + 1, sizeof(*kv));
     uint32_t *order = rp_alloc(m, (size_t)in->nm + 1, sizeof(uint32_t));
     uint32_t *sized = rp_alloc(m, (size_t)in->nm + 1, sizeof(uint32_t));
     uint64_t *off = rp_alloc(m, (size_t)in->nm + 1, sizeof(uint64_t));
     uint32_t crit = 0, placed;
-    uint64_t now;
     int rc;
 
     best->stage = "greedy";
     best->spare_peak = RP_NONE;
-    if (!kv || !order || !sized || !off || sky_init(&t, m, in->nsec ? in->nsec : 1) < 0)
+    if (!ws || !kv || !order || !sized || !off || sky_init(&ws->t, m, in->nsec ? in->nsec : 1) < 0)
         return -ENOMEM;
+    *ws = (rp_greedy_ws){ws->t, kv, order, off};
+    *out = ws;
     if ((rc = rp_greedy_size(in, m, clk, order, off, &best->greedy_peak, &placed)) < 0)
         return rc;
     /*
@@ -300,7 +309,8 @@ int rp_greedy(const rp_inst *in, rp_mem *m, rp_best *best, const rp_clock *clk)
      */
     for (uint32_t x = 0; x < placed; x++)
         kv[x] = (rp_kv){off[order[x]], 0, 0, order[x]};
-    rp_sort_kv(kv, placed);
+    if (rp_sort_kv_mem(kv, placed, m) < 0)
+        return -ENOMEM;
     for (uint32_t x = 0; x < placed; x++)
         order[x] = kv[x].v;
     /* Cut before it placed a block (the setup took the budget), the plan is all the cut
@@ -315,13 +325,14 @@ int rp_greedy(const rp_inst *in, rp_mem *m, rp_best *best, const rp_clock *clk)
             const om_rp_block *b = &in->b[in->mov[order[x]]];
             kv[x] = (rp_kv){desc(length_of(b)), desc(b->size), 0, order[x]};
         }
-        rp_sort_kv(kv, in->nm);
+        if (rp_sort_kv_mem(kv, in->nm, m) < 0)
+            return -ENOMEM;
         for (uint32_t x = 0; x < in->nm; x++)
             order[x] = kv[x].v;
     }
-    best->peak = decode(in, &t, order, best->off, RP_NONE - 1, &crit, NULL);
+    best->peak = decode(in, &ws->t, order, best->off, RP_NONE - 1, &crit, NULL);
     if (placed < in->nm) {
-        uint64_t apart = rest_apart(in, &t, sized, placed, best->off, off);
+        uint64_t apart = rest_apart(in, &ws->t, sized, placed, best->off, off);
 
         if (apart < best->peak) {
             best->peak = apart;
@@ -331,13 +342,24 @@ int rp_greedy(const rp_inst *in, rp_mem *m, rp_best *best, const rp_clock *clk)
         best->greedy_peak = best->peak;
     }
     memcpy(best->order, order, in->nm * sizeof(uint32_t));
+    if (in->nm == 0)
+        best->peak = in->fixed_top;
+    return 0;
+}
+
+int rp_greedy(const rp_inst *in, rp_mem *m, rp_best *best, const rp_clock *clk, rp_greedy_ws *ws)
+{
+    uint32_t crit = 0, *order = ws->order;
+    uint64_t now, *off = ws->off;
+    int rc;
+
     for (int which = 0; which < 5 && best->peak > in->stop; which++) {
         uint64_t peak;
 
         if (rp_now_ns() >= clk->deadline_ns)
             break;
-        make_order(in, kv, which, order);
-        peak = decode(in, &t, order, off, best->peak - 1, &crit, clk);
+        make_order(in, ws->kv, which, order);
+        peak = decode(in, &ws->t, order, off, best->peak - 1, &crit, clk);
         if (peak == RP_NONE)
             continue;
         best->peak = peak;

@@ -150,6 +150,68 @@ void rp_sort_kv(rp_kv *a, size_t n)
     introsort(a, n, depth);
 }
 
+/* Byte d of a record's key, d = 0 the least significant (of v), 27 the most (of k1). */
+static unsigned key_byte(const rp_kv *r, unsigned d)
+{
+    if (d < 4)
+        return (r->v >> (8 * d)) & 0xff;
+    if (d < 12)
+        return (unsigned)(r->k3 >> (8 * (d - 4))) & 0xff;
+    if (d < 20)
+        return (unsigned)(r->k2 >> (8 * (d - 12))) & 0xff;
+    return (unsigned)(r->k1 >> (8 * (d - 20))) & 0xff;
+}
+
+/*
+ * Least significant digit first, a byte at a time, skipping the bytes that are the same in
+ * every record: the setup's sorts of the sections' ends and of greedy by size's order have
+ * a few varying bytes, where introsort's comparisons of four keys took milliseconds on
+ * 60,000 blocks. Stable, so the order is the introsort's.
+ */
+int rp_sort_kv_mem(rp_kv *a, size_t n, rp_mem *m)
+{
+    rp_kv *tmp, *src = a, *dst;
+    uint64_t vary[4] = {0, 0, 0, 0}; /* v, k3, k2, k1: the bits that differ somewhere */
+    uint32_t cnt[256];
+
+    if (n < 2048 || n > UINT32_MAX) {
+        rp_sort_kv(a, n);
+        return 0;
+    }
+    if (!(tmp = rp_alloc(m, n, sizeof(*tmp))))
+        return -ENOMEM;
+    for (size_t x = 1; x < n; x++) {
+        vary[0] |= a[x].v ^ a[0].v;
+        vary[1] |= a[x].k3 ^ a[0].k3;
+        vary[2] |= a[x].k2 ^ a[0].k2;
+        vary[3] |= a[x].k1 ^ a[0].k1;
+    }
+    dst = tmp;
+    for (unsigned d = 0; d < 28; d++) {
+        unsigned w = d < 4 ? 0 : 1 + (d - 4) / 8, sh = d < 4 ? 8 * d : 8 * ((d - 4) % 8);
+        uint32_t sum = 0;
+
+        if (!((vary[w] >> sh) & 0xff))
+            continue; /* the same byte everywhere */
+        memset(cnt, 0, sizeof(cnt));
+        for (size_t x = 0; x < n; x++)
+            cnt[key_byte(&src[x], d)]++;
+        for (unsigned y = 0; y < 256; y++) {
+            uint32_t t = cnt[y];
+            cnt[y] = sum;
+            sum += t;
+        }
+        for (size_t x = 0; x < n; x++)
+            dst[cnt[key_byte(&src[x], d)]++] = src[x];
+        rp_kv *t = src;
+        src = dst;
+        dst = t;
+    }
+    if (src != a)
+        memcpy(a, src, n * sizeof(*a));
+    return 0;
+}
+
 int rp_maxtree_init(rp_maxtree *t, rp_mem *m, uint32_t n)
 {
     for (t->n = 1; t->n < n; t->n *= 2)
