@@ -513,16 +513,24 @@ static int inst_build(rp_inst *in, rp_mem *m, const om_rp_block *blocks, size_t 
     return 0;
 }
 
-int rp_inst_complete(rp_inst *in, rp_mem *m)
+/* rp_bound's bound into floor_lb and stop. */
+static int inst_bound(rp_inst *in, rp_mem *m)
 {
-    rp_maxtree loads;
-
     if (rp_bound(in, m, &in->shape_lb, &in->clique_lb) < 0)
         return -ENOMEM;
     if (in->shape_lb > in->floor_lb)
         in->floor_lb = in->shape_lb;
     if (in->floor_lb > in->stop)
         in->stop = in->floor_lb;
+    return 0;
+}
+
+int rp_inst_complete(rp_inst *in, rp_mem *m)
+{
+    rp_maxtree loads;
+
+    if (inst_bound(in, m) < 0)
+        return -ENOMEM;
     if (!(in->secmax = rp_alloc(m, (size_t)in->nm + 1, sizeof(uint64_t))))
         return -ENOMEM;
     /* A max tree over the loads: a scan of every block's sections costs the sum of their
@@ -812,8 +820,16 @@ int om_rp_plan(const om_rp_block *blocks, size_t n, const om_rp_options *opt, ui
     /* 3 % of the budget is left for the last decode or node to notice, and for finish(). */
     clk.deadline_ns = t0 + (uint64_t)budget * 970000u;
     clk.max_nodes = opt->max_nodes;
-    if ((rc = rp_greedy_first(&in, &m, &best, &clk, &ws)) < 0 ||
-        (rc = rp_inst_complete(&in, &m)) < 0 || (rc = rp_greedy(&in, &m, &best, &clk, ws)) < 0)
+    if ((rc = rp_greedy_first(&in, &m, &best, &clk, &ws)) < 0)
+        goto nomem;
+    /* Past the deadline the first plan is the answer: only the bound, for the result (the
+     * later stages' keys cost n log n more, after the budget). */
+    if (rp_now_ns() >= clk.deadline_ns) {
+        if ((rc = inst_bound(&in, &m)) < 0)
+            goto nomem;
+        goto done;
+    }
+    if ((rc = rp_inst_complete(&in, &m)) < 0 || (rc = rp_greedy(&in, &m, &best, &clk, ws)) < 0)
         goto nomem;
     if (best.peak > in.stop && (opt->algo == OM_RP_ALGO_AUTO || opt->algo == OM_RP_ALGO_BNB)) {
         /* Instances without slack: an exact search of its own, with a quarter of the time left
@@ -844,6 +860,7 @@ int om_rp_plan(const om_rp_block *blocks, size_t n, const om_rp_options *opt, ui
             goto nomem;
     }
     rp_take_spare(&in, &best);
+done:
     finish(&in, &best, offsets, res);
     if (res) {
         res->nodes = clk.nodes;

@@ -3,6 +3,7 @@
 #include "rp_internal.h"
 
 #include <errno.h>
+#include <stddef.h>
 #include <string.h>
 #include <time.h>
 
@@ -150,18 +151,6 @@ void rp_sort_kv(rp_kv *a, size_t n)
     introsort(a, n, depth);
 }
 
-/* Byte d of a record's key, d = 0 the least significant (of v), 27 the most (of k1). */
-static unsigned key_byte(const rp_kv *r, unsigned d)
-{
-    if (d < 4)
-        return (r->v >> (8 * d)) & 0xff;
-    if (d < 12)
-        return (unsigned)(r->k3 >> (8 * (d - 4))) & 0xff;
-    if (d < 20)
-        return (unsigned)(r->k2 >> (8 * (d - 12))) & 0xff;
-    return (unsigned)(r->k1 >> (8 * (d - 20))) & 0xff;
-}
-
 /*
  * Least significant digit first, a byte at a time, skipping the bytes that are the same in
  * every record: the setup's sorts of the sections' ends and of greedy by size's order have
@@ -189,20 +178,31 @@ int rp_sort_kv_mem(rp_kv *a, size_t n, rp_mem *m)
     dst = tmp;
     for (unsigned d = 0; d < 28; d++) {
         unsigned w = d < 4 ? 0 : 1 + (d - 4) / 8, sh = d < 4 ? 8 * d : 8 * ((d - 4) % 8);
+        /* the key word of the pass, by its offset in the record */
+        size_t at = w == 0   ? offsetof(rp_kv, v)
+                    : w == 1 ? offsetof(rp_kv, k3)
+                    : w == 2 ? offsetof(rp_kv, k2)
+                             : offsetof(rp_kv, k1);
         uint32_t sum = 0;
 
+#define RP_DIGIT(r)                                                                                \
+    (unsigned)((w == 0 ? (uint64_t)(r)->v                                                          \
+                       : *(const uint64_t *)(const void *)((const char *)(r) + at)) >>             \
+                   sh &                                                                            \
+               0xff)
         if (!((vary[w] >> sh) & 0xff))
             continue; /* the same byte everywhere */
         memset(cnt, 0, sizeof(cnt));
         for (size_t x = 0; x < n; x++)
-            cnt[key_byte(&src[x], d)]++;
+            cnt[RP_DIGIT(&src[x])]++;
         for (unsigned y = 0; y < 256; y++) {
             uint32_t t = cnt[y];
             cnt[y] = sum;
             sum += t;
         }
         for (size_t x = 0; x < n; x++)
-            dst[cnt[key_byte(&src[x], d)]++] = src[x];
+            dst[cnt[RP_DIGIT(&src[x])]++] = src[x];
+#undef RP_DIGIT
         rp_kv *t = src;
         src = dst;
         dst = t;
