@@ -11,8 +11,8 @@
  * nothing. A block's top is above every top in its sections, so placing it only raises
  * them: a node keeps the max of its subtree (mx) and a floor that holds for every section
  * under it (tg), both only ever raised, and the query and the update walk up from the two
- * ends of the range, with no push down (the recursive lazy assignment before it took
- * about 25 ms of CPU time a decode of idealloc Y1's 62,185 blocks).
+ * ends of the range, with no push down (a recursive lazy assignment took 3.5 times the
+ * instructions: docs/replanner.md).
  */
 typedef struct rp_sky {
     uint64_t *mx;
