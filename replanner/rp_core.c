@@ -447,14 +447,22 @@ static int inst_build(rp_inst *in, rp_mem *m, const om_rp_block *blocks, size_t 
         return -ENOMEM;
     for (size_t i = 0; i < n; i++) {
         uint64_t u = blocks[i].upper;
-        kv[2 * i].k1 = blocks[i].lower;
-        kv[2 * i + 1].k1 = period && u >= period ? u - period : u;
+        kv[2 * i] = (rp_kv){blocks[i].lower, 0, 0, (uint32_t)(2 * i)};
+        kv[2 * i + 1] =
+            (rp_kv){period && u >= period ? u - period : u, 0, 0, (uint32_t)(2 * i + 1)};
     }
     if (rp_sort_kv_mem(kv, 2 * n, m) < 0)
         return -ENOMEM;
-    for (size_t i = 0; i < 2 * n; i++)
+    /* Each end's point as the sorted ends come (s0: the start's, s1: the end's, for now):
+     * a binary search per end was a fifth of the setup. */
+    for (size_t i = 0; i < 2 * n; i++) {
         if (npts == 0 || pts[npts - 1] != kv[i].k1)
             pts[npts++] = kv[i].k1;
+        if (kv[i].v & 1)
+            in->s1[kv[i].v / 2] = npts - 1;
+        else
+            in->s0[kv[i].v / 2] = npts - 1;
+    }
     /* A line of npts points has npts-1 sections; a circle has npts. */
     in->nsec = period ? npts : (npts ? npts - 1 : 0);
     diff = rp_alloc(m, (size_t)in->nsec + 1, sizeof(*diff));
@@ -463,9 +471,7 @@ static int inst_build(rp_inst *in, rp_mem *m, const om_rp_block *blocks, size_t 
         return -ENOMEM;
     for (size_t i = 0; i < n; i++) {
         const om_rp_block *b = &blocks[i];
-        uint32_t a = find_point(pts, npts, b->lower);
-        uint64_t u = period && b->upper >= period ? b->upper - period : b->upper;
-        uint32_t e = find_point(pts, npts, u);
+        uint32_t a = in->s0[i], e = in->s1[i];
 
         in->w0[i] = in->w1[i] = 0;
         if (period && b->upper - b->lower == period) {

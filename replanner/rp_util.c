@@ -162,6 +162,7 @@ int rp_sort_kv_mem(rp_kv *a, size_t n, rp_mem *m)
     rp_kv *tmp, *src = a, *dst;
     uint64_t vary[4] = {0, 0, 0, 0}; /* v, k3, k2, k1: the bits that differ somewhere */
     uint32_t cnt[256];
+    int in_v_order = 1; /* then the passes over v are not needed: the sort is stable */
 
     if (n < 2048 || n > UINT32_MAX) {
         rp_sort_kv(a, n);
@@ -170,6 +171,7 @@ int rp_sort_kv_mem(rp_kv *a, size_t n, rp_mem *m)
     if (!(tmp = rp_alloc(m, n, sizeof(*tmp))))
         return -ENOMEM;
     for (size_t x = 1; x < n; x++) {
+        in_v_order &= a[x].v >= a[x - 1].v;
         vary[0] |= a[x].v ^ a[0].v;
         vary[1] |= a[x].k3 ^ a[0].k3;
         vary[2] |= a[x].k2 ^ a[0].k2;
@@ -190,8 +192,8 @@ int rp_sort_kv_mem(rp_kv *a, size_t n, rp_mem *m)
                        : *(const uint64_t *)(const void *)((const char *)(r) + at)) >>             \
                    sh &                                                                            \
                0xff)
-        if (!((vary[w] >> sh) & 0xff))
-            continue; /* the same byte everywhere */
+        if (!((vary[w] >> sh) & 0xff) || (w == 0 && in_v_order))
+            continue; /* the same byte everywhere, or v in order already */
         memset(cnt, 0, sizeof(cnt));
         for (size_t x = 0; x < n; x++)
             cnt[RP_DIGIT(&src[x])]++;
