@@ -241,6 +241,45 @@ void rp_take_spare(const rp_inst *in, rp_best *best)
     memcpy(best->order, best->spare_order, in->nm * sizeof(uint32_t));
 }
 
+/*
+ * When the deadline cut greedy by size: its placed blocks (the first `placed` of order) at
+ * their offsets in from, and the rest, the smallest, packed among themselves by the skyline
+ * in their order, all above the placed ones and the fixed blocks. On top of what each meets
+ * (the plan decode() gives) a small block lands above the largest ones around it, and
+ * those stacks add up.
+ * Returns the peak, the plan in to.
+ */
+static uint64_t rest_apart(const rp_inst *in, rp_sky *t, const uint32_t *order, uint32_t placed,
+                           const uint64_t *from, uint64_t *to)
+{
+    uint64_t base = in->fixed_top, peak;
+
+    for (uint32_t x = 0; x < placed; x++) {
+        uint32_t k = order[x];
+        uint64_t top = from[k] + in->b[in->mov[k]].size;
+        to[k] = from[k];
+        base = top > base ? top : base;
+    }
+    peak = base;
+    sky_reset(t);
+    for (uint32_t x = placed; x < in->nm; x++) {
+        uint32_t k = order[x], i = in->mov[k];
+        uint64_t o = sky_max(t, in->s0[i], in->s1[i]), top;
+
+        if (in->w0[i] < in->w1[i]) {
+            uint64_t w = sky_max(t, in->w0[i], in->w1[i]);
+            o = w > o ? w : o;
+        }
+        o = rp_align_up(o > base ? o : base, in->b[i].align);
+        top = o + in->b[i].size;
+        sky_set(t, in->s0[i], in->s1[i], top);
+        sky_set(t, in->w0[i], in->w1[i], top);
+        to[k] = o;
+        peak = top > peak ? top : peak;
+    }
+    return peak;
+}
+
 struct rp_greedy_ws {
     rp_sky t;
     rp_kv *kv;
@@ -255,12 +294,13 @@ int rp_greedy_first(const rp_inst *in, rp_mem *m, rp_best *best, const rp_clock 
     rp_kv *kv = rp_alloc(m, (size_t)in->nm + 1, sizeof(*kv));
     uint32_t *order = rp_alloc(m, (size_t)in->nm + 1, sizeof(uint32_t));
     uint64_t *off = rp_alloc(m, (size_t)in->nm + 1, sizeof(uint64_t));
+    uint32_t *sized = rp_alloc(m, (size_t)in->nm + 1, sizeof(uint32_t));
     uint32_t crit = 0, placed;
     int rc;
 
     best->stage = "greedy";
     best->spare_peak = RP_NONE;
-    if (!ws || !kv || !order || !off || sky_init(&ws->t, m, in->nsec ? in->nsec : 1) < 0)
+    if (!ws || !kv || !order || !off || !sized || sky_init(&ws->t, m, in->nsec ? in->nsec : 1) < 0)
         return -ENOMEM;
     *ws = (rp_greedy_ws){ws->t, kv, order, off};
     *out = ws;
@@ -279,28 +319,39 @@ int rp_greedy_first(const rp_inst *in, rp_mem *m, rp_best *best, const rp_clock 
         return -ENOMEM;
     for (uint32_t x = 0; x < placed; x++)
         order[x] = kv[x].v;
-    /* The blocks it did not place, its smallest, follow longest first: a long-lived block
-     * low leaves the short ones to stack only where they live. In its order, a small block
-     * lands above the large ones around it and those stacks add up (docs/replanner.md,
-     * Algorithms 2, has the figures). */
-    for (uint32_t x = placed; x < in->nm; x++) {
-        const om_rp_block *b = &in->b[in->mov[order[x]]];
-        kv[x - placed] = (rp_kv){desc(length_of(b)), desc(b->size), 0, order[x]};
-    }
-    if (rp_sort_kv_mem(kv, in->nm - placed, m) < 0)
-        return -ENOMEM;
-    for (uint32_t x = placed; x < in->nm; x++)
-        order[x] = kv[x - placed].v;
+    /* The blocks it did not place, its smallest, follow in its order, on top of what each
+     * meets or packed apart above the placed ones, or longest first, where a long-lived
+     * block low leaves the short ones to stack only where they live; and all the blocks
+     * longest first, where a few large ones placed first leave the rest worse off. Each
+     * wins somewhere (docs/replanner.md, Algorithms 2); the lowest is kept, a decode
+     * stopping as soon as it is no lower. */
+    memcpy(sized, order, in->nm * sizeof(uint32_t));
     best->peak = decode(in, &ws->t, order, best->off, RP_NONE - 1, &crit, NULL);
     memcpy(best->order, order, in->nm * sizeof(uint32_t));
     if (placed < in->nm) {
-        /* A few large blocks placed first can leave the rest worse off than all of them
-         * longest first: that plan too (a decode stopped as soon as it is no lower). */
-        if (placed > 0) {
-            uint64_t peak;
+        uint64_t peak = rest_apart(in, &ws->t, sized, placed, best->off, off);
 
-            make_order(in, kv, 4, order);
-            if ((peak = decode(in, &ws->t, order, off, best->peak - 1, &crit, NULL)) != RP_NONE) {
+        if (peak < best->peak) {
+            best->peak = peak;
+            memcpy(best->off, off, in->nm * sizeof(uint64_t));
+        }
+        for (int v = 0; v < 2; v++) {
+            if (v == 0) {
+                for (uint32_t x = placed; x < in->nm; x++) {
+                    const om_rp_block *b = &in->b[in->mov[sized[x]]];
+                    kv[x - placed] = (rp_kv){desc(length_of(b)), desc(b->size), 0, sized[x]};
+                }
+                if (rp_sort_kv_mem(kv, in->nm - placed, m) < 0)
+                    return -ENOMEM;
+                for (uint32_t x = placed; x < in->nm; x++)
+                    order[x] = kv[x - placed].v;
+            } else if (placed > 0) {
+                make_order(in, kv, 4, order);
+            } else {
+                break; /* the same order */
+            }
+            peak = decode(in, &ws->t, order, off, best->peak - 1, &crit, NULL);
+            if (peak != RP_NONE) {
                 best->peak = peak;
                 memcpy(best->off, off, in->nm * sizeof(uint64_t));
                 memcpy(best->order, order, in->nm * sizeof(uint32_t));
