@@ -276,6 +276,8 @@ static int fit(const rp_inst *in, const rp_mem *m, const uint32_t *order, const 
 
     *placed = 0;
     *peak = in->fixed_top;
+    if (clk && rp_now_ns() >= clk->deadline_ns)
+        return 0; /* the setup took the budget: not even the tree */
     for (t.size = 1; t.size < nsec; t.size <<= 1)
         ;
     t.p.m = &own;

@@ -329,7 +329,8 @@ int rp_greedy_first(const rp_inst *in, rp_mem *m, rp_best *best, const rp_clock 
     best->peak = decode(in, &ws->t, order, best->off, RP_NONE - 1, &crit, NULL);
     memcpy(best->order, order, in->nm * sizeof(uint32_t));
     if (placed < in->nm) {
-        uint64_t peak = rest_apart(in, &ws->t, sized, placed, best->off, off);
+        /* (apart, with nothing placed, is the plan on top with the fixed blocks lower) */
+        uint64_t peak = placed ? rest_apart(in, &ws->t, sized, placed, best->off, off) : RP_NONE;
 
         if (peak < best->peak) {
             best->peak = peak;
