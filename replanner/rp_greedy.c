@@ -110,7 +110,8 @@ static uint64_t decode(const rp_inst *in, rp_sky *t, const uint32_t *order, uint
             uint64_t w = sky_max(t, in->w0[i], in->w1[i]);
             o = w > o ? w : o;
         }
-        o = rp_bump_fixed(in, k, o);
+        o = in->fx_start[k] == in->fx_start[k + 1] ? rp_align_up(o, in->b[i].align)
+                                                   : rp_bump_fixed(in, k, o);
         top = o + in->b[i].size;
         if (top > cutoff)
             return RP_NONE;
