@@ -453,8 +453,8 @@ static int inst_build(rp_inst *in, rp_mem *m, const om_rp_block *blocks, size_t 
     }
     if (rp_sort_kv_mem(kv, 2 * n, m) < 0)
         return -ENOMEM;
-    /* Each end's point as the sorted ends come (s0: the start's, s1: the end's, for now):
-     * a binary search per end was a fifth of the setup. */
+    /* Each end's point as the sorted ends come (s0: the start's, s1: the end's, for now),
+     * rather than a binary search per end. */
     for (size_t i = 0; i < 2 * n; i++) {
         if (npts == 0 || pts[npts - 1] != kv[i].k1)
             pts[npts++] = kv[i].k1;
