@@ -8,8 +8,11 @@ gen_instances.py: perfect packings of 220 to 600 buffers, whose optimum is LB, a
 and two crowded aligned ones, of 2000 and 50,000 buffers, seeds from 1000, which the tests do
 not use); prints one table
 (instance, buffers, LB, best known, greedy by size / LB, ours / LB, the proven bound / LB
-(above 1 where no plan reaches LB: that much of the gap is the bound's), time, the process's
-peak RSS, and ours / LB and the time taken with the in-process default budget of 20 ms)."""
+(above 1 where no plan reaches LB: that much of the gap is the bound's), time, the CPU time
+of the whole `optmem plan` process (reading the file included), the process's peak RSS, and
+ours / LB, the time and the CPU time with the in-process default budget of 20 ms). A
+figure marked c: the budget ran out before greedy by size finished, so its figure is the
+first plan's (greedy by size's placed blocks and the rest on top)."""
 import argparse
 import json
 import os
@@ -95,9 +98,11 @@ def run_plan(optmem, path, budget_ms, period=None):
         proc.returncode = os.waitstatus_to_exitcode(status)
     if proc.returncode != 0:
         sys.exit("optmem plan %s failed: %s" % (path, err.strip()))
-    val = {"MiB": usage.ru_maxrss / 1024}
+    val = {"MiB": usage.ru_maxrss / 1024, "cpu": (usage.ru_utime + usage.ru_stime) * 1000}
     for key in ("buffers", "lower bound", "peak", "greedy", "proven"):
         val[key] = int(re.search(r"^%s:\s+(\d+)" % key, out, re.M).group(1))
+    # the budget ran out before greedy by size finished: its figure is the first plan's
+    val["cut"] = "c" if re.search(r"^greedy:.*\bcut\b", out, re.M) else ""
     val["ms"] = float(re.search(r"^time:\s+([\d.]+) ms", out, re.M).group(1))
     return val
 
@@ -160,26 +165,28 @@ def main():
             jobs.append((name, path, a.budget_ms, meta["period"]))
             generated.append(path)
 
-    fmt = "%-32s %8s %13s %12s %9s %8s %9s %9s %7s %10s %9s"
+    fmt = "%-32s %8s %13s %12s %10s %8s %9s %9s %7s %7s %10s %9s %9s"
     short = "LB@%dms" % a.short_budget_ms if a.short_budget_ms else ""
     short_ms = "ms@%dms" % a.short_budget_ms if a.short_budget_ms else ""
+    short_cpu = "cpu@%dms" % a.short_budget_ms if a.short_budget_ms else ""
     print(fmt % ("instance", "buffers", "lower bound", "best known", "greedy/LB", "ours/LB",
-                 "proven/LB", "time ms", "MiB", short, short_ms))
+                 "proven/LB", "time ms", "cpu ms", "MiB", short, short_ms, short_cpu))
     for name, path, budget, period in jobs:
         if a.only and a.only not in name:
             continue
         v = run_plan(optmem, path, budget, period)
         best = BEST_KNOWN.get(name)
-        ratio = ms = ""
+        ratio = ms = cpu = ""
         if a.short_budget_ms:
             w = run_plan(optmem, path, a.short_budget_ms, period)
-            ratio = "%.4f" % (w["peak"] / v["lower bound"])
+            ratio = "%.4f%s" % (w["peak"] / v["lower bound"], w["cut"])
             ms = "%.1f" % w["ms"]
+            cpu = "%.0f" % w["cpu"]
         print(fmt % (name, v["buffers"], v["lower bound"], best if best else "-",
-                     "%.4f" % (v["greedy"] / v["lower bound"]),
+                     "%.4f%s" % (v["greedy"] / v["lower bound"], v["cut"]),
                      "%.4f" % (v["peak"] / v["lower bound"]),
-                     "%.4f" % (v["proven"] / v["lower bound"]), "%.1f" % v["ms"], "%.1f" % v["MiB"],
-                     ratio, ms), flush=True)
+                     "%.4f" % (v["proven"] / v["lower bound"]), "%.1f" % v["ms"],
+                     "%.0f" % v["cpu"], "%.1f" % v["MiB"], ratio, ms, cpu), flush=True)
     for path in generated + [trace]:
         os.remove(path)
     os.rmdir(tmp)

@@ -127,9 +127,13 @@ static uint64_t clear_of(const ivset *s, uint32_t *at, uint64_t y, uint64_t size
     return y;
 }
 
+/* Adds [lo, hi) to s: 0, 1 if s held it already, or -ENOMEM. */
 static int ivset_add(pool *p, ivset *s, uint64_t lo, uint64_t hi)
 {
     uint32_t x = first_above(s, 0, lo ? lo - 1 : 0), j = x;
+
+    if (x < s->n && s->v[x].lo <= lo && hi <= s->v[x].hi)
+        return 1;
 
     /* ranges that overlap or touch [lo, hi) merge into it */
     while (j < s->n && s->v[j].lo <= hi) {
@@ -192,26 +196,34 @@ static uint32_t run_sets(const tree *t, uint32_t a, uint32_t e, const ivset **se
 static int run_add(tree *t, uint32_t a, uint32_t e, uint64_t lo, uint64_t hi)
 {
     uint32_t l = a + t->size, r = e + t->size;
-    int rc = 0;
+    int rc = 0, held_x = 0, held_y = 0;
 
-    /* leaves a and e - 1 are at the same depth: their paths meet and stay together */
-    for (uint32_t x = l, y = r - 1; x >= 1 && rc == 0; x >>= 1, y >>= 1) {
-        rc = ivset_add(&t->p, &t->all[x], lo, hi);
-        if (rc == 0 && y != x)
-            rc = ivset_add(&t->p, &t->all[y], lo, hi);
+    /* leaves a and e - 1 are at the same depth: their paths meet and stay together. A
+     * parent's all() holds its children's: once a node's set held the range already, so
+     * do all the nodes above it on its path. */
+    for (uint32_t x = l, y = r - 1; x >= 1 && rc >= 0 && !(held_x && held_y); x >>= 1, y >>= 1) {
+        if (!held_x && (rc = ivset_add(&t->p, &t->all[x], lo, hi)) > 0)
+            held_x = 1;
+        if (y == x)
+            held_y = held_x;
+        else if (rc >= 0 && !held_y && (rc = ivset_add(&t->p, &t->all[y], lo, hi)) > 0)
+            held_y = 1;
     }
+    rc = rc < 0 ? rc : 0;
     for (; l < r && rc == 0; l >>= 1, r >>= 1) {
         if (l & 1) {
             rc = ivset_add(&t->p, &t->own[l], lo, hi);
-            if (rc == 0)
+            if (rc >= 0)
                 rc = ivset_add(&t->p, &t->all[l], lo, hi);
+            rc = rc < 0 ? rc : 0;
             l++;
         }
         if ((r & 1) && rc == 0) {
             --r;
             rc = ivset_add(&t->p, &t->own[r], lo, hi);
-            if (rc == 0)
+            if (rc >= 0)
                 rc = ivset_add(&t->p, &t->all[r], lo, hi);
+            rc = rc < 0 ? rc : 0;
         }
     }
     return rc;
@@ -264,6 +276,8 @@ static int fit(const rp_inst *in, const rp_mem *m, const uint32_t *order, const 
 
     *placed = 0;
     *peak = in->fixed_top;
+    if (clk && rp_now_ns() >= clk->deadline_ns)
+        return 0; /* the setup took the budget: not even the tree */
     for (t.size = 1; t.size < nsec; t.size <<= 1)
         ;
     t.p.m = &own;
@@ -305,7 +319,8 @@ int rp_greedy_size(const rp_inst *in, rp_mem *m, const rp_clock *clk, uint32_t *
         const om_rp_block *b = &in->b[in->mov[k]];
         kv[k] = (rp_kv){UINT64_MAX - b->size, b->lower, 0, k};
     }
-    rp_sort_kv(kv, in->nm);
+    if (rp_sort_kv_mem(kv, in->nm, m) < 0)
+        return -ENOMEM;
     for (uint32_t k = 0; k < in->nm; k++)
         order[k] = kv[k].v;
     return fit(in, m, order, clk, off, peak, placed);

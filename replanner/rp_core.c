@@ -430,7 +430,6 @@ static int inst_build(rp_inst *in, rp_mem *m, const om_rp_block *blocks, size_t 
     rp_kv *kv = NULL;
     uint64_t *pts, *diff;
     uint32_t npts = 0, nf = 0, *fix;
-    rp_maxtree loads;
 
     memset(in, 0, sizeof(*in));
     in->b = blocks;
@@ -448,13 +447,22 @@ static int inst_build(rp_inst *in, rp_mem *m, const om_rp_block *blocks, size_t 
         return -ENOMEM;
     for (size_t i = 0; i < n; i++) {
         uint64_t u = blocks[i].upper;
-        kv[2 * i].k1 = blocks[i].lower;
-        kv[2 * i + 1].k1 = period && u >= period ? u - period : u;
+        kv[2 * i] = (rp_kv){blocks[i].lower, 0, 0, (uint32_t)(2 * i)};
+        kv[2 * i + 1] =
+            (rp_kv){period && u >= period ? u - period : u, 0, 0, (uint32_t)(2 * i + 1)};
     }
-    rp_sort_kv(kv, 2 * n);
-    for (size_t i = 0; i < 2 * n; i++)
+    if (rp_sort_kv_mem(kv, 2 * n, m) < 0)
+        return -ENOMEM;
+    /* Each end's point as the sorted ends come (s0: the start's, s1: the end's, for now),
+     * rather than a binary search per end. */
+    for (size_t i = 0; i < 2 * n; i++) {
         if (npts == 0 || pts[npts - 1] != kv[i].k1)
             pts[npts++] = kv[i].k1;
+        if (kv[i].v & 1)
+            in->s1[kv[i].v / 2] = npts - 1;
+        else
+            in->s0[kv[i].v / 2] = npts - 1;
+    }
     /* A line of npts points has npts-1 sections; a circle has npts. */
     in->nsec = period ? npts : (npts ? npts - 1 : 0);
     diff = rp_alloc(m, (size_t)in->nsec + 1, sizeof(*diff));
@@ -463,9 +471,7 @@ static int inst_build(rp_inst *in, rp_mem *m, const om_rp_block *blocks, size_t 
         return -ENOMEM;
     for (size_t i = 0; i < n; i++) {
         const om_rp_block *b = &blocks[i];
-        uint32_t a = find_point(pts, npts, b->lower);
-        uint64_t u = period && b->upper >= period ? b->upper - period : b->upper;
-        uint32_t e = find_point(pts, npts, u);
+        uint32_t a = in->s0[i], e = in->s1[i];
 
         in->w0[i] = in->w1[i] = 0;
         if (period && b->upper - b->lower == period) {
@@ -498,21 +504,40 @@ static int inst_build(rp_inst *in, rp_mem *m, const om_rp_block *blocks, size_t 
     in->stop = in->floor_lb;
     if (!lists)
         return 0;
-    if (rp_bound(in, m, &in->shape_lb, &in->clique_lb) < 0)
-        return -ENOMEM;
-    if (in->shape_lb > in->floor_lb)
-        in->floor_lb = in->stop = in->shape_lb;
-
     /* Fixed blocks by offset, so that one pass of rp_bump_fixed suffices. */
     for (uint32_t k = 0; k < nf; k++) {
         kv[k].k1 = blocks[fix[k]].offset;
         kv[k].k2 = 0;
+        kv[k].k3 = 0;
         kv[k].v = fix[k];
     }
-    rp_sort_kv(kv, nf);
+    if (rp_sort_kv_mem(kv, nf, m) < 0)
+        return -ENOMEM;
     in->fx_start = rp_alloc(m, (size_t)in->nm + 1, sizeof(uint32_t));
-    in->secmax = rp_alloc(m, (size_t)in->nm + 1, sizeof(uint64_t));
-    if (!in->fx_start || !in->secmax || build_fixed_lists(in, m, kv, nf) != 0)
+    if (!in->fx_start || build_fixed_lists(in, m, kv, nf) != 0)
+        return -ENOMEM;
+    return 0;
+}
+
+/* rp_bound's bound into floor_lb and stop. */
+static int inst_bound(rp_inst *in, rp_mem *m)
+{
+    if (rp_bound(in, m, &in->shape_lb, &in->clique_lb) < 0)
+        return -ENOMEM;
+    if (in->shape_lb > in->floor_lb)
+        in->floor_lb = in->shape_lb;
+    if (in->floor_lb > in->stop)
+        in->stop = in->floor_lb;
+    return 0;
+}
+
+int rp_inst_complete(rp_inst *in, rp_mem *m)
+{
+    rp_maxtree loads;
+
+    if (inst_bound(in, m) < 0)
+        return -ENOMEM;
+    if (!(in->secmax = rp_alloc(m, (size_t)in->nm + 1, sizeof(uint64_t))))
         return -ENOMEM;
     /* A max tree over the loads: a scan of every block's sections costs the sum of their
      * lengths, hundreds of millions on traces of long-lived blocks. */
@@ -533,9 +558,16 @@ static int inst_build(rp_inst *in, rp_mem *m, const om_rp_block *blocks, size_t 
     return 0;
 }
 
-int rp_inst_build(rp_inst *in, rp_mem *m, const om_rp_block *blocks, size_t n, uint64_t period)
+int rp_inst_core(rp_inst *in, rp_mem *m, const om_rp_block *blocks, size_t n, uint64_t period)
 {
     return inst_build(in, m, blocks, n, period, 1);
+}
+
+int rp_inst_build(rp_inst *in, rp_mem *m, const om_rp_block *blocks, size_t n, uint64_t period)
+{
+    int rc = inst_build(in, m, blocks, n, period, 1);
+
+    return rc < 0 ? rc : rp_inst_complete(in, m);
 }
 
 static int ranges_meet(uint32_t a0, uint32_t a1, uint32_t b0, uint32_t b1)
@@ -766,6 +798,7 @@ int om_rp_plan(const om_rp_block *blocks, size_t n, const om_rp_options *opt, ui
     rp_inst in;
     rp_best best = {0};
     rp_clock clk = {0};
+    rp_greedy_ws *ws = NULL;
     uint64_t t0 = rp_now_ns();
     uint32_t budget = opt->budget_ms ? opt->budget_ms : OM_RP_DEFAULT_BUDGET_MS;
     int rc;
@@ -778,7 +811,9 @@ int om_rp_plan(const om_rp_block *blocks, size_t n, const om_rp_options *opt, ui
         return rp_errf(opt->err, opt->errlen, "unknown algorithm %d", opt->algo), -EINVAL;
     if ((rc = validate(blocks, n, opt->period, &m, opt->err, opt->errlen)) < 0)
         goto out;
-    if ((rc = rp_inst_build(&in, &m, blocks, n, opt->period)) < 0)
+    /* The first plan, greedy by size, needs the sections only: the bound and the keys of
+     * the later stages come after it, so that a short budget gets it whole. */
+    if ((rc = rp_inst_core(&in, &m, blocks, n, opt->period)) < 0)
         goto nomem;
     if (opt->goal > in.stop)
         in.stop = opt->goal;
@@ -791,7 +826,16 @@ int om_rp_plan(const om_rp_block *blocks, size_t n, const om_rp_options *opt, ui
     /* 3 % of the budget is left for the last decode or node to notice, and for finish(). */
     clk.deadline_ns = t0 + (uint64_t)budget * 970000u;
     clk.max_nodes = opt->max_nodes;
-    if ((rc = rp_greedy(&in, &m, &best, &clk)) < 0)
+    if ((rc = rp_greedy_first(&in, &m, &best, &clk, &ws)) < 0)
+        goto nomem;
+    /* Past the deadline the first plan is the answer: only the bound, for the result (the
+     * later stages' keys cost n log n more, after the budget). */
+    if (rp_now_ns() >= clk.deadline_ns) {
+        if ((rc = inst_bound(&in, &m)) < 0)
+            goto nomem;
+        goto done;
+    }
+    if ((rc = rp_inst_complete(&in, &m)) < 0 || (rc = rp_greedy(&in, &m, &best, &clk, ws)) < 0)
         goto nomem;
     if (best.peak > in.stop && (opt->algo == OM_RP_ALGO_AUTO || opt->algo == OM_RP_ALGO_BNB)) {
         /* Instances without slack: an exact search of its own, with a quarter of the time left
@@ -822,6 +866,7 @@ int om_rp_plan(const om_rp_block *blocks, size_t n, const om_rp_options *opt, ui
             goto nomem;
     }
     rp_take_spare(&in, &best);
+done:
     finish(&in, &best, offsets, res);
     if (res) {
         res->nodes = clk.nodes;

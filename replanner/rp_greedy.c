@@ -8,11 +8,15 @@
  * The skyline: per section, the top of the highest block placed there. Blocks go on top
  * of everything placed before them that they meet in time; some order of the blocks gives
  * an optimal plan this way (the order of the optimal offsets), so searching orders loses
- * nothing. Range max and range assign in O(log sections).
+ * nothing. A block's top is above every top in its sections, so placing it only raises
+ * them: a node keeps the max of its subtree (mx) and a floor that holds for every section
+ * under it (tg), both only ever raised, and the query and the update walk up from the two
+ * ends of the range, with no push down (a recursive lazy assignment took 3.5 times the
+ * instructions: docs/replanner.md).
  */
 typedef struct rp_sky {
     uint64_t *mx;
-    uint64_t *lz; /* pending assignment, 0 for none: every top is positive */
+    uint64_t *tg;
     uint32_t size;
 } rp_sky;
 
@@ -22,62 +26,65 @@ static int sky_init(rp_sky *t, rp_mem *m, uint32_t nsec)
     while (t->size < nsec)
         t->size <<= 1;
     t->mx = rp_alloc(m, 2 * (size_t)t->size, sizeof(uint64_t));
-    t->lz = rp_alloc(m, 2 * (size_t)t->size, sizeof(uint64_t));
-    return t->mx && t->lz ? 0 : -ENOMEM;
+    t->tg = rp_alloc(m, 2 * (size_t)t->size, sizeof(uint64_t));
+    return t->mx && t->tg ? 0 : -ENOMEM;
 }
 
 static void sky_reset(rp_sky *t)
 {
     memset(t->mx, 0, 2 * (size_t)t->size * sizeof(uint64_t));
-    memset(t->lz, 0, 2 * (size_t)t->size * sizeof(uint64_t));
+    memset(t->tg, 0, 2 * (size_t)t->size * sizeof(uint64_t));
 }
 
-static void push(rp_sky *t, uint32_t node)
+static uint64_t max64(uint64_t a, uint64_t b)
 {
-    uint64_t v = t->lz[node];
-
-    if (v) {
-        for (uint32_t c = 2 * node; c <= 2 * node + 1; c++) {
-            t->mx[c] = v;
-            t->lz[c] = v;
-        }
-        t->lz[node] = 0;
-    }
-}
-
-static uint64_t sky_max(rp_sky *t, uint32_t node, uint32_t nl, uint32_t nr, uint32_t l, uint32_t r)
-{
-    uint32_t mid;
-    uint64_t a, b;
-
-    if (r <= nl || nr <= l)
-        return 0;
-    if (l <= nl && nr <= r)
-        return t->mx[node];
-    push(t, node);
-    mid = nl + (nr - nl) / 2;
-    a = sky_max(t, 2 * node, nl, mid, l, r);
-    b = sky_max(t, 2 * node + 1, mid, nr, l, r);
     return a > b ? a : b;
 }
 
-static void sky_set(rp_sky *t, uint32_t node, uint32_t nl, uint32_t nr, uint32_t l, uint32_t r,
-                    uint64_t v)
+/* The highest top over sections [l, r) (0 if empty): the range's canonical nodes, and the
+ * floors of every node above its two ends. */
+static uint64_t sky_max(const rp_sky *t, uint32_t l, uint32_t r)
 {
-    uint32_t mid;
+    uint64_t v = 0;
 
-    if (r <= nl || nr <= l)
-        return;
-    if (l <= nl && nr <= r) {
-        t->mx[node] = v;
-        t->lz[node] = v;
-        return;
+    if (l >= r)
+        return 0;
+    l += t->size;
+    r += t->size;
+    for (uint32_t x = l >> 1, y = (r - 1) >> 1; x >= 1; x >>= 1, y >>= 1)
+        v = max64(v, max64(t->tg[x], t->tg[y]));
+    for (; l < r; l >>= 1, r >>= 1) {
+        if (l & 1)
+            v = max64(v, t->mx[l++]);
+        if (r & 1)
+            v = max64(v, t->mx[--r]);
     }
-    push(t, node);
-    mid = nl + (nr - nl) / 2;
-    sky_set(t, 2 * node, nl, mid, l, r, v);
-    sky_set(t, 2 * node + 1, mid, nr, l, r, v);
-    t->mx[node] = t->mx[2 * node] > t->mx[2 * node + 1] ? t->mx[2 * node] : t->mx[2 * node + 1];
+    return v;
+}
+
+/* Raises sections [l, r) to v, which is at least their highest top. */
+static void sky_set(rp_sky *t, uint32_t l, uint32_t r, uint64_t v)
+{
+    if (l >= r)
+        return;
+    l += t->size;
+    r += t->size;
+    for (uint32_t x = l >> 1, y = (r - 1) >> 1; x >= 1; x >>= 1, y >>= 1) {
+        t->mx[x] = max64(t->mx[x], v);
+        t->mx[y] = max64(t->mx[y], v);
+    }
+    for (; l < r; l >>= 1, r >>= 1) {
+        if (l & 1) {
+            t->tg[l] = max64(t->tg[l], v);
+            t->mx[l] = max64(t->mx[l], v);
+            l++;
+        }
+        if (r & 1) {
+            --r;
+            t->tg[r] = max64(t->tg[r], v);
+            t->mx[r] = max64(t->mx[r], v);
+        }
+    }
 }
 
 /*
@@ -98,17 +105,18 @@ static uint64_t decode(const rp_inst *in, rp_sky *t, const uint32_t *order, uint
 
         if (clk && (x & 1023) == 1023 && rp_now_ns() >= clk->deadline_ns)
             return RP_NONE;
-        o = sky_max(t, 1, 0, t->size, in->s0[i], in->s1[i]);
+        o = sky_max(t, in->s0[i], in->s1[i]);
         if (in->w0[i] < in->w1[i]) {
-            uint64_t w = sky_max(t, 1, 0, t->size, in->w0[i], in->w1[i]);
+            uint64_t w = sky_max(t, in->w0[i], in->w1[i]);
             o = w > o ? w : o;
         }
-        o = rp_bump_fixed(in, k, o);
+        o = in->fx_start[k] == in->fx_start[k + 1] ? rp_align_up(o, in->b[i].align)
+                                                   : rp_bump_fixed(in, k, o);
         top = o + in->b[i].size;
         if (top > cutoff)
             return RP_NONE;
-        sky_set(t, 1, 0, t->size, in->s0[i], in->s1[i], top);
-        sky_set(t, 1, 0, t->size, in->w0[i], in->w1[i], top);
+        sky_set(t, in->s0[i], in->s1[i], top);
+        sky_set(t, in->w0[i], in->w1[i], top);
         off[k] = o;
         if (top >= peak) {
             peak = top;
@@ -257,37 +265,46 @@ static uint64_t rest_apart(const rp_inst *in, rp_sky *t, const uint32_t *order, 
     sky_reset(t);
     for (uint32_t x = placed; x < in->nm; x++) {
         uint32_t k = order[x], i = in->mov[k];
-        uint64_t o = sky_max(t, 1, 0, t->size, in->s0[i], in->s1[i]), top;
+        uint64_t o = sky_max(t, in->s0[i], in->s1[i]), top;
 
         if (in->w0[i] < in->w1[i]) {
-            uint64_t w = sky_max(t, 1, 0, t->size, in->w0[i], in->w1[i]);
+            uint64_t w = sky_max(t, in->w0[i], in->w1[i]);
             o = w > o ? w : o;
         }
         o = rp_align_up(o > base ? o : base, in->b[i].align);
         top = o + in->b[i].size;
-        sky_set(t, 1, 0, t->size, in->s0[i], in->s1[i], top);
-        sky_set(t, 1, 0, t->size, in->w0[i], in->w1[i], top);
+        sky_set(t, in->s0[i], in->s1[i], top);
+        sky_set(t, in->w0[i], in->w1[i], top);
         to[k] = o;
         peak = top > peak ? top : peak;
     }
     return peak;
 }
 
-int rp_greedy(const rp_inst *in, rp_mem *m, rp_best *best, const rp_clock *clk)
-{
+struct rp_greedy_ws {
     rp_sky t;
+    rp_kv *kv;
+    uint32_t *order;
+    uint64_t *off;
+};
+
+int rp_greedy_first(const rp_inst *in, rp_mem *m, rp_best *best, const rp_clock *clk,
+                    rp_greedy_ws **out)
+{
+    rp_greedy_ws *ws = rp_alloc(m, 1, sizeof(*ws));
     rp_kv *kv = rp_alloc(m, (size_t)in->nm + 1, sizeof(*kv));
     uint32_t *order = rp_alloc(m, (size_t)in->nm + 1, sizeof(uint32_t));
-    uint32_t *sized = rp_alloc(m, (size_t)in->nm + 1, sizeof(uint32_t));
     uint64_t *off = rp_alloc(m, (size_t)in->nm + 1, sizeof(uint64_t));
+    uint32_t *sized = rp_alloc(m, (size_t)in->nm + 1, sizeof(uint32_t));
     uint32_t crit = 0, placed;
-    uint64_t now;
     int rc;
 
     best->stage = "greedy";
     best->spare_peak = RP_NONE;
-    if (!kv || !order || !sized || !off || sky_init(&t, m, in->nsec ? in->nsec : 1) < 0)
+    if (!ws || !kv || !order || !off || !sized || sky_init(&ws->t, m, in->nsec ? in->nsec : 1) < 0)
         return -ENOMEM;
+    *ws = (rp_greedy_ws){ws->t, kv, order, off};
+    *out = ws;
     if ((rc = rp_greedy_size(in, m, clk, order, off, &best->greedy_peak, &placed)) < 0)
         return rc;
     /*
@@ -295,49 +312,74 @@ int rp_greedy(const rp_inst *in, rp_mem *m, rp_best *best, const rp_clock *clk)
      * blocks placed before it that meet it in time end at or below that offset), so the
      * plan is never higher and the local search gets an order that yields it. If the
      * deadline stopped it, the blocks it did not place follow, each on top of what it
-     * meets (in its order, or longest first where it placed none): a valid plan in
-     * O(n log n), whatever the budget.
+     * meets: a valid plan in O(n log n), whatever the budget.
      */
     for (uint32_t x = 0; x < placed; x++)
         kv[x] = (rp_kv){off[order[x]], 0, 0, order[x]};
-    rp_sort_kv(kv, placed);
+    if (rp_sort_kv_mem(kv, placed, m) < 0)
+        return -ENOMEM;
     for (uint32_t x = 0; x < placed; x++)
         order[x] = kv[x].v;
-    /* Cut before it placed a block (the setup took the budget), the plan is all the cut
-     * plan's: two orders, the lower plan kept, apart in greedy by size's and on top of what
-     * each meets longest first, where a long-lived block low leaves the short ones to stack
-     * only where they live (idealloc S1 2.36 x LB, Y1 1.72, PanGu 9 to 11 in size order;
-     * 1.52, 1.12, 1.85 longest first; a crowded trace of 50,000 blocks 2.42 and 2.71).
-     * Where it placed the large ones, the rest, its smallest, follow in its order. */
+    /* The blocks it did not place, its smallest, follow in its order, on top of what each
+     * meets or packed apart above the placed ones, or longest first, where a long-lived
+     * block low leaves the short ones to stack only where they live; and all the blocks
+     * longest first, where a few large ones placed first leave the rest worse off. Each
+     * wins somewhere (docs/replanner.md, Algorithms 2); the lowest is kept, a decode
+     * stopping as soon as it is no lower. */
     memcpy(sized, order, in->nm * sizeof(uint32_t));
-    if (placed == 0) {
-        for (uint32_t x = 0; x < in->nm; x++) {
-            const om_rp_block *b = &in->b[in->mov[order[x]]];
-            kv[x] = (rp_kv){desc(length_of(b)), desc(b->size), 0, order[x]};
-        }
-        rp_sort_kv(kv, in->nm);
-        for (uint32_t x = 0; x < in->nm; x++)
-            order[x] = kv[x].v;
-    }
-    best->peak = decode(in, &t, order, best->off, RP_NONE - 1, &crit, NULL);
+    best->peak = decode(in, &ws->t, order, best->off, RP_NONE - 1, &crit, NULL);
+    memcpy(best->order, order, in->nm * sizeof(uint32_t));
     if (placed < in->nm) {
-        uint64_t apart = rest_apart(in, &t, sized, placed, best->off, off);
+        /* (apart, with nothing placed, is the plan on top with the fixed blocks lower) */
+        uint64_t peak = placed ? rest_apart(in, &ws->t, sized, placed, best->off, off) : RP_NONE;
 
-        if (apart < best->peak) {
-            best->peak = apart;
+        if (peak < best->peak) {
+            best->peak = peak;
             memcpy(best->off, off, in->nm * sizeof(uint64_t));
+        }
+        for (int v = 0; v < 2; v++) {
+            if (v == 0) {
+                for (uint32_t x = placed; x < in->nm; x++) {
+                    const om_rp_block *b = &in->b[in->mov[sized[x]]];
+                    kv[x - placed] = (rp_kv){desc(length_of(b)), desc(b->size), 0, sized[x]};
+                }
+                if (rp_sort_kv_mem(kv, in->nm - placed, m) < 0)
+                    return -ENOMEM;
+                for (uint32_t x = placed; x < in->nm; x++)
+                    order[x] = kv[x - placed].v;
+            } else if (placed > 0) {
+                make_order(in, kv, 4, order);
+            } else {
+                break; /* the same order */
+            }
+            peak = decode(in, &ws->t, order, off, best->peak - 1, &crit, NULL);
+            if (peak != RP_NONE) {
+                best->peak = peak;
+                memcpy(best->off, off, in->nm * sizeof(uint64_t));
+                memcpy(best->order, order, in->nm * sizeof(uint32_t));
+            }
         }
         best->greedy_cut = 1;
         best->greedy_peak = best->peak;
     }
-    memcpy(best->order, order, in->nm * sizeof(uint32_t));
+    if (in->nm == 0)
+        best->peak = in->fixed_top;
+    return 0;
+}
+
+int rp_greedy(const rp_inst *in, rp_mem *m, rp_best *best, const rp_clock *clk, rp_greedy_ws *ws)
+{
+    uint32_t crit = 0, *order = ws->order;
+    uint64_t now, *off = ws->off;
+    int rc;
+
     for (int which = 0; which < 5 && best->peak > in->stop; which++) {
         uint64_t peak;
 
         if (rp_now_ns() >= clk->deadline_ns)
             break;
-        make_order(in, kv, which, order);
-        peak = decode(in, &t, order, off, best->peak - 1, &crit, clk);
+        make_order(in, ws->kv, which, order);
+        peak = decode(in, &ws->t, order, off, best->peak - 1, &crit, clk);
         if (peak == RP_NONE)
             continue;
         best->peak = peak;

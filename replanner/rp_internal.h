@@ -27,6 +27,8 @@ typedef struct rp_kv {
 } rp_kv;
 
 void rp_sort_kv(rp_kv *a, size_t n);
+/* The same order, faster on large arrays (a radix sort with scratch from m); 0 or -ENOMEM. */
+int rp_sort_kv_mem(rp_kv *a, size_t n, rp_mem *m);
 
 /*
  * Values under range adds with their maximum over a range, both in O(log n): a node holds
@@ -82,6 +84,12 @@ typedef struct rp_inst {
     uint64_t *secmax; /* per movable block: max load over its sections */
 } rp_inst;
 
+/* rp_core.c: the instance in two steps: rp_inst_core builds what greedy by size and the
+ * skyline decoder need (the sections, loads, LB and the fixed blocks' lists), so that the
+ * first plan comes before the rest; rp_inst_complete adds rp_bound's bound (floor_lb, stop)
+ * and secmax. rp_inst_build does both. 0 or -ENOMEM. */
+int rp_inst_core(rp_inst *in, rp_mem *m, const om_rp_block *blocks, size_t n, uint64_t period);
+int rp_inst_complete(rp_inst *in, rp_mem *m);
 int rp_inst_build(rp_inst *in, rp_mem *m, const om_rp_block *blocks, size_t n, uint64_t period);
 
 /* rp_bound.c: a proven lower bound from the instance's shape, where the max of live bytes is
@@ -161,9 +169,14 @@ int rp_dive(const rp_inst *in, rp_mem *m, const uint32_t *rank, uint32_t *order,
  * best->proven LB + 1 when the search proves there is none. Else nothing. 0 or -ENOMEM. */
 int rp_tile(const rp_inst *in, rp_mem *m, rp_best *best, rp_clock *clk, uint64_t deadline_ns);
 
-/* rp_greedy.c: greedy by size as the first plan, then other orders through the skyline, then
- * dives (their plan kept aside, see rp_best). */
-int rp_greedy(const rp_inst *in, rp_mem *m, rp_best *best, const rp_clock *clk);
+/* rp_greedy.c: greedy by size as the first plan (rp_greedy_first, which needs rp_inst_core
+ * only), then other orders through the skyline, then dives (their plan kept aside, see
+ * rp_best): rp_greedy, after rp_inst_complete. ws carries the scratch from one to the
+ * other. */
+typedef struct rp_greedy_ws rp_greedy_ws;
+int rp_greedy_first(const rp_inst *in, rp_mem *m, rp_best *best, const rp_clock *clk,
+                    rp_greedy_ws **ws);
+int rp_greedy(const rp_inst *in, rp_mem *m, rp_best *best, const rp_clock *clk, rp_greedy_ws *ws);
 /* Dives (rp_dive) under the branch and bound's rankings until deadline_ns or one reaches
  * in->stop; each plan lower than the best so far goes into best, or with aside into its
  * spare (one at in->stop goes into best at once). 0 or -ENOMEM. */

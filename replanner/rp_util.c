@@ -3,6 +3,7 @@
 #include "rp_internal.h"
 
 #include <errno.h>
+#include <stddef.h>
 #include <string.h>
 #include <time.h>
 
@@ -148,6 +149,69 @@ void rp_sort_kv(rp_kv *a, size_t n)
     for (size_t m = n; m > 1; m >>= 1)
         depth += 2;
     introsort(a, n, depth);
+}
+
+/*
+ * Least significant digit first, a byte at a time, skipping the bytes that are the same in
+ * every record: the setup's sorts of the sections' ends and of greedy by size's order have
+ * a few varying bytes, where introsort's comparisons of four keys took milliseconds on
+ * 60,000 blocks. Stable, so the order is the introsort's.
+ */
+int rp_sort_kv_mem(rp_kv *a, size_t n, rp_mem *m)
+{
+    rp_kv *tmp, *src = a, *dst;
+    uint64_t vary[4] = {0, 0, 0, 0}; /* v, k3, k2, k1: the bits that differ somewhere */
+    uint32_t cnt[256];
+    int in_v_order = 1; /* then the passes over v are not needed: the sort is stable */
+
+    if (n < 2048 || n > UINT32_MAX) {
+        rp_sort_kv(a, n);
+        return 0;
+    }
+    if (!(tmp = rp_alloc(m, n, sizeof(*tmp))))
+        return -ENOMEM;
+    for (size_t x = 1; x < n; x++) {
+        in_v_order &= a[x].v >= a[x - 1].v;
+        vary[0] |= a[x].v ^ a[0].v;
+        vary[1] |= a[x].k3 ^ a[0].k3;
+        vary[2] |= a[x].k2 ^ a[0].k2;
+        vary[3] |= a[x].k1 ^ a[0].k1;
+    }
+    dst = tmp;
+    for (unsigned d = 0; d < 28; d++) {
+        unsigned w = d < 4 ? 0 : 1 + (d - 4) / 8, sh = d < 4 ? 8 * d : 8 * ((d - 4) % 8);
+        /* the key word of the pass, by its offset in the record */
+        size_t at = w == 0   ? offsetof(rp_kv, v)
+                    : w == 1 ? offsetof(rp_kv, k3)
+                    : w == 2 ? offsetof(rp_kv, k2)
+                             : offsetof(rp_kv, k1);
+        uint32_t sum = 0;
+
+#define RP_DIGIT(r)                                                                                \
+    (unsigned)((w == 0 ? (uint64_t)(r)->v                                                          \
+                       : *(const uint64_t *)(const void *)((const char *)(r) + at)) >>             \
+                   sh &                                                                            \
+               0xff)
+        if (!((vary[w] >> sh) & 0xff) || (w == 0 && in_v_order))
+            continue; /* the same byte everywhere, or v in order already */
+        memset(cnt, 0, sizeof(cnt));
+        for (size_t x = 0; x < n; x++)
+            cnt[RP_DIGIT(&src[x])]++;
+        for (unsigned y = 0; y < 256; y++) {
+            uint32_t t = cnt[y];
+            cnt[y] = sum;
+            sum += t;
+        }
+        for (size_t x = 0; x < n; x++)
+            dst[cnt[RP_DIGIT(&src[x])]++] = src[x];
+#undef RP_DIGIT
+        rp_kv *t = src;
+        src = dst;
+        dst = t;
+    }
+    if (src != a)
+        memcpy(a, src, n * sizeof(*a));
+    return 0;
 }
 
 int rp_maxtree_init(rp_maxtree *t, rp_mem *m, uint32_t n)

@@ -290,6 +290,97 @@ static void test_tiny_budget(void **state)
     assert_int_equal(t_live_bytes(), 0);
 }
 
+/* The skyline the plain way, quadratic: blocks longest first (then larger, then input
+ * order), each on top of the highest placed block live with it, aligned. Returns the peak. */
+static uint64_t reference_longest_first(const om_rp_block *b, size_t n, uint64_t period)
+{
+    size_t *order = calloc(n + 1, sizeof(*order));
+    uint64_t *top = calloc(n + 1, sizeof(*top)), peak = 0;
+
+    assert_true(order && top);
+    for (size_t i = 0; i < n; i++)
+        order[i] = i;
+    for (size_t x = 1; x < n; x++) /* insertion sort: stable, so input order breaks ties */
+        for (size_t y = x; y > 0; y--) {
+            const om_rp_block *p = &b[order[y - 1]], *q = &b[order[y]];
+            uint64_t lp = p->upper - p->lower, lq = q->upper - q->lower;
+            if (lp > lq || (lp == lq && p->size >= q->size))
+                break;
+            size_t t = order[y - 1];
+            order[y - 1] = order[y];
+            order[y] = t;
+        }
+    for (size_t x = 0; x < n; x++) {
+        size_t i = order[x];
+        uint64_t o = 0;
+
+        for (size_t z = 0; z < x; z++)
+            if (t_live_together(&b[i], &b[order[z]], period) && top[order[z]] > o)
+                o = top[order[z]];
+        top[i] = t_align_up(o, b[i].align) + b[i].size;
+        peak = top[i] > peak ? top[i] : peak;
+    }
+    free(order);
+    free(top);
+    return peak;
+}
+
+/*
+ * The first plan at a budget of 1 ms, whether greedy by size finished or the deadline cut
+ * it (which one depends on the machine, so both are checked): a whole greedy by size gives
+ * the reference's peak and the plan is at most that; a cut one is never above all the
+ * blocks longest first through the skyline (its fallback). Then with time enough, greedy
+ * by size whole. Seeds no other test uses.
+ */
+static void test_first_plan_tiny_budget(void **state)
+{
+    static const struct {
+        size_t n;
+        uint64_t horizon, period;
+        uint64_t seed;
+    } cases[] = {{1500, 400, 0, 2026}, {1200, 60, 0, 2027}, {900, 120, 120, 2028}};
+    om_rp_block *b = calloc(1500, sizeof(*b));
+    uint64_t *off = calloc(1500, sizeof(*off));
+    char err[256] = "";
+    (void)state;
+
+    assert_true(b && off);
+    for (size_t c = 0; c < sizeof(cases) / sizeof(cases[0]); c++) {
+        size_t n = cases[c].n;
+        uint64_t seed = cases[c].seed, period = cases[c].period;
+        om_rp_options opt = {0};
+        om_rp_result res;
+
+        t_random_blocks(b, n, cases[c].horizon, period != 0, (int)(c & 1), &seed);
+        opt.period = period;
+        opt.budget_ms = 1;
+        opt.alloc = t_alloc;
+        opt.err = err;
+        opt.errlen = sizeof(err);
+        if (om_rp_plan(b, n, &opt, off, &res) != 0)
+            fail_msg("plan failed: %s", err);
+        if (om_rp_check(b, n, period, off, &t_alloc, err, sizeof(err)) != 0)
+            fail_msg("invalid plan (case %zu): %s", c, err);
+        assert_int_equal(res.peak, om_rp_peak(b, n, off));
+        assert_true(res.peak <= res.greedy_peak);
+        if (!res.greedy_cut)
+            assert_int_equal(res.greedy_peak, reference_greedy(b, n, period));
+        else
+            assert_true(res.peak <= reference_longest_first(b, n, period));
+        /* With the time to finish, greedy by size is whole and the plan never above it. */
+        opt.budget_ms = 60000;
+        opt.max_nodes = 1;
+        if (om_rp_plan(b, n, &opt, off, &res) != 0)
+            fail_msg("plan failed: %s", err);
+        assert_false(res.greedy_cut);
+        assert_int_equal(res.greedy_peak, reference_greedy(b, n, period));
+        assert_true(om_rp_peak(b, n, off) <= res.greedy_peak);
+    }
+    free(off);
+    free(b);
+    assert_int_equal(t_live_bytes(), 0);
+}
+
 /*
  * A line above OM_RP_BNB_MAX_BLOCKS, where the branch and bound lists each pair once (the
  * rest from the blocks by start): its plans stay valid and never above greedy by size, at
@@ -675,12 +766,19 @@ static void test_in_program_not_behind(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_random_linear),         cmocka_unit_test(test_random_cyclic),
-        cmocka_unit_test(test_around_fixed),          cmocka_unit_test(test_ties_and_alignment),
-        cmocka_unit_test(test_bundled_not_behind),    cmocka_unit_test(test_tiny_budget),
-        cmocka_unit_test(test_bnb_large_line),        cmocka_unit_test(test_dive_matches_reference),
-        cmocka_unit_test(test_dive_deadline),         cmocka_unit_test(test_dives_above_bnb_size),
-        cmocka_unit_test(test_perfect_packings_tile), cmocka_unit_test(test_in_program_not_behind),
+        cmocka_unit_test(test_random_linear),
+        cmocka_unit_test(test_random_cyclic),
+        cmocka_unit_test(test_around_fixed),
+        cmocka_unit_test(test_ties_and_alignment),
+        cmocka_unit_test(test_bundled_not_behind),
+        cmocka_unit_test(test_tiny_budget),
+        cmocka_unit_test(test_bnb_large_line),
+        cmocka_unit_test(test_dive_matches_reference),
+        cmocka_unit_test(test_dive_deadline),
+        cmocka_unit_test(test_dives_above_bnb_size),
+        cmocka_unit_test(test_perfect_packings_tile),
+        cmocka_unit_test(test_in_program_not_behind),
+        cmocka_unit_test(test_first_plan_tiny_budget),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
