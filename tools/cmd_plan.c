@@ -302,8 +302,8 @@ int om_cmd_plan(int argc, char **argv)
            res.lower_bound ? (double)res.peak / (double)res.lower_bound : 1.0);
     printf("greedy:      %" PRIu64 " (%.4f x LB, greedy by size%s)\n", res.greedy_peak,
            res.lower_bound ? (double)res.greedy_peak / (double)res.lower_bound : 1.0,
-           res.greedy_cut ? ", cut: the budget ran out before it finished, this is the first plan "
-                            "of the blocks it placed and the rest on top; --budget-ms N for more"
+           res.greedy_cut ? ", cut: the budget ran out before it finished, the blocks it had not "
+                            "placed were added by a quicker packing; --budget-ms N for more"
                           : "");
     printf("proven:      %" PRIu64 " (no plan has a lower peak)\n", res.proven_bound);
     /* Above LB, the gap is the bound's up to what is proven, the search's (or not yet
