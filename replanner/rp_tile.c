@@ -13,8 +13,10 @@
  * starts at a (at a - 1 the byte L is taken) and lies within [a, b) (at b it is taken):
  * branching on those blocks only, at any one valley, finds every plan at LB (the
  * bottom-left corner rule of perfect packing, where the canonical search branches on every
- * block at the lowest offset). The valley taken is the one with the fewest such blocks
- * (fail first: a valley with one is a forced move), not the lowest.
+ * block at the lowest offset). A step (a flat stretch [a, r) higher on its left only) is
+ * branched on alike where every block that can take its corner (a, L) ends by r, so lies
+ * flat. The corner taken is the one with the fewest such blocks (fail first: a corner
+ * with one is a forced move), not the lowest.
  *
  * Pruning, at every node, all necessary for a plan at LB: each valley's floor must be
  * covered exactly by a chain of unplaced blocks end to end from a to b, each fitting below
@@ -136,7 +138,7 @@ static int step_ok(tile *t, uint32_t x, uint32_t r, uint32_t g, uint32_t f, uint
  * goes in stretches of one level (sx: their starts, sx[m] = hi); ng/pg: the next and
  * the previous higher stretch (m and UINT32_MAX if none).
  */
-static int survey(tile *t, uint32_t lo, uint32_t hi, uint32_t *va, uint32_t *vb)
+static int survey(tile *t, uint32_t lo, uint32_t hi, uint32_t *va, uint32_t *vb, int *st)
 {
     const uint64_t *sky = t->sky;
     uint32_t m = 0, sp = 0, best = UINT32_MAX, *sx = t->sx, *ng = t->ng, *pg = t->pg;
@@ -175,10 +177,26 @@ static int survey(tile *t, uint32_t lo, uint32_t hi, uint32_t *va, uint32_t *vb)
                 bl = L;
                 *va = x;
                 *vb = r;
+                *st = 0;
             }
         } else if (lw) {
-            if (!step_ok(t, x, r, x, sx[ng[i]], L, 0))
+            uint32_t f = sx[ng[i]], c = 0;
+            if (!step_ok(t, x, r, x, f, L, 0))
                 return 0;
+            /* where every block that can take its corner lies on the flat stretch, the
+             * corner is a branch like a valley's */
+            for (uint32_t q = t->bs[x]; q < t->bs[x + 1] && c != UINT32_MAX; q++) {
+                uint32_t y = t->byst[q];
+                if (fits(t, y, x, f, L))
+                    c = t->e[y] > r ? UINT32_MAX : c + first_of_class(t, y);
+            }
+            if (c < best) {
+                best = c;
+                bl = L;
+                *va = x;
+                *vb = r;
+                *st = 1;
+            }
         } else if (rw) {
             if (!step_ok(t, x, r, pg[i] == UINT32_MAX ? lo : sx[pg[i] + 1], r, L, 1))
                 return 0;
@@ -227,6 +245,7 @@ typedef struct frame {
     int kind;
     uint32_t lo, hi, trail0;
     uint32_t va, vb, pos; /* BRANCH: the valley, its corner's candidates from pos */
+    int step;             /* the stretch [va, vb) is a step's, not a valley's */
 } frame;
 
 static void undo_to(tile *t, uint32_t *tl, uint32_t trail0)
@@ -240,10 +259,11 @@ static int branch_next(tile *t, frame *f, uint32_t *tl)
 {
     uint64_t L = t->sky[f->va];
 
-    chain(t, f->va, f->vb, L);
+    if (!f->step)
+        chain(t, f->va, f->vb, L);
     for (; f->pos < t->bs[f->va + 1]; f->pos++) {
         uint32_t z = t->byst[f->pos];
-        if (!fits(t, z, f->va, f->vb, L) || !first_of_class(t, z) || !t->can[t->e[z]])
+        if (!fits(t, z, f->va, f->vb, L) || !first_of_class(t, z) || (!f->step && !t->can[t->e[z]]))
             continue;
         t->off[z] = L;
         lift(t, z, 1);
@@ -270,7 +290,7 @@ static int tile_run(tile *t, rp_clock *c, uint64_t limit)
     for (uint32_t k = 0; k < t->nm; k++)
         for (uint32_t x = t->a[k] + 1; x < t->e[k]; x++)
             t->cross[x]++;
-    fs[0] = (frame){SPLIT, 0, t->nsec, 0, 0, 0, 0};
+    fs[0] = (frame){SPLIT, 0, t->nsec, 0, 0, 0, 0, 0};
     for (;;) {
         frame *f = &fs[top];
 
@@ -282,14 +302,14 @@ static int tile_run(tile *t, rp_clock *c, uint64_t limit)
                 ret = RP_FOUND;
             } else {
                 f->lo = p1;
-                fs[++top] = (frame){BRANCH, p0, p1, tl, 0, 0, 0};
+                fs[++top] = (frame){BRANCH, p0, p1, tl, 0, 0, 0, 0};
                 ret = -1;
                 continue;
             }
         } else if (ret == -1) { /* entered */
             if (limit-- == 0 || rp_expired(c))
                 return RP_ABORTED;
-            if (!survey(t, f->lo, f->hi, &f->va, &f->vb)) {
+            if (!survey(t, f->lo, f->hi, &f->va, &f->vb, &f->step)) {
                 ret = RP_NOTFOUND;
             } else {
                 f->pos = t->bs[f->va];
@@ -303,7 +323,7 @@ static int tile_run(tile *t, rp_clock *c, uint64_t limit)
             ret = branch_next(t, f, &tl) ? -2 : RP_NOTFOUND;
         }
         if (ret == -2) { /* placed: its part next */
-            fs[top + 1] = (frame){SPLIT, f->lo, f->hi, tl, 0, 0, 0};
+            fs[top + 1] = (frame){SPLIT, f->lo, f->hi, tl, 0, 0, 0, 0};
             top++;
             ret = -1;
             continue;
