@@ -13,10 +13,11 @@
  * starts at a (at a - 1 the byte L is taken) and lies within [a, b) (at b it is taken):
  * branching on those blocks only, at any one valley, finds every plan at LB (the
  * bottom-left corner rule of perfect packing, where the canonical search branches on every
- * block at the lowest offset). A step (a flat stretch [a, r) higher on its left only) is
- * branched on alike where every block that can take its corner (a, L) ends by r, so lies
- * flat. The corner taken is the one with the fewest such blocks (fail first: a corner
- * with one is a forced move), not the lowest.
+ * block at the lowest offset). The valley taken is the one with the fewest such blocks
+ * (fail first: a valley with one is a forced move), not the lowest. A step (a flat
+ * stretch [a, r) higher on its left only) whose corner (a, L) only one block can take,
+ * ending by r so lying flat, is such a forced move too (branching on steps with more
+ * candidates as well solved fewer of the generated packings).
  *
  * Pruning, at every node, all necessary for a plan at LB: each valley's floor must be
  * covered exactly by a chain of unplaced blocks end to end from a to b, each fitting below
@@ -183,14 +184,14 @@ static int survey(tile *t, uint32_t lo, uint32_t hi, uint32_t *va, uint32_t *vb,
             uint32_t f = sx[ng[i]], c = 0;
             if (!step_ok(t, x, r, x, f, L, 0))
                 return 0;
-            /* where every block that can take its corner lies on the flat stretch, the
-             * corner is a branch like a valley's */
+            /* where one block alone can take its corner, lying on the flat stretch, it is
+             * a forced move like a valley's */
             for (uint32_t q = t->bs[x]; q < t->bs[x + 1] && c != UINT32_MAX; q++) {
                 uint32_t y = t->byst[q];
                 if (fits(t, y, x, f, L))
                     c = t->e[y] > r ? UINT32_MAX : c + first_of_class(t, y);
             }
-            if (c < best) {
+            if (c == 1 && c < best) {
                 best = c;
                 bl = L;
                 *va = x;
