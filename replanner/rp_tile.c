@@ -41,7 +41,8 @@ typedef struct tile {
     uint32_t *bs, *byst;  /* by start: group x is byst[bs[x]] .. byst[bs[x + 1]) */
     uint32_t *be, *byend; /* by end: group x ends at x */
     uint64_t *sky;
-    int32_t *cross; /* per boundary x (between x - 1 and x): unplaced blocks across it */
+    int32_t *cross;  /* per boundary x (between x - 1 and x): unplaced blocks across it */
+    int32_t *cross0; /* the same with nothing placed */
     uint32_t *sx, *ng, *pg, *stk; /* survey's stretches of the skyline */
     uint32_t *cprev; /* the block before it in its class (same run and size), by index */
     unsigned char *placed, *can;
@@ -287,10 +288,7 @@ static int tile_run(tile *t, rp_clock *c, uint64_t limit)
 
     memset(t->sky, 0, t->nsec * sizeof(uint64_t));
     memset(t->placed, 0, t->nm);
-    memset(t->cross, 0, (t->nsec + 1) * sizeof(int32_t));
-    for (uint32_t k = 0; k < t->nm; k++)
-        for (uint32_t x = t->a[k] + 1; x < t->e[k]; x++)
-            t->cross[x]++;
+    memcpy(t->cross, t->cross0, (t->nsec + 1) * sizeof(int32_t));
     fs[0] = (frame){SPLIT, 0, t->nsec, 0, 0, 0, 0, 0};
     for (;;) {
         frame *f = &fs[top];
@@ -446,6 +444,7 @@ int rp_tile(const rp_inst *in, rp_mem *m, rp_best *best, rp_clock *clk, uint64_t
     t.byend = rp_alloc(&own, (size_t)nm + 1, sizeof(uint32_t));
     t.sky = rp_alloc(&own, (size_t)nsec + 1, sizeof(uint64_t));
     t.cross = rp_alloc(&own, (size_t)nsec + 1, sizeof(int32_t));
+    t.cross0 = rp_alloc(&own, (size_t)nsec + 2, sizeof(int32_t));
     t.sx = rp_alloc(&own, (size_t)nsec + 1, sizeof(uint32_t));
     t.ng = rp_alloc(&own, (size_t)nsec + 1, sizeof(uint32_t));
     t.pg = rp_alloc(&own, (size_t)nsec + 1, sizeof(uint32_t));
@@ -457,18 +456,25 @@ int rp_tile(const rp_inst *in, rp_mem *m, rp_best *best, rp_clock *clk, uint64_t
     t.frames = rp_alloc(&own, 2 * (size_t)nm + 2, sizeof(frame));
     t.off = rp_alloc(&own, (size_t)nm + 1, sizeof(uint64_t));
     if (!t.kv || !t.a || !t.e || !t.sz || !t.bs || !t.be || !t.byst || !t.byend || !t.sky ||
-        !t.cross || !t.sx || !t.ng || !t.pg || !t.cprev || !t.stk || !t.can || !t.placed ||
-        !t.trail || !t.frames || !t.off)
+        !t.cross || !t.cross0 || !t.sx || !t.ng || !t.pg || !t.cprev || !t.stk || !t.can ||
+        !t.placed || !t.trail || !t.frames || !t.off)
         goto out;
     rc = 0;
     if (!cut_line(in, &t, t.stk))
         goto out;
     memset(t.bs, 0, ((size_t)nsec + 2) * sizeof(uint32_t));
     memset(t.be, 0, ((size_t)nsec + 3) * sizeof(uint32_t));
+    memset(t.cross0, 0, ((size_t)nsec + 2) * sizeof(int32_t));
     for (uint32_t k = 0; k < nm; k++) {
         t.bs[t.a[k] + 1]++;
         t.be[t.e[k] + 1]++;
+        if (t.e[k] > t.a[k] + 1) {
+            t.cross0[t.a[k] + 1]++;
+            t.cross0[t.e[k]]--;
+        }
     }
+    for (uint32_t x = 1; x <= nsec; x++)
+        t.cross0[x] += t.cross0[x - 1];
     for (uint32_t x = 0; x < nsec; x++)
         t.bs[x + 1] += t.bs[x];
     for (uint32_t x = 0; x <= nsec; x++)
