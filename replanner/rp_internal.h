@@ -164,9 +164,10 @@ int rp_greedy_size(const rp_inst *in, rp_mem *m, const rp_clock *clk, uint32_t *
 int rp_dive(const rp_inst *in, rp_mem *m, const uint32_t *rank, uint32_t *order,
             uint64_t deadline_ns);
 
-/* rp_tile.c: where every section holds LB bytes (a line, no fixed blocks, no alignment),
- * searches for a plan at LB until deadline_ns (and clk's limits); best gets it, or
- * best->proven LB + 1 when the search proves there is none. Else nothing. 0 or -ENOMEM. */
+/* rp_tile.c: where every section holds LB bytes (no fixed blocks, no alignment; on a
+ * circle, a section boundary that no arc crosses), searches for a plan at LB until
+ * deadline_ns (and clk's limits); best gets it, or best->proven LB + 1 when the search
+ * proves there is none. Else nothing. 0 or -ENOMEM. */
 int rp_tile(const rp_inst *in, rp_mem *m, rp_best *best, rp_clock *clk, uint64_t deadline_ns);
 
 /* rp_greedy.c: greedy by size as the first plan (rp_greedy_first, which needs rp_inst_core

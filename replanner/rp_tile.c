@@ -6,109 +6,274 @@
 
 /*
  * Where every section's load is LB, a plan at LB leaves no byte free below LB in any
- * section: the placed blocks fill each section from 0 to its skyline. Then the lowest point
- * of the skyline, leftmost, at section x and height h (section x - 1 higher, or x the
- * first) is covered by a block whose offset is h (nothing below h is free) and which
- * starts at x (in x - 1 the bytes at h are taken): its run [x, s1) must lie where the
- * skyline is h throughout, and h + size <= LB. Branching on those blocks only finds every
- * plan at LB (the bottom-left corner rule of perfect packing), where the canonical search
- * branches on every block at the lowest offset. Blocks with the same run and size are
- * interchangeable, so only the first of them is tried at a node. The skyline is two max
- * trees, of the heights and of their negations (for the leftmost lowest section); placing
- * a block adds its size over a run that is all at h, which is an assignment.
+ * section: the placed blocks fill each section from 0 to its skyline. The search places
+ * blocks on the skyline only, so that stays true. A valley of the skyline, a flat stretch
+ * [a, b) at level L whose neighbours are higher (or the ends of time), then has its
+ * bottom-left cell (a, L) covered by a block at offset L (nothing below L is free) that
+ * starts at a (at a - 1 the byte L is taken) and lies within [a, b) (at b it is taken):
+ * branching on those blocks only, at any one valley, finds every plan at LB (the
+ * bottom-left corner rule of perfect packing, where the canonical search branches on every
+ * block at the lowest offset). The valley taken is the one with the fewest such blocks
+ * (fail first: a valley with one is a forced move), not the lowest. A step (a flat
+ * stretch [a, r) higher on its left only) whose corner (a, L) only one block can take,
+ * ending by r so lying flat, is such a forced move too (branching on steps with more
+ * candidates as well solved fewer of the generated packings).
+ *
+ * Pruning, at every node, all necessary for a plan at LB: each valley's floor must be
+ * covered exactly by a chain of unplaced blocks end to end from a to b, each fitting below
+ * LB; the floor of each step (a stretch higher on one side only) by a chain from its high
+ * side past its low one. Blocks with the same run and size are interchangeable: only the
+ * first unplaced one of them is tried, so the placed ones are always a prefix of their
+ * class. Where no unplaced block crosses a section boundary, the two sides are solved one
+ * after the other, and a failure of one does not try the other's other tilings.
+ *
+ * On a circle every arc is cut at a section boundary that no arc other than those live all
+ * the time crosses, where there is one (a packing turned around the circle has one): a plan
+ * of that line is a plan of the circle, and a circle's plan at LB is one of the line.
  */
 
-/* 1 when the search applies: a line, no fixed blocks, no alignment, every section at LB. */
-static int tight(const rp_inst *in)
+/* The search's state; blocks (positions in mov) have the run [a, e) on the line. */
+typedef struct tile {
+    uint32_t nm, nsec;
+    uint64_t lb;
+    uint32_t *a, *e;
+    uint64_t *sz;
+    uint32_t *bs, *byst;  /* by start: group x is byst[bs[x]] .. byst[bs[x + 1]) */
+    uint32_t *be, *byend; /* by end: group x ends at x */
+    uint64_t *sky;
+    int32_t *cross;  /* per boundary x (between x - 1 and x): unplaced blocks across it */
+    int32_t *cross0; /* the same with nothing placed */
+    uint32_t *sx, *ng, *pg, *stk; /* survey's stretches of the skyline */
+    uint32_t *cprev; /* the block before it in its class (same run and size), by index */
+    unsigned char *placed, *can;
+    uint32_t *trail; /* the blocks placed, in order */
+    struct frame *frames;
+    uint64_t *off;
+    rp_kv *kv;
+} tile;
+
+/* z is unplaced and the first unplaced of its class (cprev: the one before it by index). */
+static int first_of_class(const tile *t, uint32_t z)
 {
-    if (in->period || in->nm != in->n || in->nm == 0)
-        return 0;
-    for (uint32_t k = 0; k < in->nm; k++)
-        if (in->b[in->mov[k]].align > 1)
-            return 0;
-    for (uint32_t x = 0; x < in->nsec; x++)
-        if (in->load[x] != in->lb)
-            return 0;
-    return 1;
+    return !t->placed[z] && (t->cprev[z] == UINT32_MAX || t->placed[t->cprev[z]]);
 }
 
-/* Blocks grouped by a section: group x is idx[st[x]] .. idx[st[x + 1]). */
-typedef struct groups {
-    uint32_t *st, *idx;
-} groups;
+/* z can go on the floor of [a, b) at level L: unplaced, within it, below LB. */
+static int fits(const tile *t, uint32_t z, uint32_t a, uint32_t b, uint64_t L)
+{
+    return !t->placed[z] && t->a[z] >= a && t->e[z] <= b && t->sz[z] <= t->lb - L;
+}
 
 /*
- * A valley whose wall is at section w, level L (the skyline at w, below the wall): its
- * corner at (w, L) must be covered by an unplaced block whose run starts at w (left wall;
- * at_end 0) or ends at w + 1 (right wall), at offset L, below LB and nowhere above the
- * skyline's L on its run. A placement that leaves a corner no block can take fails at
- * once, not when that corner becomes the lowest.
+ * The floor [a, b) of a valley at level L must be covered end to end by unplaced blocks
+ * that fit below LB. can[p]: [p, b) can be. Returns the classes that can take its corner
+ * (from a, on to such a cover).
  */
-static int corner_ok(const rp_inst *in, const groups *g, const unsigned char *placed,
-                     const rp_maxtree *up, uint32_t w, uint64_t level, int at_end)
+static uint32_t chain(tile *t, uint32_t a, uint32_t b, uint64_t L)
 {
-    uint32_t x = at_end ? w + 1 : w;
+    uint32_t count = 0;
 
-    for (uint32_t p = g->st[x]; p < g->st[x + 1]; p++) {
-        uint32_t y = g->idx[p], i = in->mov[y];
+    t->can[b] = 1;
+    for (uint32_t p = b; p-- > a;) {
+        t->can[p] = 0;
+        for (uint32_t q = t->bs[p]; q < t->bs[p + 1]; q++) {
+            uint32_t y = t->byst[q];
 
-        if (!placed[y] && in->b[i].size <= in->lb - level &&
-            (uint64_t)rp_maxtree_max(up, in->s0[i], in->s1[i]) <= level)
-            return 1;
+            if (!fits(t, y, a, b, L) || !t->can[t->e[y]])
+                continue;
+            t->can[p] = 1;
+            if (p > a)
+                break;
+            count += first_of_class(t, y);
+        }
+    }
+    return count;
+}
+
+/*
+ * A step: the stretch [x, r) at level L, higher on one side only. Each of its cells at L
+ * is covered by a block at offset L (the cells below are taken) over sections no higher
+ * than L, so they form a chain of unplaced blocks end to end from the high side past the
+ * low one: from x (within [x, f), f the first higher section after it) to r or beyond
+ * (side 0), or back from r (within [g, r)) to x or before (side 1).
+ */
+static int step_ok(tile *t, uint32_t x, uint32_t r, uint32_t g, uint32_t f, uint64_t L, int side)
+{
+    unsigned char *reach = t->can;
+
+    memset(reach + g, 0, (size_t)(f - g + 1));
+    if (side == 0) {
+        reach[x] = 1;
+        for (uint32_t p = x; p < r; p++) {
+            if (!reach[p])
+                continue;
+            for (uint32_t q = t->bs[p]; q < t->bs[p + 1]; q++) {
+                uint32_t y = t->byst[q];
+                if (fits(t, y, x, f, L)) {
+                    if (t->e[y] >= r)
+                        return 1;
+                    reach[t->e[y]] = 1;
+                }
+            }
+        }
+        return 0;
+    }
+    reach[r] = 1;
+    for (uint32_t p = r; p > x; p--) {
+        if (!reach[p])
+            continue;
+        for (uint32_t q = t->be[p]; q < t->be[p + 1]; q++) {
+            uint32_t y = t->byend[q];
+            if (fits(t, y, g, r, L)) {
+                if (t->a[y] <= x)
+                    return 1;
+                reach[t->a[y]] = 1;
+            }
+        }
     }
     return 0;
 }
 
-/* Block k placed on the skyline from section x (dir 1) or taken off it (dir -1). */
-static void lift(const rp_inst *in, rp_maxtree *up, rp_maxtree *down, unsigned char *placed,
-                 uint32_t k, uint32_t x, int dir)
+/*
+ * Checks every valley and corner of the part [lo, hi), whose ends are walls (no unplaced
+ * block crosses them); 0 if one fails, else 1 with the valley to branch on. The skyline
+ * goes in stretches of one level (sx: their starts, sx[m] = hi); ng/pg: the next and
+ * the previous higher stretch (m and UINT32_MAX if none).
+ */
+static int survey(tile *t, uint32_t lo, uint32_t hi, uint32_t *va, uint32_t *vb, int *st)
 {
-    uint32_t i = in->mov[k];
-    int64_t d = dir * (int64_t)in->b[i].size;
+    const uint64_t *sky = t->sky;
+    uint32_t m = 0, sp = 0, best = UINT32_MAX, *sx = t->sx, *ng = t->ng, *pg = t->pg;
+    uint64_t bl = 0;
 
-    placed[k] = dir > 0;
-    rp_maxtree_add(up, x, in->s1[i], d);
-    rp_maxtree_add(down, x, in->s1[i], -d);
+    for (uint32_t x = lo; x < hi; x++)
+        if (x == lo || sky[x] != sky[x - 1])
+            sx[m++] = x;
+    sx[m] = hi;
+    for (uint32_t i = m; i-- > 0;) {
+        while (sp && sky[sx[t->stk[sp - 1]]] <= sky[sx[i]])
+            sp--;
+        ng[i] = sp ? t->stk[sp - 1] : m;
+        t->stk[sp++] = i;
+    }
+    sp = 0;
+    for (uint32_t i = 0; i < m; i++) {
+        while (sp && sky[sx[t->stk[sp - 1]]] <= sky[sx[i]])
+            sp--;
+        pg[i] = sp ? t->stk[sp - 1] : UINT32_MAX;
+        t->stk[sp++] = i;
+    }
+    for (uint32_t i = 0; i < m; i++) {
+        uint32_t x = sx[i], r = sx[i + 1];
+        uint64_t L = sky[x];
+        int lw = i == 0 || sky[sx[i - 1]] > L, rw = i + 1 == m || sky[r] > L;
+
+        if (L >= t->lb)
+            continue;
+        if (lw && rw) {
+            uint32_t c = chain(t, x, r, L);
+            if (c == 0)
+                return 0;
+            if (c < best || (c == best && L < bl)) {
+                best = c;
+                bl = L;
+                *va = x;
+                *vb = r;
+                *st = 0;
+            }
+        } else if (lw) {
+            uint32_t f = sx[ng[i]], c = 0;
+            if (!step_ok(t, x, r, x, f, L, 0))
+                return 0;
+            /* where one block alone can take its corner, lying on the flat stretch, it is
+             * a forced move like a valley's */
+            for (uint32_t q = t->bs[x]; q < t->bs[x + 1] && c != UINT32_MAX; q++) {
+                uint32_t y = t->byst[q];
+                if (fits(t, y, x, f, L))
+                    c = t->e[y] > r ? UINT32_MAX : c + first_of_class(t, y);
+            }
+            if (c == 1 && c < best) {
+                best = c;
+                bl = L;
+                *va = x;
+                *vb = r;
+                *st = 1;
+            }
+        } else if (rw) {
+            if (!step_ok(t, x, r, pg[i] == UINT32_MAX ? lo : sx[pg[i] + 1], r, L, 1))
+                return 0;
+        }
+    }
+    return best != UINT32_MAX;
 }
 
-/* After a block on [x, e) with top `top`: the corners beside it can still be covered. */
-static int walls_ok(const rp_inst *in, const groups *starts, const groups *ends,
-                    const unsigned char *placed, const rp_maxtree *up, uint32_t x, uint32_t e,
-                    uint64_t top)
+static void lift(tile *t, uint32_t y, int dir)
 {
-    if (x > 0) {
-        uint64_t l = (uint64_t)rp_maxtree_max(up, x - 1, x);
-        if (l < top && l < in->lb && !corner_ok(in, ends, placed, up, x - 1, l, 1))
-            return 0;
-    }
-    if (e < in->nsec) {
-        uint64_t r = (uint64_t)rp_maxtree_max(up, e, e + 1);
-        if (r < top && r < in->lb && !corner_ok(in, starts, placed, up, e, r, 0))
-            return 0;
-    }
-    if (top >= in->lb)
-        return 1;
-    /* Its own top: a corner where the neighbour (or the end of time) rises above it. */
-    if ((x == 0 || (uint64_t)rp_maxtree_max(up, x - 1, x) > top) &&
-        !corner_ok(in, starts, placed, up, x, top, 0))
+    for (uint32_t x = t->a[y]; x < t->e[y]; x++)
+        t->sky[x] = dir > 0 ? t->sky[x] + t->sz[y] : t->sky[x] - t->sz[y];
+    for (uint32_t x = t->a[y] + 1; x < t->e[y]; x++)
+        t->cross[x] -= dir;
+    t->placed[y] = dir > 0;
+}
+
+/*
+ * The first part of [lo, hi) with unplaced blocks: [*p0, *p1), where no unplaced block
+ * crosses *p1 (nor *p0: the sections before it in [lo, hi) are full). 0 if there is none.
+ */
+static int next_part(const tile *t, uint32_t lo, uint32_t hi, uint32_t *p0, uint32_t *p1)
+{
+    uint32_t x = lo;
+
+    while (x < hi && t->sky[x] >= t->lb)
+        x++;
+    if (x == hi)
         return 0;
-    if ((e == in->nsec || (uint64_t)rp_maxtree_max(up, e, e + 1) > top) &&
-        !corner_ok(in, ends, placed, up, e - 1, top, 1))
-        return 0;
+    *p0 = x++;
+    while (x < hi && t->cross[x])
+        x++;
+    *p1 = x;
     return 1;
 }
 
-/* The search's state: blocks by start (byst, in groups starts) and by end, the skyline, and
- * per depth the block chosen, its section and where the scan of candidates stands. */
-typedef struct tile {
-    const rp_inst *in;
-    groups starts, ends;
-    rp_maxtree up, down; /* the skyline, and its negation */
-    uint32_t *pos, *chosen, *xs;
-    uint64_t *off;
-    unsigned char *placed;
-    rp_kv *kv;
-} tile;
+/*
+ * The search's frames. Where no unplaced block crosses a boundary, the two sides are
+ * independent: a part (frame SPLIT) is solved after another, and when one fails, the
+ * parts solved before it are undone and the split fails as a whole, rather than trying
+ * every other tiling of them against the same failure (frame BRANCH: one valley's
+ * candidates, each with a SPLIT of its part below it).
+ */
+enum { SPLIT, BRANCH };
+typedef struct frame {
+    int kind;
+    uint32_t lo, hi, trail0;
+    uint32_t va, vb, pos; /* BRANCH: the valley, its corner's candidates from pos */
+    int step;             /* the stretch [va, vb) is a step's, not a valley's */
+} frame;
+
+static void undo_to(tile *t, uint32_t *tl, uint32_t trail0)
+{
+    while (*tl > trail0)
+        lift(t, t->trail[--*tl], -1);
+}
+
+/* BRANCH f's next candidate from f->pos on, placed; 0 if none is left. */
+static int branch_next(tile *t, frame *f, uint32_t *tl)
+{
+    uint64_t L = t->sky[f->va];
+
+    if (!f->step)
+        chain(t, f->va, f->vb, L);
+    for (; f->pos < t->bs[f->va + 1]; f->pos++) {
+        uint32_t z = t->byst[f->pos];
+        if (!fits(t, z, f->va, f->vb, L) || !first_of_class(t, z) || (!f->step && !t->can[t->e[z]]))
+            continue;
+        t->off[z] = L;
+        lift(t, z, 1);
+        t->trail[(*tl)++] = z;
+        return 1;
+    }
+    return 0;
+}
 
 /*
  * One depth-first run from nothing placed, within `limit` nodes (and c's limits): RP_FOUND
@@ -117,73 +282,55 @@ typedef struct tile {
  */
 static int tile_run(tile *t, rp_clock *c, uint64_t limit)
 {
-    const rp_inst *in = t->in;
-    const uint32_t *bs = t->starts.st, *byst = t->starts.idx;
-    uint32_t depth = 0, nm = in->nm, nsec = in->nsec;
-    uint64_t zero = 0;
+    frame *fs = t->frames;
+    uint32_t top = 0, tl = 0;
+    int ret = -1; /* what the frame above top returned, -1 while it is entered */
 
-    rp_maxtree_build(&t->up, &zero, 1);
-    rp_maxtree_build(&t->down, &zero, 1);
-    memset(t->placed, 0, nm);
+    memset(t->sky, 0, t->nsec * sizeof(uint64_t));
+    memset(t->placed, 0, t->nm);
+    memcpy(t->cross, t->cross0, (t->nsec + 1) * sizeof(int32_t));
+    fs[0] = (frame){SPLIT, 0, t->nsec, 0, 0, 0, 0, 0};
     for (;;) {
-        uint32_t x, k = UINT32_MAX;
-        uint64_t h;
+        frame *f = &fs[top];
 
-        if (depth == nm)
-            return RP_FOUND;
-        if (limit-- == 0 || rp_expired(c))
-            return RP_ABORTED;
-        /* The leftmost lowest section: the first whose negated height is the maximum. */
-        h = (uint64_t)-rp_maxtree_max(&t->down, 0, nsec);
-        x = rp_maxtree_first_above(&t->down, 0, nsec, -(int64_t)h - 1);
-        t->xs[depth] = x;
-        t->pos[depth] = bs[x];
-        for (;;) {
-            uint32_t e;
-
-            /* The next block that fits at (x, h) from pos[depth] on, or back one level. */
-            for (; t->pos[depth] < bs[x + 1]; t->pos[depth]++) {
-                uint32_t p = t->pos[depth], y = byst[p], i = in->mov[y];
-                uint32_t prev = p > bs[x] ? byst[p - 1] : UINT32_MAX;
-
-                if (t->placed[y])
-                    continue;
-                /* the same run and size as the one tried just before: the same subtree */
-                if (prev != UINT32_MAX && !t->placed[prev] && in->s1[in->mov[prev]] == in->s1[i] &&
-                    in->b[in->mov[prev]].size == in->b[i].size)
-                    continue;
-                if (in->b[i].size > in->lb - h)
-                    continue;
-                if ((uint64_t)rp_maxtree_max(&t->up, x, in->s1[i]) != h)
-                    continue;
-                k = y;
-                break;
-            }
-            if (k == UINT32_MAX) {
-                if (depth == 0)
-                    return RP_NOTFOUND;
-                depth--;
-                k = t->chosen[depth];
-                x = t->xs[depth];
-                h = t->off[k];
-                lift(in, &t->up, &t->down, t->placed, k, x, -1);
-                t->pos[depth]++;
-                k = UINT32_MAX;
+        if (f->kind == SPLIT) {
+            uint32_t p0, p1;
+            if (ret == RP_NOTFOUND) {
+                undo_to(t, &tl, f->trail0);
+            } else if (!next_part(t, f->lo, f->hi, &p0, &p1)) {
+                ret = RP_FOUND;
+            } else {
+                f->lo = p1;
+                fs[++top] = (frame){BRANCH, p0, p1, tl, 0, 0, 0, 0};
+                ret = -1;
                 continue;
             }
-            t->chosen[depth] = k;
-            t->off[k] = h;
-            lift(in, &t->up, &t->down, t->placed, k, x, 1);
-            /* The corners the block leaves beside it, where its top is above the skyline. */
-            e = in->s1[in->mov[k]];
-            if (walls_ok(in, &t->starts, &t->ends, t->placed, &t->up, x, e,
-                         h + in->b[in->mov[k]].size))
-                break;
-            lift(in, &t->up, &t->down, t->placed, k, x, -1);
-            t->pos[depth]++;
-            k = UINT32_MAX;
+        } else if (ret == -1) { /* entered */
+            if (limit-- == 0 || rp_expired(c))
+                return RP_ABORTED;
+            if (!survey(t, f->lo, f->hi, &f->va, &f->vb, &f->step)) {
+                ret = RP_NOTFOUND;
+            } else {
+                f->pos = t->bs[f->va];
+                ret = branch_next(t, f, &tl) ? -2 : RP_NOTFOUND;
+            }
+        } else if (ret == RP_NOTFOUND) {
+            undo_to(t, &tl, f->trail0);
+            f->pos++;
+            if (limit-- == 0 || rp_expired(c))
+                return RP_ABORTED;
+            ret = branch_next(t, f, &tl) ? -2 : RP_NOTFOUND;
         }
-        depth++;
+        if (ret == -2) { /* placed: its part next */
+            fs[top + 1] = (frame){SPLIT, f->lo, f->hi, tl, 0, 0, 0, 0};
+            top++;
+            ret = -1;
+            continue;
+        }
+        /* f returns ret (RP_FOUND or RP_NOTFOUND) to the frame below */
+        if (top == 0)
+            return ret;
+        top--;
     }
 }
 
@@ -197,32 +344,86 @@ static int tile_run(tile *t, rp_clock *c, uint64_t limit)
  */
 static void order_starts(tile *t, uint64_t *rng, int shuffle)
 {
-    const rp_inst *in = t->in;
-
-    for (uint32_t k = 0; k < in->nm; k++) {
-        uint32_t i = in->mov[k];
-        uint64_t cls = UINT64_MAX - in->s1[i];
+    for (uint32_t k = 0; k < t->nm; k++) {
+        uint64_t cls = UINT64_MAX - t->e[k];
 
         if (shuffle) { /* a hash of the class and the run's seed */
-            uint64_t z = *rng ^ (in->s1[i] * UINT64_C(0x9e3779b97f4a7c15)) ^
-                         (in->b[i].size * UINT64_C(0xbf58476d1ce4e5b9));
+            uint64_t z = *rng ^ (t->e[k] * UINT64_C(0x9e3779b97f4a7c15)) ^
+                         (t->sz[k] * UINT64_C(0xbf58476d1ce4e5b9));
             cls = rp_rand(&z);
         }
-        t->kv[k] = (rp_kv){in->s0[i], cls, UINT64_MAX - in->b[i].size, k};
+        t->kv[k] = (rp_kv){t->a[k], cls, UINT64_MAX - t->sz[k], k};
         if (shuffle) /* the class's blocks together: same run, same size */
-            t->kv[k].k3 = ((uint64_t)in->s1[i] << 32) ^ in->b[i].size;
+            t->kv[k].k3 = ((uint64_t)t->e[k] << 32) ^ t->sz[k];
     }
-    rp_sort_kv(t->kv, in->nm);
-    for (uint32_t k = 0; k < in->nm; k++)
-        t->starts.idx[k] = t->kv[k].v;
+    rp_sort_kv(t->kv, t->nm);
+    for (uint32_t k = 0; k < t->nm; k++)
+        t->byst[k] = t->kv[k].v;
     rp_rand(rng);
+}
+
+/*
+ * The runs on a line: as they are on a line; on a circle cut at a boundary no arc crosses
+ * (arcs live all the time aside, which span the whole line). 0 where there is none.
+ */
+static int cut_line(const rp_inst *in, tile *t, uint32_t *cross)
+{
+    uint32_t nsec = in->nsec, cut = 0;
+
+    if (in->period) {
+        memset(cross, 0, ((size_t)nsec + 1) * sizeof(uint32_t));
+        for (uint32_t k = 0; k < t->nm; k++) {
+            uint32_t i = in->mov[k], len = in->s1[i] - in->s0[i] + in->w1[i] - in->w0[i];
+            uint32_t lo = in->s0[i] + 1, hi = in->s0[i] + len; /* boundaries crossed, mod nsec */
+            if (len == nsec || len < 2)
+                continue;
+            if (hi <= nsec) {
+                cross[lo]++;
+                cross[hi]--;
+            } else {
+                cross[lo]++;
+                cross[nsec]--;
+                cross[0]++;
+                cross[hi - nsec]--;
+            }
+        }
+        for (cut = 0; cut < nsec; cut++) {
+            if (cut)
+                cross[cut] += cross[cut - 1];
+            if (cross[cut] == 0)
+                break;
+        }
+        if (cut == nsec)
+            return 0;
+    }
+    for (uint32_t k = 0; k < t->nm; k++) {
+        uint32_t i = in->mov[k], len = in->s1[i] - in->s0[i] + in->w1[i] - in->w0[i];
+        t->a[k] = len == nsec ? 0 : (in->s0[i] + nsec - cut) % nsec;
+        t->e[k] = t->a[k] + len;
+        t->sz[k] = in->b[i].size;
+    }
+    return 1;
+}
+
+/* 1 when the search applies: no fixed blocks, no alignment, every section at LB. */
+static int tight(const rp_inst *in)
+{
+    if (in->nm != in->n || in->nm == 0 || in->nsec == 0)
+        return 0;
+    for (uint32_t k = 0; k < in->nm; k++)
+        if (in->b[in->mov[k]].align > 1)
+            return 0;
+    for (uint32_t x = 0; x < in->nsec; x++)
+        if (in->load[x] != in->lb)
+            return 0;
+    return 1;
 }
 
 int rp_tile(const rp_inst *in, rp_mem *m, rp_best *best, rp_clock *clk, uint64_t deadline_ns)
 {
     rp_mem own = {m->a, NULL};
     tile t = {0};
-    uint32_t nm = in->nm, nsec = in->nsec, *bs, *be;
+    uint32_t nm = in->nm, nsec = in->nsec;
     uint64_t rng = UINT64_C(0x2545f4914f6cdd1d);
     rp_clock c = *clk;
     int rc = -ENOMEM, r = RP_ABORTED;
@@ -230,35 +431,66 @@ int rp_tile(const rp_inst *in, rp_mem *m, rp_best *best, rp_clock *clk, uint64_t
     if (!tight(in))
         return 0;
     c.deadline_ns = deadline_ns < clk->deadline_ns ? deadline_ns : clk->deadline_ns;
-    t.in = in;
+    t.nm = nm;
+    t.nsec = nsec;
+    t.lb = in->lb;
     t.kv = rp_alloc(&own, (size_t)nm + 1, sizeof(rp_kv));
-    bs = rp_alloc(&own, (size_t)nsec + 2, sizeof(uint32_t));
-    be = rp_alloc(&own, (size_t)nsec + 3, sizeof(uint32_t));
-    t.starts = (groups){bs, rp_alloc(&own, (size_t)nm + 1, sizeof(uint32_t))};
-    t.ends = (groups){be, rp_alloc(&own, (size_t)nm + 1, sizeof(uint32_t))};
-    t.pos = rp_alloc(&own, (size_t)nm + 1, sizeof(uint32_t));
-    t.chosen = rp_alloc(&own, (size_t)nm + 1, sizeof(uint32_t));
-    t.xs = rp_alloc(&own, (size_t)nm + 1, sizeof(uint32_t));
-    t.off = rp_alloc(&own, (size_t)nm + 1, sizeof(uint64_t));
+    t.a = rp_alloc(&own, (size_t)nm + 1, sizeof(uint32_t));
+    t.e = rp_alloc(&own, (size_t)nm + 1, sizeof(uint32_t));
+    t.sz = rp_alloc(&own, (size_t)nm + 1, sizeof(uint64_t));
+    t.bs = rp_alloc(&own, (size_t)nsec + 2, sizeof(uint32_t));
+    t.be = rp_alloc(&own, (size_t)nsec + 3, sizeof(uint32_t));
+    t.byst = rp_alloc(&own, (size_t)nm + 1, sizeof(uint32_t));
+    t.byend = rp_alloc(&own, (size_t)nm + 1, sizeof(uint32_t));
+    t.sky = rp_alloc(&own, (size_t)nsec + 1, sizeof(uint64_t));
+    t.cross = rp_alloc(&own, (size_t)nsec + 1, sizeof(int32_t));
+    t.cross0 = rp_alloc(&own, (size_t)nsec + 2, sizeof(int32_t));
+    t.sx = rp_alloc(&own, (size_t)nsec + 1, sizeof(uint32_t));
+    t.ng = rp_alloc(&own, (size_t)nsec + 1, sizeof(uint32_t));
+    t.pg = rp_alloc(&own, (size_t)nsec + 1, sizeof(uint32_t));
+    t.stk = rp_alloc(&own, (size_t)nsec + 1, sizeof(uint32_t));
+    t.cprev = rp_alloc(&own, (size_t)nm + 1, sizeof(uint32_t));
+    t.can = rp_alloc(&own, (size_t)nsec + 1, 1);
     t.placed = rp_alloc(&own, (size_t)nm + 1, 1);
-    if (!t.kv || !bs || !be || !t.starts.idx || !t.ends.idx || !t.pos || !t.chosen || !t.xs ||
-        !t.off || !t.placed || rp_maxtree_init(&t.up, &own, nsec) < 0 ||
-        rp_maxtree_init(&t.down, &own, nsec) < 0)
+    t.trail = rp_alloc(&own, (size_t)nm + 1, sizeof(uint32_t));
+    t.frames = rp_alloc(&own, 2 * (size_t)nm + 2, sizeof(frame));
+    t.off = rp_alloc(&own, (size_t)nm + 1, sizeof(uint64_t));
+    if (!t.kv || !t.a || !t.e || !t.sz || !t.bs || !t.be || !t.byst || !t.byend || !t.sky ||
+        !t.cross || !t.cross0 || !t.sx || !t.ng || !t.pg || !t.cprev || !t.stk || !t.can ||
+        !t.placed || !t.trail || !t.frames || !t.off)
         goto out;
-    for (uint32_t k = 0; k < nm; k++) {
-        uint32_t i = in->mov[k];
-        bs[in->s0[i] + 1]++;
-        be[in->s1[i] + 1]++;
-        t.kv[k] = (rp_kv){in->s1[i], 0, 0, k};
-    }
-    for (uint32_t x = 0; x < nsec; x++)
-        bs[x + 1] += bs[x];
-    for (uint32_t x = 0; x <= nsec; x++)
-        be[x + 1] += be[x];
-    rp_sort_kv(t.kv, nm); /* by end, for the right walls */
-    for (uint32_t k = 0; k < nm; k++)
-        t.ends.idx[k] = t.kv[k].v;
     rc = 0;
+    if (!cut_line(in, &t, t.stk))
+        goto out;
+    memset(t.bs, 0, ((size_t)nsec + 2) * sizeof(uint32_t));
+    memset(t.be, 0, ((size_t)nsec + 3) * sizeof(uint32_t));
+    memset(t.cross0, 0, ((size_t)nsec + 2) * sizeof(int32_t));
+    for (uint32_t k = 0; k < nm; k++) {
+        t.bs[t.a[k] + 1]++;
+        t.be[t.e[k] + 1]++;
+        if (t.e[k] > t.a[k] + 1) {
+            t.cross0[t.a[k] + 1]++;
+            t.cross0[t.e[k]]--;
+        }
+    }
+    for (uint32_t x = 1; x <= nsec; x++)
+        t.cross0[x] += t.cross0[x - 1];
+    for (uint32_t x = 0; x < nsec; x++)
+        t.bs[x + 1] += t.bs[x];
+    for (uint32_t x = 0; x <= nsec; x++)
+        t.be[x + 1] += t.be[x];
+    for (uint32_t k = 0; k < nm; k++)
+        t.kv[k] = (rp_kv){((uint64_t)t.a[k] << 32) | t.e[k], t.sz[k], 0, k};
+    rp_sort_kv(t.kv, nm); /* classes together, each by index */
+    for (uint32_t k = 0; k < nm; k++) {
+        const rp_kv *p = k ? &t.kv[k - 1] : NULL;
+        t.cprev[t.kv[k].v] = p && p->k1 == t.kv[k].k1 && p->k2 == t.kv[k].k2 ? p->v : UINT32_MAX;
+    }
+    for (uint32_t k = 0; k < nm; k++)
+        t.kv[k] = (rp_kv){t.e[k], 0, 0, k};
+    rp_sort_kv(t.kv, nm); /* by end, for the right corners */
+    for (uint32_t k = 0; k < nm; k++)
+        t.byend[k] = t.kv[k].v;
     for (uint64_t run = 1; r == RP_ABORTED && !c.stopped; run++) {
         order_starts(&t, &rng, run > 1);
         r = tile_run(&t, &c, 4 * (uint64_t)nm * rp_luby(run));

@@ -706,6 +706,61 @@ static void test_perfect_packings_tile(void **state)
 }
 
 /*
+ * The same packings turned around a circle of period their width (as gen_instances.py
+ * cyclic does), arcs wrapping past its end, and larger ones on a line: at LB, proven (the
+ * tiling search cuts the circle where no arc crosses; greedy by size and the dives solve
+ * few of them). A circle with no such cut (every boundary crossed: the search does not
+ * apply) still gets a valid plan at its optimum.
+ */
+static void test_perfect_packings_turned(void **state)
+{
+    static om_rp_block b[320];
+    uint64_t off[320], seed = 4242;
+    om_rp_options opt = {0};
+    om_rp_result res;
+    char err[256] = "";
+    int tiled = 0;
+
+    (void)state;
+    opt.alloc = t_alloc;
+    opt.budget_ms = 60000;
+    opt.max_nodes = 4000000;
+    opt.err = err;
+    opt.errlen = sizeof(err);
+    for (int round = 0; round < 12; round++) {
+        int cyclic = round < 8;
+        uint64_t width = cyclic ? 80 : 400;
+        size_t n = guillotine(b, cyclic ? 60 + (size_t)round * 15 : 200 + (size_t)round * 10, width,
+                              1000, &seed);
+        uint64_t shift = cyclic ? 1 + t_rand(&seed) % (width - 1) : 0;
+
+        for (size_t k = 0; k < n; k++) {
+            uint64_t len = b[k].upper - b[k].lower;
+            b[k].lower = (b[k].lower + shift) % width;
+            b[k].upper = b[k].lower + len;
+        }
+        opt.period = cyclic ? width : 0;
+        assert_int_equal(om_rp_plan(b, n, &opt, off, &res), 0);
+        assert_int_equal(om_rp_check(b, n, opt.period, off, &t_alloc, err, sizeof(err)), 0);
+        assert_int_equal(res.lower_bound, 1000);
+        assert_int_equal(res.proven_bound, 1000);
+        if (res.peak != 1000)
+            fail_msg("round %d, %zu blocks: peak %llu after %llu steps (%s)", round, n,
+                     (unsigned long long)res.peak, (unsigned long long)res.nodes, res.stage);
+        tiled += strcmp(res.stage, "tile") == 0;
+    }
+    assert_true(tiled >= 6);
+    /* arcs of half the period, one from every section: 4 bytes live everywhere, no cut */
+    for (size_t k = 0; k < 8; k++)
+        b[k] = (om_rp_block){.id = k, .lower = k, .upper = k + 4, .size = 1};
+    opt.period = 8;
+    assert_int_equal(om_rp_plan(b, 8, &opt, off, &res), 0);
+    assert_int_equal(om_rp_check(b, 8, 8, off, &t_alloc, err, sizeof(err)), 0);
+    assert_int_equal(res.peak, 4);
+    assert_int_equal(t_live_bytes(), 0);
+}
+
+/*
  * Instances planned inside programs (OPTMEM_PLAN_DUMP, tests/replanner/data/README.md), with
  * the options preload/plan.c gives: the period, 1 ms inline, then the least budget of a
  * search on the optmem-plan thread. Never above greedy by size (unless the deadline cut it:
@@ -777,6 +832,7 @@ int main(void)
         cmocka_unit_test(test_dive_deadline),
         cmocka_unit_test(test_dives_above_bnb_size),
         cmocka_unit_test(test_perfect_packings_tile),
+        cmocka_unit_test(test_perfect_packings_turned),
         cmocka_unit_test(test_in_program_not_behind),
         cmocka_unit_test(test_first_plan_tiny_budget),
     };
