@@ -27,10 +27,18 @@ int om_pool_pages_init(struct om_pool *pool)
     return pool->freed ? 0 : -ENOMEM;
 }
 
+/* The ring of freed blocks empties: their pages went back with a wider release. */
+static void forget_freed(struct om_pool *pool)
+{
+    pool->nfreed = 0;
+    pool->freed_head_len = 0;
+    pool->idle_due = 0;
+}
+
 void om_pool_release_free(struct om_pool *pool, size_t from, size_t to)
 {
     pool->stats.released_bytes += om_arena_release_free(&pool->arena, from, to);
-    pool->nfreed = 0;
+    forget_freed(pool);
 }
 
 void om_pool_release_free_later(struct om_pool *pool, size_t from, size_t to)
@@ -39,7 +47,7 @@ void om_pool_release_free_later(struct om_pool *pool, size_t from, size_t to)
         om_pool_release_free(pool, from, to);
         return;
     }
-    pool->nfreed = 0;
+    forget_freed(pool);
     if (pool->release_next) { /* one under way: the union of both */
         from = from < pool->release_next - 1 ? from : pool->release_next - 1;
         to = to > pool->release_to ? to : pool->release_to;
@@ -61,27 +69,45 @@ void om_pool_release_free_later(struct om_pool *pool, size_t from, size_t to)
  * fault, so a device arena keeps its pages until a plan trims them or the device is full. */
 void om_pool_release_idle(struct om_pool *pool)
 {
-    size_t released = 0, unbacked = pool->arena.unbacked.bytes;
+    struct om_arena *a = &pool->arena;
+    size_t released = 0, unbacked = a->unbacked.bytes, budget = OM_RELEASE_SLICE;
     /* Unbacked bytes fell with nothing else released since: taken again. */
-    if (pool->arena.released == pool->idle_released && unbacked < pool->idle_unbacked) {
+    if (a->released == pool->idle_released && unbacked < pool->idle_unbacked) {
         size_t again = pool->idle_unbacked - unbacked;
         again = again < pool->idle_small ? again : pool->idle_small;
         pool->idle_slack += again;
         pool->idle_small -= again;
     }
-    size_t share = pool->arena.peak_used / RESIDENT_SLACK;
-    size_t limit = pool->arena.peak_used + (share > pool->idle_slack ? share : pool->idle_slack);
-    while (pool->nfreed && om_arena_resident(&pool->arena) > limit) {
-        struct om_extent e = pool->freed[pool->freed_head];
-        pool->freed_head = (pool->freed_head + 1) % FREED_RANGES;
-        pool->nfreed--;
-        size_t r = om_arena_release_range(&pool->arena, e.off, e.len);
+    size_t share = a->peak_used / RESIDENT_SLACK;
+    size_t limit = a->peak_used + (share > pool->idle_slack ? share : pool->idle_slack);
+    pool->idle_due = 0;
+    while (pool->nfreed && om_arena_resident(a) > limit) {
+        if (!budget) { /* the rest in the next calls: one hole can be a hundred MiB */
+            pool->idle_due = 1;
+            break;
+        }
+        struct om_extent *e = &pool->freed[pool->freed_head];
+        size_t whole = pool->freed_head_len ? pool->freed_head_len : e->len;
+        size_t from = e->off & ~(a->page - 1);
+        size_t end = (e->off + e->len + a->page - 1) & ~(a->page - 1);
+        size_t to = end - from > budget ? from + budget : end;
+        size_t r = om_arena_release_free(a, from, to);
+        budget -= to - from;
         released += r;
-        if (e.len < pool->arena.peak_used / LARGE_HOLE)
+        if (whole < a->peak_used / LARGE_HOLE)
             pool->idle_small += r;
+        if (to < end) { /* the hole's rest stays at the head, still counted by its whole size */
+            pool->freed_head_len = whole;
+            e->len = e->off + e->len - to;
+            e->off = to;
+        } else {
+            pool->freed_head = (pool->freed_head + 1) % FREED_RANGES;
+            pool->freed_head_len = 0;
+            pool->nfreed--;
+        }
     }
-    pool->idle_unbacked = pool->arena.unbacked.bytes;
-    pool->idle_released = pool->arena.released;
+    pool->idle_unbacked = a->unbacked.bytes;
+    pool->idle_released = a->released;
     pool->stats.released_bytes += released;
 }
 
@@ -93,6 +119,7 @@ static void remember_freed(struct om_pool *pool, size_t off, size_t len)
         return;
     if (pool->nfreed == FREED_RANGES) {
         pool->freed_head = (pool->freed_head + 1) % FREED_RANGES;
+        pool->freed_head_len = 0;
         pool->nfreed--;
     }
     pool->freed[(pool->freed_head + pool->nfreed++) % FREED_RANGES] = (struct om_extent){off, len};
@@ -303,4 +330,14 @@ void om_pool_release_block(struct om_pool *pool, size_t off, size_t len, int mov
         pool->stats.moved_bytes +=
             om_arena_move_into(&pool->arena, from, to, &pool->covered, &pool->moves_left, NULL);
     om_pool_release_uncovered(pool, from, to);
+}
+
+void om_pool_page_work(struct om_pool *pool)
+{
+    if (pool->layout_next)
+        om_pool_lay_out_slice(pool);
+    if (pool->release_next)
+        om_pool_release_slice(pool);
+    if (pool->idle_due && pool->phase != SERVE)
+        om_pool_release_idle(pool);
 }

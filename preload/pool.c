@@ -214,7 +214,7 @@ void *om_pool_alloc(struct om_pool *pool, size_t size, size_t alignment, int zer
     if (place(pool, len, alignment, stream, token, cycle_thread, main_thread, &off, &flags) != 0)
         goto fail;
     if (pool->phase != SERVE && pool->host && om_arena_resident(&pool->arena) > resident)
-        om_pool_release_idle(pool);
+        pool->idle_due = 1; /* om_pool_page_work, below */
     struct om_block b = {off, len, size, 0, generation, 0, flags};
     /* A saved plan needs the run's main-thread requests from the start until a plan has
      * held (a plan for a wrong period may serve an iteration or two before it misses):
@@ -239,10 +239,7 @@ void *om_pool_alloc(struct om_pool *pool, size_t size, size_t alignment, int zer
     if (cycle_thread)
         om_pool_after_cycle_request(pool, om_blockmap_get(&pool->blocks, off), token, alignment,
                                     &info);
-    if (pool->layout_next)
-        om_pool_lay_out_slice(pool);
-    if (pool->release_next)
-        om_pool_release_slice(pool);
+    om_pool_page_work(pool);
     pthread_mutex_unlock(&pool->lock);
     return p;
 fail:
@@ -323,10 +320,7 @@ void om_pool_free(struct om_pool *pool, void *p, uintptr_t stream)
     }
     om_arena_give(&pool->arena, gone.off, gone.len);
     om_pool_pages_freed(pool, &gone);
-    if (pool->layout_next)
-        om_pool_lay_out_slice(pool);
-    if (pool->release_next)
-        om_pool_release_slice(pool);
+    om_pool_page_work(pool);
     if (pool->redzone && om_arena_check(&pool->arena) != 0) {
         pool->stats.verify_violations++;
         om_warn("verify: the arena's free extents are inconsistent");

@@ -114,6 +114,8 @@ struct om_pool {
     /* Before a plan: a ring of freed blocks whose pages may still be resident. */
     struct om_extent *freed;
     size_t freed_head, nfreed;
+    size_t freed_head_len; /* the head's length when freed, once part of it went back; else 0 */
+    int idle_due;          /* idle pages are to go back (om_pool_release_idle) */
     /* Idle bytes kept resident above the peak: grows by the bytes of small holes given back
      * and taken again (idle_small: given back and not yet counted so). The arena's unbacked
      * and released bytes after the last such release: where nothing else was released
@@ -305,7 +307,8 @@ void om_pool_release_slice(struct om_pool *pool);
 
 /* Before a plan (host only), after a request that made pages resident: the holes freed
  * longest ago give their pages back while the resident pages exceed the peak of live bytes
- * by more than a small share. */
+ * by more than a small share, at most OM_RELEASE_SLICE bytes of them a call (idle_due says
+ * that more are to go). */
 void om_pool_release_idle(struct om_pool *pool);
 
 /* A block freed at once, back in the arena: what becomes of its pages. */
@@ -333,6 +336,10 @@ void om_pool_release_uncovered(struct om_pool *pool, size_t from, size_t to);
  * iteration covers go back; with move, those that can first move onto the slots' pages that
  * are not resident, while moves are left. */
 void om_pool_release_block(struct om_pool *pool, size_t off, size_t len, int move);
+
+/* The page work under way, a bounded slice of each: the layout's, a dropped plan's release,
+ * the idle holes'. Called once by every call into the pool. */
+void om_pool_page_work(struct om_pool *pool);
 
 /* The plan installed is to be laid over the arena's pages: the free pages no slot covers
  * move onto those slots' pages that are not resident, or go back, and so does the free tail.

@@ -214,12 +214,10 @@ static struct py_rec *recs;
 static struct py_rec **by_id; /* append-only; old copies are kept for readers */
 static uint32_t nrecs, caprecs;
 
-/* Under py_lock. OM_PY_NONE when out of memory. */
+/* Under py_lock, file and function interned. OM_PY_NONE when out of memory. */
 static uint32_t intern_frame(const char *file, const char *function, uint32_t line)
 {
-    struct py_key key = {om_text_intern(&strs, file), om_text_intern(&strs, function), line};
-    if (!key.file || !key.function)
-        return OM_PY_NONE;
+    struct py_key key = {file, function, line};
     struct py_rec *r = NULL;
     HASH_FIND(hh, recs, &key, sizeof key, r);
     if (r)
@@ -317,25 +315,15 @@ static void decode(const unsigned char *chars, unsigned kind, size_t length, cha
     out[o] = '\0';
 }
 
-/* The location table's bytes, read through a small window. */
+/* A code object's location table, copied. */
 struct table {
-    uintptr_t data;
-    size_t size, pos, base, have;
-    unsigned char buf[1024];
+    const unsigned char *bytes;
+    size_t size, pos;
 };
 
 static int next_byte(struct table *t)
 {
-    if (t->pos >= t->size)
-        return -1;
-    if (t->pos >= t->base + t->have) {
-        size_t n = t->size - t->pos < sizeof t->buf ? t->size - t->pos : sizeof t->buf;
-        if (safe_read(t->buf, t->data + t->pos, n) != 0)
-            return -1;
-        t->base = t->pos;
-        t->have = n;
-    }
-    return t->buf[t->pos++ - t->base];
+    return t->pos < t->size ? t->bytes[t->pos++] : -1;
 }
 
 /* A varint of the location table: 6 bits a byte, bit 6 says another follows. */
@@ -385,18 +373,97 @@ static uint32_t line_of(struct table *t, int32_t first, int32_t instr)
     return 0;
 }
 
-/* The frame id of code at instr (and the code's stamp), OM_PY_SKIP for a frame that has
- * not started (before its first traceable instruction), OM_PY_NONE when code is not a
- * readable code object. Three reads: the code object; the headers of its file name, name
- * and location table; their characters and bytes. */
-static uint32_t resolve(const struct py_layout *L, uintptr_t code, int32_t instr, uintptr_t *stamp)
+/* ---- code objects, each read once ---- */
+
+/* What resolving a code object at any instruction needs: its file and function, interned,
+ * its first line and first traceable instruction, its whole location table, copied. All of
+ * it is immutable for the code object's life, so that each new instruction of a code object
+ * already read is resolved without a system call, where each took three. Immutable once
+ * published; the stamp (the location table's address) tells another code object at a freed
+ * one's address. */
+struct code_rec {
+    uintptr_t code, stamp;
+    const char *file, *function;
+    int32_t first_line, first_traceable;
+    size_t table_size; /* 0: lines unknown */
+    size_t bytes;      /* the record's own size */
+    unsigned char table[];
+};
+
+#define CODE_SLOTS (1u << 14)
+#define CODE_PROBES 8
+static struct code_rec **codes; /* open addressing by code address; slots set once */
+static uint32_t codes_used;
+
+static uint32_t code_hash(uintptr_t code)
+{
+    return (uint32_t)((((uint64_t)code >> 4) * 0x9e3779b97f4a7c15ull) >> 50) & (CODE_SLOTS - 1);
+}
+
+/* The record of the code object at code, NULL when there is none. Its stamp is read only
+ * once a record of that address is found, in place where the caller may (as in cache_find:
+ * an address that held a code object when it was read, in a frame of the live chain), and
+ * is returned in *stamp. */
+static const struct code_rec *code_find(uintptr_t code, uintptr_t stamp_at, int in_place,
+                                        uintptr_t *stamp)
+{
+    struct code_rec **tab = __atomic_load_n(&codes, __ATOMIC_ACQUIRE);
+    if (!tab)
+        return NULL;
+    uint32_t h = code_hash(code);
+    int have = 0;
+    for (uint32_t i = 0; i < CODE_PROBES; i++) {
+        const struct code_rec *c =
+            __atomic_load_n(&tab[(h + i) & (CODE_SLOTS - 1)], __ATOMIC_ACQUIRE);
+        if (!c)
+            return NULL;
+        if (c->code != code)
+            continue;
+        if (!have) {
+            if (in_place)
+                *stamp = *(const uintptr_t *)stamp_at;
+            else if (safe_read(stamp, stamp_at, sizeof *stamp) != 0)
+                return NULL;
+            have = 1;
+        }
+        if (c->stamp == *stamp)
+            return c;
+    }
+    return NULL;
+}
+
+/* Under py_lock: c is kept where a probe finds it, unless the table is full (then it is
+ * only used by the walk that read it, and read again next time). 0 when kept. */
+static int code_add(struct code_rec *c)
+{
+    if (!codes)
+        __atomic_store_n(&codes, om_sys_alloc(CODE_SLOTS * sizeof *codes), __ATOMIC_RELEASE);
+    if (!codes || codes_used >= CODE_SLOTS / 2)
+        return -1;
+    uint32_t h = code_hash(c->code);
+    for (uint32_t i = 0; i < CODE_PROBES; i++) {
+        struct code_rec **slot = &codes[(h + i) & (CODE_SLOTS - 1)];
+        if (*slot && (*slot)->code == c->code && (*slot)->stamp == c->stamp)
+            return -1; /* another thread read it too */
+        if (*slot)
+            continue;
+        __atomic_store_n(slot, c, __ATOMIC_RELEASE);
+        codes_used++;
+        return 0;
+    }
+    return -1;
+}
+
+/* Reads the code object at code: its record (kept in the table, or to be freed by the
+ * caller when *kept is 0), NULL when code is not a readable code object or memory ran out.
+ * Three reads: the code object; the headers of its file name, name and location table;
+ * their characters and bytes. */
+static const struct code_rec *read_code(const struct py_layout *L, uintptr_t code, int *kept)
 {
     unsigned char head[CODE_HEADER];
+    *kept = 0;
     if (safe_read(head, code, (size_t)L->co_code) != 0 || word(head, OB_TYPE) != code_type)
-        return OM_PY_NONE;
-    *stamp = word(head, L->co_linetable);
-    if (instr < int32_at(head, L->co_firsttraceable))
-        return OM_PY_SKIP;
+        return NULL;
     uintptr_t obj[3] = {word(head, L->co_filename), word(head, L->co_name),
                         word(head, L->co_linetable)};
     unsigned char heads[3][64] = {{0}};
@@ -409,9 +476,8 @@ static uint32_t resolve(const struct py_layout *L, uintptr_t code, int32_t instr
     char text[2][1024];
     strcpy(text[0], "?");
     strcpy(text[1], "?");
-    struct table t = {.data = obj[2] + BYTES_DATA};
     unsigned kind[2] = {1, 1};
-    size_t length[2] = {0, 0}, at[2] = {0, 0};
+    size_t length[2] = {0, 0}, at[2] = {0, 0}, table_size = 0;
     int strs_ok = 0, table_ok = 0;
     if (safe_readv(local, remote, 3) == 0) {
         strs_ok = str_shape(L, heads[0], &kind[0], &length[0], &at[0]) == 0 &&
@@ -419,26 +485,74 @@ static uint32_t resolve(const struct py_layout *L, uintptr_t code, int32_t instr
         table_ok = word(heads[2], OB_TYPE) == bytes_type && word(heads[2], VAR_SIZE) < (1u << 24);
     }
     if (table_ok)
-        t.size = word(heads[2], VAR_SIZE);
+        table_size = word(heads[2], VAR_SIZE);
+    size_t bytes = sizeof(struct code_rec) + table_size;
+    struct code_rec *c = om_sys_alloc(bytes);
+    if (!c)
+        return NULL;
+    c->bytes = bytes;
     unsigned char chars[2][255 * 4] = {{0}};
     for (int k = 0; k < 2; k++) {
         size_t n = strs_ok ? length[k] * kind[k] : 0;
         local[k] = (struct iovec){chars[k], n};
         remote[k] = (struct iovec){(void *)(obj[k] + at[k]), n};
     }
-    t.have = t.size < sizeof t.buf ? t.size : sizeof t.buf;
-    local[2] = (struct iovec){t.buf, t.have};
-    remote[2] = (struct iovec){(void *)t.data, t.have};
+    local[2] = (struct iovec){c->table, table_size};
+    remote[2] = (struct iovec){(void *)(obj[2] + BYTES_DATA), table_size};
     if ((strs_ok || table_ok) && safe_readv(local, remote, 3) == 0) {
         for (int k = 0; k < 2 && strs_ok; k++)
             decode(chars[k], kind[k], length[k], text[k], sizeof text[k]);
     } else {
-        t.size = t.have = 0; /* no line */
+        table_size = 0; /* no line */
     }
-    uint32_t line = line_of(&t, int32_at(head, L->co_firstlineno), instr);
+    c->code = code;
+    c->stamp = obj[2];
+    c->first_line = int32_at(head, L->co_firstlineno);
+    c->first_traceable = int32_at(head, L->co_firsttraceable);
+    c->table_size = table_size;
     pthread_mutex_lock(&py_lock);
-    uint32_t id = intern_frame(text[0], text[1], line);
+    c->file = om_text_intern(&strs, text[0]);
+    c->function = om_text_intern(&strs, text[1]);
+    *kept = c->file && c->function && code_add(c) == 0;
     pthread_mutex_unlock(&py_lock);
+    if (!c->file || !c->function) {
+        om_sys_free(c, c->bytes);
+        return NULL;
+    }
+    return c;
+}
+
+/* The frame id of the code object c at instr, OM_PY_SKIP for a frame that has not started
+ * (before its first traceable instruction), OM_PY_NONE when out of memory. */
+static uint32_t code_frame(const struct code_rec *c, int32_t instr)
+{
+    if (instr < c->first_traceable)
+        return OM_PY_SKIP;
+    struct table t = {c->table, c->table_size, 0};
+    uint32_t line = line_of(&t, c->first_line, instr);
+    pthread_mutex_lock(&py_lock);
+    uint32_t id = intern_frame(c->file, c->function, line);
+    pthread_mutex_unlock(&py_lock);
+    return id;
+}
+
+/* The frame id of code at instr (and the code's stamp), from its record, read first where
+ * there is none; OM_PY_NONE when code is not a readable code object. The stamp is read in
+ * place only where the caller may (see cache_find). */
+static uint32_t resolve(const struct py_layout *L, uintptr_t code, int32_t instr, int in_place,
+                        uintptr_t *stamp)
+{
+    const struct code_rec *c = code_find(code, code + (uintptr_t)L->co_linetable, in_place, stamp);
+    if (c)
+        return code_frame(c, instr);
+    int kept;
+    c = read_code(L, code, &kept);
+    if (!c)
+        return OM_PY_NONE;
+    *stamp = c->stamp;
+    uint32_t id = code_frame(c, instr);
+    if (!kept)
+        om_sys_free((void *)c, c->bytes);
     return id;
 }
 
@@ -734,7 +848,7 @@ static unsigned walk(uint32_t *out, unsigned cap)
         }
         if (id == OM_PY_NONE) {
             uintptr_t stamp;
-            id = resolve(L, code, instr, &stamp);
+            id = resolve(L, code, instr, fast && f != copy, &stamp);
             if (id == OM_PY_NONE) {
                 early = 1;
                 break;

@@ -1,7 +1,7 @@
 /* Unit tests of plan mode's pool through its module interface (pool.h): best fit while
- * learning, a plan served from slots, fallbacks, the guard, replans, kept plans, frees of
- * unknown pointers, calloc, alignment, OPTMEM_PLAN_DUMP and the optmem-plan thread, with no
- * two live blocks ever overlapping. */
+ * learning, a plan served from slots, fallbacks, the guard, replans, kept plans, idle pages
+ * given back in slices before a plan, frees of unknown pointers, calloc, alignment,
+ * OPTMEM_PLAN_DUMP and the optmem-plan thread, with no two live blocks ever overlapping. */
 #include <dirent.h>
 #include <errno.h>
 #include <sched.h>
@@ -496,6 +496,32 @@ static void test_phase_comes_back(void **state)
 }
 
 /* (f) Frees of pointers that are no block are counted and ignored; usable_size says 0. */
+/* Before a plan, an idle hole's pages go back a slice a call (2 MiB, OM_RELEASE_SLICE in
+ * pool_internal.h) where the resident pages exceed the peak of live bytes, and every later
+ * call into the pool goes on with it until they no longer do. */
+static void test_idle_release_in_slices(void **state)
+{
+    const size_t slice = 2 * MIB, hole = 64 * MIB;
+    void *a = take(1, hole, 0, 0), *pin = take(3, 4 * KIB, 0, 0); /* a hole, not the top */
+    give(a);                                                      /* dirtied: resident */
+    assert_int_equal(stats().released_bytes, 0);
+    /* Above the hole: the arena holds 64 MiB idle beside the 80 MiB live. */
+    void *b = take(2, 80 * MIB, 0, 0);
+    assert_true(offset_of(b) >= hole);
+    assert_int_equal(stats().released_bytes, slice);
+    size_t before = slice;
+    for (unsigned i = 0; i < hole / slice + 4; i++) {
+        give(take(100 + i, 4 * KIB, 0, 0)); /* two calls, each a slice at most */
+        size_t now = stats().released_bytes;
+        assert_true(now - before <= 2 * slice);
+        before = now;
+    }
+    /* The whole hole went back (the small blocks reused its first, released page). */
+    assert_true(before >= hole - 4 * KIB && before <= hole);
+    give(b);
+    give(pin);
+}
+
 static void test_unknown_pointers(void **state)
 {
     unsigned char *a = take(1, 64 * KIB, 0, 0);
@@ -719,6 +745,7 @@ int main(void)
         cmocka_unit_test_setup(test_guard_turns_away_taken_slot, setup_inline),
         cmocka_unit_test_setup(test_drift_drops_plan, setup_inline),
         cmocka_unit_test_setup(test_phase_comes_back, setup_inline),
+        cmocka_unit_test_setup(test_idle_release_in_slices, setup_inline),
         cmocka_unit_test_setup(test_unknown_pointers, setup_inline),
         cmocka_unit_test_setup(test_calloc_in_reused_slot, setup_inline),
         cmocka_unit_test_setup(test_alignment, setup_inline),
