@@ -68,31 +68,31 @@ static int same_plan(const struct om_plan *a, const struct om_plan *b)
 }
 
 /* The entry a plan goes to: its own (a plan dropped again, or made again alike), an empty
- * one, or the one that served longest ago. */
-static struct om_kept_plan *entry_for(struct om_pool *pool)
+ * one, or the one that served longest ago (not the one serving now). */
+static struct om_kept_plan *entry_for(struct om_pool *pool, const struct om_plan *plan)
 {
-    struct om_kept_plan *oldest = &pool->kept[0];
+    struct om_kept_plan *oldest = NULL;
     for (unsigned i = 0; i < KEPT_PLANS; i++) {
         struct om_kept_plan *k = &pool->kept[i];
-        if (k->plan.period && same_plan(&pool->plan, &k->plan))
+        if (k->plan.period && same_plan(plan, &k->plan))
             return k;
     }
     for (unsigned i = 0; i < KEPT_PLANS; i++) {
         struct om_kept_plan *k = &pool->kept[i];
         if (!k->plan.period)
             return k;
-        if (k->last_served < oldest->last_served)
+        if (pool->kept_from != i + 1 && (!oldest || k->last_served < oldest->last_served))
             oldest = k;
     }
     forget(oldest);
     return oldest;
 }
 
-void om_pool_keep_plan(struct om_pool *pool)
+void om_pool_keep_plan(struct om_pool *pool, const struct om_plan *plan, int unserved)
 {
-    struct om_kept_plan *k = entry_for(pool);
+    struct om_kept_plan *k = entry_for(pool, plan);
     int same = k->plan.period != 0; /* its slots and index are those of the plan already */
-    if (om_plan_copy(&k->plan, &pool->plan) != 0 ||
+    if (om_plan_copy(&k->plan, plan) != 0 ||
         ((!same || !k->plan.index.cap) &&
          om_slot_index_build(&k->plan.index, k->plan.slots, k->plan.period) != 0)) {
         forget(k);
@@ -100,6 +100,30 @@ void om_pool_keep_plan(struct om_pool *pool)
     }
     k->last_served = ++pool->kept_clock;
     k->cursor = k->matched = 0;
+    k->unserved = unserved;
+}
+
+/* Where a plan's slots begin (a slot without a token has no offset). */
+static size_t plan_start(const struct om_plan *plan)
+{
+    size_t start = plan->end;
+    for (uint64_t s = 0; s < plan->period; s++)
+        if (plan->slots[s].token && plan->slots[s].offset < start)
+            start = plan->slots[s].offset;
+    return start;
+}
+
+size_t om_pool_kept_clash(const struct om_pool *pool, size_t off, size_t len, int all)
+{
+    size_t above = 0;
+    for (unsigned i = 0; i < KEPT_PLANS; i++) {
+        const struct om_kept_plan *k = &pool->kept[i];
+        if (!k->plan.period || (!all && !k->unserved))
+            continue;
+        if (off < k->plan.end && plan_start(&k->plan) - off < len && k->plan.end > above)
+            above = k->plan.end;
+    }
+    return above;
 }
 
 void om_pool_forget_kept(struct om_pool *pool)

@@ -12,13 +12,13 @@
 
 void om_pool_learn(struct om_pool *pool)
 {
-    om_pool_plan_abandon(pool);
+    if (!pool->job_detached) /* a detached search's plan is kept when it ends */
+        om_pool_plan_abandon(pool);
     pool->phase = LEARN;
     pool->generation++;
     pool->period = 0;
     pool->steady_from = UINT64_MAX;
     pool->plan_at = 0;
-    pool->next.unrolled = 0;
     pool->stale_iterations = pool->iteration_unknown = 0;
 }
 
@@ -35,6 +35,7 @@ static void start_recording(struct om_pool *pool, const struct om_block *b, uint
     pool->phase = RECORD;
     pool->generation++;
     pool->next.nrecords = 0;
+    pool->next.unrolled = 0;
     pool->cursor = 0;
 }
 
@@ -72,10 +73,11 @@ void om_pool_leave_plan(struct om_pool *pool, int keep)
     if (keep && pool->served_iterations < STEADY_ITERATIONS && !pool->kept_from)
         remember_failed_period(pool, &pool->plan);
     /* One served iteration shows the plan right for a phase, which may come back (an
-     * evaluation phase of a few steps, planned in its last ones). One that served none does
-     * not come back (it was a part of a step, or another run's). */
-    if (keep && pool->served_iterations)
-        om_pool_keep_plan(pool);
+     * evaluation phase of a few steps, planned in its last ones), and so does one followed
+     * while it was searched (taken at the last boundary of its phase). One that did neither
+     * does not come back (it was a part of a step, or another run's). */
+    if (keep && (pool->served_iterations || pool->plan_followed))
+        om_pool_keep_plan(pool, &pool->plan, !pool->served_iterations);
     else if (keep)
         om_pool_forget_kept(pool);
     pool->kept_from = 0;
@@ -145,24 +147,35 @@ static void plan_failed(struct om_pool *pool, int rc)
     om_pool_learn(pool);
 }
 
+/* While the search runs, the requests are followed on the iteration searched: its tokens in
+ * next's slots (place_arcs sets them again with the offsets), indexed. */
+static int follow_start(struct om_pool *pool)
+{
+    struct om_plan *next = &pool->next;
+    for (uint64_t r = 0; r < next->period; r++)
+        next->slots[r] = (struct om_slot){next->records[r].token, 0, next->records[r].len,
+                                          next->records[r].alignment};
+    return om_slot_index_build(&next->index, next->slots, next->period);
+}
+
 /* Plans the iteration in next; serving goes on at the slot of the next request. The
  * search runs on the optmem-plan thread where it can (the host's pool, unless
  * OPTMEM_PLAN_THREAD=0), best fit serving meanwhile: its plan serves from the next iteration
- * boundary after it ends (the request whose slot is cursor, a multiple of period requests
- * on). Even a search that meets its lower bound at once held the request that reached the
- * quiet point for a millisecond and more with its setup and its faults; on the thread the
- * request only copies the arcs. Where a plan may be packed around live blocks (a device,
+ * boundary after it ends (the request whose slot is cursor) where the program still follows
+ * the iteration (await_plan). Even a search that meets its lower bound at once held the request
+ * that reached the quiet point for a millisecond and more with its setup and its faults; on the
+ * thread the request only copies the arcs. Where a plan may be packed around live blocks (a device,
  * huge pages) the search needs the arena as it is, and stays inline. */
 static void plan_now(struct om_pool *pool, uint64_t cursor)
 {
     pool->next.period = pool->period;
     int rc = -EAGAIN;
-    if (om_cfg.plan_thread != 0) {
+    if (om_cfg.plan_thread != 0 && follow_start(pool) == 0) {
         rc = om_pool_plan_start(pool);
         if (rc == 0) {
             pool->phase = PLAN;
-            pool->cursor = cursor;
-            pool->plan_wait = 0;
+            pool->cursor = pool->follow_cursor = cursor;
+            pool->follow_requests = pool->follow_misses = pool->followed = 0;
             return;
         }
     }
@@ -174,25 +187,87 @@ static void plan_now(struct om_pool *pool, uint64_t cursor)
         plan_failed(pool, rc);
 }
 
-/* A request while the search runs: at each iteration boundary, its plan serves if it is
- * done (a program that changed meanwhile misses it, and is learnt again as from any plan). */
-static void await_plan(struct om_pool *pool)
+/* The search's plan, for a phase the program left, is kept for when the phase comes back. */
+static void keep_found(struct om_pool *pool)
 {
-    if (++pool->plan_wait % pool->next.period != 0)
+    if (om_pool_plan_take(pool, 1) != 0)
         return;
-    int rc = om_pool_plan_take(pool);
-    if (rc == -EINPROGRESS)
+    pool->stats.plans++;
+    om_pool_keep_plan(pool, &pool->next, 1);
+    om_debug("plan: the program left the %llu-request iteration while its plan was searched: "
+             "the plan is kept for when the iteration comes back",
+             (unsigned long long)pool->next.period);
+}
+
+/* The program's requests stopped following the iteration searched: its phase is over, and
+ * the new one is learnt. Where the program followed the iteration over a window first, the
+ * plan is right for that phase, which may come back (training after evaluation): it is kept
+ * when the search ends, whenever that is, never installed in a phase it was not made for.
+ * So what the program ends up with does not depend on how long the search took. */
+static void leave_search(struct om_pool *pool)
+{
+    om_debug("%llu misses in %llu requests of the %llu-request iteration searched: learning "
+             "again",
+             (unsigned long long)pool->follow_misses, (unsigned long long)pool->follow_requests,
+             (unsigned long long)pool->next.period);
+    pool->stats.replans++;
+    if (!pool->followed) { /* as a plan that missed at once */
+        remember_failed_period(pool, &pool->next);
+        om_pool_plan_abandon(pool);
+    } else if (om_pool_plan_done(pool)) {
+        keep_found(pool);
+    } else {
+        pool->job_detached = 1;
+    }
+    om_pool_learn(pool);
+}
+
+/* A request while the search runs, followed on the iteration searched as a serving plan's
+ * cursor follows it (a request of a token with no slot moves it on), its misses judged as a
+ * serving plan's are: at the end of an iteration (the cursor wraps, or goes back), over a
+ * period's requests at least. The plan serves from the first iteration boundary (the slot
+ * after the quiet point, reached or passed) after the search ended, where the requests since
+ * the last judgement still follow the iteration. */
+static void await_plan(struct om_pool *pool, uint64_t token)
+{
+    const struct om_plan *next = &pool->next;
+    uint64_t p = next->period, c = pool->follow_cursor, s = c;
+    if (next->slots[c].token != token) {
+        s = om_slot_index_find(&next->index, next->slots, token, c);
+        pool->follow_misses++;
+    }
+    int anew = s != UINT64_MAX && s < c;
+    if (s == UINT64_MAX)
+        s = c;
+    pool->follow_cursor = s + 1 < p ? s + 1 : 0;
+    uint64_t to_boundary = (pool->cursor + p - c) % p;
+    int boundary = to_boundary >= 1 && to_boundary <= (s + p - c) % p + 1;
+    if (++pool->follow_requests >= p && (anew || s + 1 >= p)) {
+        if (om_misses_too_many(pool->follow_misses, pool->follow_requests)) {
+            leave_search(pool);
+            return;
+        }
+        pool->followed++;
+        pool->follow_requests = pool->follow_misses = 0;
+    }
+    if (!boundary || om_misses_too_many(pool->follow_misses, pool->follow_requests) ||
+        !om_pool_plan_done(pool))
         return;
+    int rc = om_pool_plan_take(pool, 0);
     if (rc == 0)
-        rc = om_pool_install(pool, &pool->next, pool->cursor, OM_PLAN_FRESH);
+        rc = om_pool_install(pool, &pool->next, pool->follow_cursor, OM_PLAN_FRESH);
     if (rc != 0)
         plan_failed(pool, rc);
+    else
+        pool->plan_followed = pool->followed != 0;
 }
 
 void om_pool_serve(struct om_pool *pool, uint64_t cursor)
 {
-    om_pool_plan_abandon(pool);
+    if (!pool->job_detached)
+        om_pool_plan_abandon(pool);
     pool->phase = SERVE;
+    pool->plan_followed = 0;
     pool->cursor = cursor;
     pool->iteration_misses = pool->window_requests = pool->served_iterations = 0;
     pool->window_turned_away = 0;
@@ -222,6 +297,7 @@ int om_pool_install(struct om_pool *pool, struct om_plan *plan, uint64_t cursor,
     pool->stats.plan_greedy_bytes = p->greedy;
     pool->stats.plan_proven_bound_bytes = p->proven_bound;
     pool->stats.plan_time_us = p->time_us;
+    pool->stats.plan_on_thread = p->on_thread;
     pool->stats.plan_slots = p->nslots;
     pool->stats.plans += origin == OM_PLAN_FRESH;
     pool->stats.reused_plans += origin == OM_PLAN_KEPT;
@@ -229,6 +305,8 @@ int om_pool_install(struct om_pool *pool, struct om_plan *plan, uint64_t cursor,
     /* The kept plan serving now, so that its match is not followed while it serves. */
     pool->kept_from =
         origin == OM_PLAN_KEPT ? (unsigned)((struct om_kept_plan *)plan - pool->kept) + 1 : 0;
+    if (pool->kept_from) /* its blocks are laid among the live ones from now on */
+        pool->kept[pool->kept_from - 1].unserved = 0;
     om_pool_serve(pool, cursor);
     pool->release_next = 0;      /* the layout gives back what the slots do not cover */
     if (origin != OM_PLAN_SAVED) /* a saved plan serves from the start: no page is there */
@@ -388,6 +466,8 @@ static void learn_request(struct om_pool *pool, struct om_block *b, uint64_t now
     uint64_t from = info->periodic > now ? 0 : now + 1 - info->periodic;
     if (from < pool->steady_from)
         pool->steady_from = from;
+    if (pool->job) /* next holds a detached search's iteration until its plan is kept */
+        return;
     if (2 * p > RING) { /* recorded as it comes, from the next iteration start */
         if (info->iteration_start)
             start_recording(pool, b, info->ns);
@@ -417,6 +497,7 @@ static void learn_request(struct om_pool *pool, struct om_block *b, uint64_t now
     uint32_t log = pool->ring[first % RING].log;
     pool->next.log_cycle_start = log ? log - 1 : UINT64_MAX;
     pool->next.evidence = info->periodic;
+    pool->next.unrolled = 0;
     unroll_twice(pool);
     plan_now(pool, (back + 1) % pool->period);
 }
@@ -426,6 +507,8 @@ void om_pool_after_cycle_request(struct om_pool *pool, struct om_block *b, uint6
 {
     pool->tracer_period = info->period;
     pool->tracer_evidence = info->periodic;
+    if (pool->job_detached && om_pool_plan_done(pool))
+        keep_found(pool);
     uint64_t now = pool->learnt;
     if (pool->phase == LEARN || pool->phase == SERVE || pool->phase == PLAN)
         now = ring_put(pool, b, token, alignment, info);
@@ -434,7 +517,7 @@ void om_pool_after_cycle_request(struct om_pool *pool, struct om_block *b, uint6
     if (pool->phase == PROLOGUE)
         return;
     if (pool->phase == PLAN) {
-        await_plan(pool);
+        await_plan(pool, token);
         return;
     }
     if (pool->phase == SERVE) {

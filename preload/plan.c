@@ -136,14 +136,18 @@ static void place_plan(const struct om_pool *pool, om_rp_block *in, size_t narcs
     for (size_t i = 0; i < narcs; i++)
         if (in[i].align > max_align)
             max_align = in[i].align;
+    /* A plan kept unserved (searched for a phase the program left) holds its region: that
+     * phase's blocks that outlive it (gradients, live through evaluation) will lie there. */
     for (size_t i = 0; i < nholes; i++) {
         size_t base = align_to(h[i].off, max_align);
-        if (base < h[i].off + h[i].len && h[i].off + h[i].len - base >= pl->peak) {
+        if (base < h[i].off + h[i].len && h[i].off + h[i].len - base >= pl->peak &&
+            !om_pool_kept_clash(pool, base, pl->peak, 0)) {
             pl->base = base;
             return;
         }
     }
-    pl->base = align_to(end, max_align);
+    size_t kept_end = om_pool_kept_clash(pool, 0, SIZE_MAX, 0);
+    pl->base = align_to(end > kept_end ? end : kept_end, max_align);
     if (om_pool_pages_move(pool) || !spare) /* onto the plan, wherever it lies */
         return;
     size_t free_above = 0;
@@ -202,18 +206,33 @@ static size_t gather_arcs(const struct om_pool *pool, om_rp_block *in)
 
 /* The arcs' offsets, packed alone, placed over the arena as it is now: next's slots, end and
  * figures set. With spare (room for a plan), a placement around live blocks may be searched
- * for as well; without, the plan goes where it fits as packed. */
+ * for as well; without, the plan goes where it fits as packed. Kept (a plan for a phase the
+ * program left), it goes above every live block, the plan serving and the plans kept: the
+ * holes now are another phase's, whose blocks (a training step's gradients, live through
+ * evaluation) may take them again while the plan serves. */
 static int place_arcs(struct om_pool *pool, om_rp_block *in, size_t n, uint64_t *offsets,
                       uint64_t *spare, const om_rp_options *opt, const om_rp_result *res,
-                      int on_thread)
+                      int on_thread, int kept)
 {
     struct om_plan *next = &pool->next;
     struct om_arena *a = &pool->arena;
     struct placement pl = {.offsets = offsets, .res = *res, .peak = res->peak};
-    if (spare)
+    if (kept) {
+        size_t floor = om_arena_taken_end(a), max_align = 1;
+        size_t kept_end = om_pool_kept_clash(pool, 0, SIZE_MAX, 1);
+        if (pool->phase == SERVE && pool->plan.end > floor)
+            floor = pool->plan.end;
+        if (kept_end > floor)
+            floor = kept_end;
+        for (size_t i = 0; i < n; i++)
+            if (in[i].align > max_align)
+                max_align = in[i].align;
+        pl.base = align_to(floor, max_align);
+    } else if (spare) {
         place_plan(pool, in, n, opt, &pl, spare);
-    else
+    } else {
         place_plan(pool, in, n, NULL, &pl, NULL);
+    }
     size_t base = pl.base;
     if (base > a->reserved || a->reserved - base < pl.peak) {
         om_warn("the arena has no room left for a plan of %.1f MiB", pl.peak / 1048576.0);
@@ -232,6 +251,7 @@ static int place_arcs(struct om_pool *pool, om_rp_block *in, size_t n, uint64_t 
     next->greedy = pl.res.greedy_peak;
     next->proven_bound = pl.res.proven_bound;
     next->time_us = pl.res.elapsed_ns / 1000;
+    next->on_thread = (uint64_t)on_thread;
     next->nslots = n;
     double lb = pl.res.lower_bound ? (double)pl.res.lower_bound : 1.0;
     om_info("plan: %zu slots of a %llu-request iteration (packed around %zu live blocks), "
@@ -286,7 +306,7 @@ static int build_plan(struct om_pool *pool, size_t scratch_from, size_t scratch_
         om_info("plan of %zu blocks failed: %s", n, err);
         goto out;
     }
-    rc = place_arcs(pool, in, n, offsets, spare, &opt, &res, 0);
+    rc = place_arcs(pool, in, n, offsets, spare, &opt, &res, 0, 0);
 out:
     if (spare)
         alloc.release(&scratch, spare, cap * sizeof *spare);
@@ -369,6 +389,7 @@ void om_pool_plan_abandon(struct om_pool *pool)
     if (!job)
         return;
     pool->job = NULL;
+    pool->job_detached = 0;
     int running = JOB_RUNNING;
     if (!__atomic_compare_exchange_n(&job->state, &running, JOB_ABANDONED, 0, __ATOMIC_ACQ_REL,
                                      __ATOMIC_ACQUIRE))
@@ -382,8 +403,16 @@ void om_pool_plan_atfork_child(struct om_pool *pool)
         om_sys_unmap(pool->job, pool->job->bytes);
         pool->job = NULL;
         om_debug("plan: the search under way at fork stays the parent's; learning again");
-        om_pool_learn(pool);
+        /* A detached search's phase was left already: the child goes on as it was. */
+        if (!pool->job_detached)
+            om_pool_learn(pool);
+        pool->job_detached = 0;
     }
+}
+
+int om_pool_plan_done(const struct om_pool *pool)
+{
+    return pool->job && __atomic_load_n(&pool->job->state, __ATOMIC_ACQUIRE) == JOB_DONE;
 }
 
 int om_pool_plan_start(struct om_pool *pool)
@@ -424,7 +453,7 @@ int om_pool_plan_start(struct om_pool *pool)
     return 0;
 }
 
-int om_pool_plan_take(struct om_pool *pool)
+int om_pool_plan_take(struct om_pool *pool, int kept)
 {
     struct om_plan_job *job = pool->job;
     if (!job)
@@ -432,11 +461,12 @@ int om_pool_plan_take(struct om_pool *pool)
     if (__atomic_load_n(&job->state, __ATOMIC_ACQUIRE) != JOB_DONE)
         return -EINPROGRESS;
     pool->job = NULL;
+    pool->job_detached = 0;
     int rc = job->rc;
     if (rc != 0)
         om_info("plan of %zu blocks failed: %s", job->n, job->err);
     else
-        rc = place_arcs(pool, job->in, job->n, job->offsets, NULL, &job->opt, &job->res, 1);
+        rc = place_arcs(pool, job->in, job->n, job->offsets, NULL, &job->opt, &job->res, 1, kept);
     om_sys_unmap(job, job->bytes);
     return rc;
 }

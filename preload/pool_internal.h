@@ -88,7 +88,7 @@ struct om_plan {
     size_t end;               /* its region ends here; fallbacks go above */
     int unrolled;             /* its iteration is two of the tracer's */
     /* As the plan_* figures of om_serving_stats. */
-    uint64_t peak, lower_bound, greedy, proven_bound, nslots, time_us;
+    uint64_t peak, lower_bound, greedy, proven_bound, nslots, time_us, on_thread;
 };
 
 /* Where a plan installed comes from. */
@@ -102,6 +102,10 @@ struct om_kept_plan {
     uint64_t cursor, matched; /* the requests seen follow it up to here, this many in a row */
     uint64_t run_misses;      /* the pool's misses when that run began */
     uint64_t last_served;     /* the pool's kept_clock when it last served */
+    /* It has not served an iteration (searched for a phase the program left, or installed at
+     * its last boundary): the blocks of its phase that outlive the phase never lay in its
+     * slots, and no plan made since was laid around them. */
+    int unserved;
 };
 
 struct om_pool {
@@ -177,10 +181,21 @@ struct om_pool {
      * look at + 1 (0 when none), the end. */
     size_t release_next, release_to;
     uint64_t main_requests;
-    /* PLAN: the search under way; requests since it began (a multiple of period is where
-     * the iteration planned begins again, and the plan can serve from cursor). */
+    /* The search under way on the optmem-plan thread. In PLAN, the program's requests are
+     * followed on the iteration searched (next's slots hold its tokens meanwhile):
+     * follow_cursor, the slot expected next; follow_requests and follow_misses, those of the
+     * window being judged (a period's requests, as a serving plan's); followed, the windows
+     * that followed it (few misses). The plan serves from the iteration boundary (cursor, the
+     * slot after the quiet point) reached after the search ended, where the program still
+     * follows it. Detached: the program left the iteration while it was searched (the search
+     * goes on, the pool learns the new phase); its plan, once found, is kept for when the
+     * phase comes back, and next is not reused until then. */
     struct om_plan_job *job;
-    uint64_t plan_wait;
+    int job_detached;
+    uint64_t follow_cursor, follow_requests, follow_misses, followed;
+    /* The plan serving was followed over a whole window while it was searched: right for a
+     * phase of the program, as one that served an iteration. */
+    int plan_followed;
     struct om_kept_plan kept[KEPT_PLANS];
     unsigned kept_from; /* the kept plan serving now + 1; 0: a plan made for this phase */
     uint64_t kept_clock;
@@ -243,12 +258,16 @@ int om_pool_plan(struct om_pool *pool);
  * inline (om_pool_plan). */
 int om_pool_plan_start(struct om_pool *pool);
 
-/* The search's plan placed over the arena as it is now, as om_pool_plan does: 0, -EINPROGRESS
+/* The search's plan placed over the arena as it is now, as om_pool_plan does (kept: for a
+ * phase the program left, above every live block and the plan serving): 0, -EINPROGRESS
  * while it runs (nothing changed), or -errno with the search gone. */
-int om_pool_plan_take(struct om_pool *pool);
+int om_pool_plan_take(struct om_pool *pool, int kept);
 
 /* The search under way, if any, is dropped: the thread unmaps it when it ends. */
 void om_pool_plan_abandon(struct om_pool *pool);
+
+/* Whether the search under way has ended (its result waits for om_pool_plan_take). */
+int om_pool_plan_done(const struct om_pool *pool);
 
 /* In a fork child: the search under way was the parent's thread's; learning starts again. */
 void om_pool_plan_atfork_child(struct om_pool *pool);
@@ -265,8 +284,13 @@ void om_plan_unmap(struct om_plan *plan);
  * when too small); not the index. 0 or -ENOMEM (dst is then empty). */
 int om_plan_copy(struct om_plan *dst, const struct om_plan *src);
 
-/* The plan serving, which served, is kept: a copy. */
-void om_pool_keep_plan(struct om_pool *pool);
+/* A plan that served (the one serving), or one found for a phase the program left while it
+ * was searched (next), is kept: a copy; unserved where it served no iteration. */
+void om_pool_keep_plan(struct om_pool *pool, const struct om_plan *plan, int unserved);
+
+/* The end of the highest region of a kept plan (only those unserved, unless all) that
+ * [off, off + len) overlaps, or 0. */
+size_t om_pool_kept_clash(const struct om_pool *pool, size_t off, size_t len, int all);
 
 /* The kept plan now serving did not hold: it is forgotten. */
 void om_pool_forget_kept(struct om_pool *pool);

@@ -52,7 +52,7 @@ struct om_rserving {
     uint64_t plan_slots, plan_peak_bytes, plan_lower_bound_bytes, arena_top_bytes;
     uint64_t released_bytes, verify_violations, invalid_frees;
     /* 0 in reports that predate them, and for a saved plan */
-    uint64_t plan_greedy_bytes, plan_proven_bound_bytes, plan_time_us;
+    uint64_t plan_greedy_bytes, plan_proven_bound_bytes, plan_time_us, plan_on_thread;
 };
 
 struct om_report {

@@ -28,7 +28,7 @@ static json_t *serving(const struct om_rserving *v)
     if (!v->present)
         return json_null();
     return json_pack(
-        "{s:o,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I}",
+        "{s:o,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I}",
         "serving_requests", num_or_null(v->serving_requests), "hits", (json_int_t)v->hits, "misses",
         (json_int_t)v->misses, "served_from_plan", (json_int_t)v->served_from_plan, "fallbacks",
         (json_int_t)v->fallbacks, "guard_rejections", (json_int_t)v->guard_rejections, "plans",
@@ -39,7 +39,8 @@ static json_t *serving(const struct om_rserving *v)
         "released_bytes", (json_int_t)v->released_bytes, "verify_violations",
         (json_int_t)v->verify_violations, "invalid_frees", (json_int_t)v->invalid_frees,
         "plan_greedy_bytes", (json_int_t)v->plan_greedy_bytes, "plan_proven_bound_bytes",
-        (json_int_t)v->plan_proven_bound_bytes, "plan_time_us", (json_int_t)v->plan_time_us);
+        (json_int_t)v->plan_proven_bound_bytes, "plan_time_us", (json_int_t)v->plan_time_us,
+        "plan_on_thread", (json_int_t)v->plan_on_thread);
 }
 
 static json_t *categories(const uint64_t *bytes, const uint64_t *blocks)

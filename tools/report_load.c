@@ -234,6 +234,7 @@ static void load_serving(struct loader *l, json_t *root, struct om_report *r)
         {"plan_greedy_bytes", offsetof(struct om_rserving, plan_greedy_bytes)},
         {"plan_proven_bound_bytes", offsetof(struct om_rserving, plan_proven_bound_bytes)},
         {"plan_time_us", offsetof(struct om_rserving, plan_time_us)},
+        {"plan_on_thread", offsetof(struct om_rserving, plan_on_thread)},
     };
     for (size_t i = 0; i < sizeof later / sizeof later[0]; i++) {
         json_t *x = json_object_get(s, later[i].key);

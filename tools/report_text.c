@@ -60,8 +60,9 @@ static void print_plan_gap(FILE *out, const struct om_rserving *v)
     char hb[1][32];
     double lb = (double)v->plan_lower_bound_bytes;
     fprintf(
-        out, "  plan search        %.1f ms; greedy by size %s (%.3f of the bound); %s\n",
-        v->plan_time_us / 1e3, HB(v->plan_greedy_bytes, 0), v->plan_greedy_bytes / lb,
+        out, "  plan search        %.1f ms %s; greedy by size %s (%.3f of the bound); %s\n",
+        v->plan_time_us / 1e3, v->plan_on_thread ? "on the optmem-plan thread" : "inline",
+        HB(v->plan_greedy_bytes, 0), v->plan_greedy_bytes / lb,
         om_rp_gap_owner(v->plan_peak_bytes, v->plan_lower_bound_bytes, v->plan_proven_bound_bytes));
 }
 

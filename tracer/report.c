@@ -666,6 +666,7 @@ static void write_serving(struct om_json *w, const struct om_serving_stats *v)
     kv_u64(w, "plan_greedy_bytes", v->plan_greedy_bytes);
     kv_u64(w, "plan_proven_bound_bytes", v->plan_proven_bound_bytes);
     kv_u64(w, "plan_time_us", v->plan_time_us);
+    kv_u64(w, "plan_on_thread", v->plan_on_thread);
     kv_u64(w, "arena_top_bytes", v->arena_top_bytes);
     kv_u64(w, "released_bytes", v->released_bytes);
     kv_u64(w, "moved_bytes", v->moved_bytes);

@@ -91,6 +91,7 @@ struct om_serving_stats {
     /* The current plan's greedy-by-size peak (never exceeded) and the bound its search
      * proved (0 for a saved plan: not searched here), and how long planning took */
     uint64_t plan_greedy_bytes, plan_proven_bound_bytes, plan_time_us;
+    uint64_t plan_on_thread; /* 1: the current plan was searched on the optmem-plan thread */
     uint64_t arena_top_bytes, released_bytes;
     uint64_t moved_bytes; /* free pages moved onto a plan's slots instead of released */
     uint64_t verify_violations, invalid_frees;

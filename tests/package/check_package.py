@@ -15,6 +15,8 @@ import sys
 import tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, ".."))
+from until_plan import run_until_plan  # noqa: E402
 
 # Paths every package must hold, relative to its root; the libraries' directory varies.
 EXPECTED = ("usr/bin/optmem", "usr/include/optmem.h", "usr/share/man/man1/optmem.1.gz")
@@ -122,10 +124,13 @@ def check_run(root, libdir, args, tmp):
     os.mkdir(reports)
     cmd = [os.path.join(root, "usr/bin/optmem"), "run", "-o",
            os.path.join(reports, "report.%p.json"), "--", args.python,
-           os.path.join(HERE, "workload.py"), "40"]
-    # Searched inline: 40 short iterations end before a plan searched on the optmem-plan
-    # thread (the default) is taken at an iteration boundary, and the summary needs one.
-    out, err = run(cmd, env=dict(clean_env(), OPTMEM_PLAN_THREAD="0"), cwd=tmp)
+           os.path.join(HERE, "workload.py"), "40", "--until-eof"]
+    # The summary needs a plan, searched on the optmem-plan thread (the default): the
+    # workload goes on until its report shows one (40 short steps may end first).
+    rc, out, err, planned = run_until_plan(cmd, os.path.join(reports, "report.*.json"),
+                                           env=clean_env(), cwd=tmp)
+    expect(rc == 0, "%s: exit %d\n%s%s" % (" ".join(map(shlex.quote, cmd)), rc, out, err))
+    expect(planned, "no plan in the run's report within 120 s:\n" + err)
     seen = json.loads(out)
     expect(seen["ld_preload"] == installed,
            "LD_PRELOAD %r, expected the unpacked %r" % (seen["ld_preload"], installed))

@@ -15,8 +15,10 @@ from html import escape as html_escape
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "tracer"))
+sys.path.insert(0, os.path.join(HERE, ".."))
 import report_schema  # noqa: E402
 from checks import CheckError, cli, expect  # noqa: E402
+from until_plan import run_until_plan  # noqa: E402
 FIXTURES = os.path.join(HERE, "fixtures")
 GOLDEN = os.path.join(HERE, "golden")
 LOOP = os.path.join(FIXTURES, "train_loop.json")
@@ -417,13 +419,13 @@ def names(args, rest, tmp):
 def run(args, rest, tmp):
     """optmem run prints where the report is and how to look at it."""
     template = os.path.join(tmp, "run.%p.json")
-    # Searched inline: 30 iterations of microseconds end before a plan searched on the
-    # optmem-plan thread (the default) is taken, and the summary's plan lines need one.
-    proc = subprocess.run([args.optmem, "run", "-o", template, "--", rest[0], "30"],
-                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=120,
-                          env=dict(os.environ, OPTMEM_PLAN_THREAD="0"))
-    err = proc.stderr.decode()
-    expect(proc.returncode == 0, "optmem run: exit %d: %s" % (proc.returncode, err))
+    # The summary's plan lines need a plan, searched on the optmem-plan thread (the default):
+    # the loop goes on until its report shows one (30 iterations of microseconds end first).
+    rc, _, err, planned = run_until_plan(
+        [args.optmem, "run", "-o", template, "--", rest[0], "30", "--until-eof"],
+        os.path.join(tmp, "run.*.json"), env=dict(os.environ))
+    expect(rc == 0, "optmem run: exit %d: %s" % (rc, err))
+    expect(planned, "no plan in the run's report within 120 s:\n" + err)
     m = re.search(r"^optmem: report: (\S+)$", err, re.M)
     expect(m and os.path.exists(m.group(1)), "no report path in:\n" + err)
     path = m.group(1)
@@ -431,7 +433,10 @@ def run(args, rest, tmp):
                    "served from the plan", "optmem report " + path,
                    "optmem report %s --format html -o report.html" % path):
         expect(needle in err, "summary lacks %r:\n%s" % (needle, err))
-    rep(args, [path])
+    # How long the search took and on which thread (the default's: optmem-plan).
+    text = rep(args, [path])[0]
+    expect(re.search(r"plan search +[0-9.]+ ms on the optmem-plan thread;", text),
+           "the report does not say where and how long the plan was searched:\n" + text)
     proc = subprocess.run([args.optmem, "run", "-o", os.path.join(tmp, "none", "r.json"), "--",
                            "true"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=60)
     err = proc.stderr.decode()

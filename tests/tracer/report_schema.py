@@ -70,7 +70,8 @@ SERVING_KEYS = ("serving_requests", "hits", "misses", "served_from_plan", "fallb
                 "plan_lower_bound_bytes", "arena_top_bytes", "released_bytes", "moved_bytes",
                 "verify_violations", "invalid_frees", "saved_plan", "retired_blocks",
                 "iteration_requests", "iteration_served", "plan_greedy_bytes",
-                "plan_proven_bound_bytes", "plan_time_us", "layout_calls", "layout_bytes",
+                "plan_proven_bound_bytes", "plan_time_us", "plan_on_thread", "layout_calls",
+                "layout_bytes",
                 "layout_max_bytes", "layout_max_us")
 
 

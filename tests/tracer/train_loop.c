@@ -9,10 +9,13 @@
  *                    blocks of LAZY_BYTES after the arc (site_lazy, never freed: optimizer
  *                    state created in the first step); the temporaries are freed last
  *   with --mark:     optmem_step() after each iteration
+ *   with --until-eof: after ITERATIONS, more iterations until stdin ends (a test closes it
+ *                    once the run's report shows what it waits for, such as a plan made)
  *
- * Usage: train_loop ITERATIONS [--mark]. No output on success: stdio's buffer would be a
- * managed request of its own. */
+ * Usage: train_loop ITERATIONS [--mark | --until-eof]. No output on success: stdio's buffer
+ * would be a managed request of its own. */
 #include <dlfcn.h>
+#include <poll.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -77,11 +80,22 @@ static void die(const char *msg)
     exit(2);
 }
 
+/* Whether stdin has ended (read without blocking, into no managed buffer). */
+static int stdin_ended(void)
+{
+    struct pollfd p = {.fd = 0, .events = POLLIN};
+    if (poll(&p, 1, 0) <= 0)
+        return 0;
+    char buf[256];
+    return read(0, buf, sizeof buf) <= 0;
+}
+
 int main(int argc, char **argv)
 {
     if (argc < 2)
-        die("usage: train_loop ITERATIONS [--mark]\n");
+        die("usage: train_loop ITERATIONS [--mark | --until-eof]\n");
     int iters = atoi(argv[1]);
+    int until_eof = argc > 2 && strcmp(argv[2], "--until-eof") == 0;
     void (*step)(void) = NULL;
     if (argc > 2 && strcmp(argv[2], "--mark") == 0) {
         step = (void (*)(void))dlsym(RTLD_DEFAULT, "optmem_step");
@@ -92,7 +106,7 @@ int main(int argc, char **argv)
     for (int k = 0; k < PERSIST; k++)
         persist[k] = site_persist(PERSIST_BYTES(k));
     free(site_setup(SETUP_BYTES));
-    for (int i = 0; i < iters; i++) {
+    for (int i = 0; i < iters || (until_eof && !stdin_ended()); i++) {
         void *temps[TEMPS];
         temps[0] = site_temp(TEMP_BYTES(0));
         free(cross);

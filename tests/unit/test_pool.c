@@ -674,6 +674,46 @@ static void test_plan_thread(void **state)
     give(weights);
 }
 
+/* A plan searched on the optmem-plan thread while the program leaves its phase (training
+ * steps, then evaluation steps): whether the search ends before evaluation begins (the plan
+ * serves, then is kept) or after (kept as found, never laid among evaluation's requests), it
+ * is made once and serves again when training comes back, and the report's figures say it
+ * was searched on the thread. */
+static void test_plan_thread_phase_left(void **state)
+{
+    /* The search starts where an inline plan is made: in step `made`. */
+    start(0);
+    void *weights = take(100, MIB, 0, 0);
+    unsigned made = 0;
+    while (made < 40 && stats().plans == 0) {
+        run_step(step_a, NOPS(step_a), NULL);
+        made++;
+    }
+    assert_int_equal(stats().plans, 1);
+    give(weights);
+    start(1);
+    weights = take(100, MIB, 0, 0);
+    /* Two whole steps after it: the program followed the iteration searched over a window. */
+    for (unsigned k = 0; k < made + 2; k++)
+        run_step(step_a, NOPS(step_a), NULL);
+    run_step(step_b, NOPS(step_b), NULL);
+    run_step(step_b, NOPS(step_b), NULL);
+    assert_int_equal(stats().reused_plans, 0);
+    unsigned steps = 0;
+    for (; steps < 5000 && stats().reused_plans == 0; steps++) {
+        run_step(step_a, NOPS(step_a), NULL);
+        sched_yield(); /* the search may need the CPU the loop holds */
+    }
+    assert_true(steps < 5000);
+    struct om_serving_stats s = stats();
+    assert_int_equal(s.plans, 1);
+    assert_int_equal(s.reused_plans, 1);
+    assert_int_equal(s.plan_on_thread, 1);
+    assert_int_equal(s.plan_lower_bound_bytes, step_lower_bound(step_a, NOPS(step_a)));
+    run_until_served(step_a, NOPS(step_a), STEP_A_REQUESTS, 3);
+    give(weights);
+}
+
 /* The first lines of the files in dir, joined, and the files removed with dir. */
 static void dumped_searches(const char *dir, char *out, size_t cap, unsigned *files)
 {
@@ -751,6 +791,7 @@ int main(void)
         cmocka_unit_test_setup(test_alignment, setup_inline),
         cmocka_unit_test(test_plan_dump),
         cmocka_unit_test(test_plan_thread),
+        cmocka_unit_test(test_plan_thread_phase_left),
         cmocka_unit_test(test_default_plans_off_thread),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
