@@ -1169,19 +1169,32 @@ int rp_search_run(rp_search *s, const rp_ranking *rk, uint64_t cap, uint64_t nod
         return RP_NOTFOUND;
     if (parts_reserve(s, s->nm) < 0)
         return -ENOMEM;
-    memset(s->total, 0, s->nsec * sizeof(uint64_t));
-    memset(s->cuts, 0, s->nsec * sizeof(uint32_t));
+    memset(s->total, 0, ((size_t)s->nsec + 1) * sizeof(uint64_t));
+    memset(s->cuts, 0, ((size_t)s->nsec + 1) * sizeof(uint32_t));
     s->long_left = 0;
+    /* As differences, summed after: the sections of long-lived blocks add up to millions,
+     * which every run went through. Wrapping sums are exact. */
     for (uint32_t k = 0; k < s->nm; k++) {
         uint32_t i = in->mov[k];
         s->off[k] = RP_NONE;
         s->long_left += s->islong && s->islong[k] ? s->size[k] : 0;
         s->minoff[k] = rp_bump_fixed(in, k, 0);
         parts_put(s, k, k);
-        FOR_SECTIONS(in, i, sec) s->total[sec] += s->size[k];
-        for (uint32_t x = in->s0[i]; s->decompose && x + 1 < in->s1[i]; x++)
-            s->cuts[x]++;
+        s->total[in->s0[i]] += s->size[k];
+        s->total[in->s1[i]] -= s->size[k];
+        s->total[in->w0[i]] += s->size[k];
+        s->total[in->w1[i]] -= s->size[k];
+        if (s->decompose && in->s0[i] + 1 < in->s1[i]) {
+            s->cuts[in->s0[i]]++;
+            s->cuts[in->s1[i] - 1]--;
+        }
     }
+    for (uint32_t x = 1; x < s->nsec; x++) {
+        s->total[x] += s->total[x - 1];
+        s->cuts[x] += s->cuts[x - 1];
+    }
+    s->total[s->nsec] = 0;
+    s->cuts[s->nsec] = 0;
     if (s->tree.n)
         rp_maxtree_build(&s->tree, s->total, s->nsec);
     s->parts.top = s->nm;
