@@ -682,8 +682,9 @@ static int check(const rp_search *s, const part *p, uint64_t o)
 
     if (s->long_left > room)
         return 0;
-    if (s->tree.n)
-        return p->lo >= p->hi || (uint64_t)rp_maxtree_max(&s->tree, p->lo, p->hi) <= room;
+    if (s->tree.n) /* the fullest section overall first: O(1) */
+        return p->lo >= p->hi || (uint64_t)s->tree.mx[1] <= room ||
+               (uint64_t)rp_maxtree_max(&s->tree, p->lo, p->hi) <= room;
     for (uint32_t x = p->lo; x < p->hi; x++)
         if (s->total[x] > room)
             return 0;
