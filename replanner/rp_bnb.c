@@ -162,12 +162,15 @@ static void ptree_set(rp_search *s, size_t x)
         s->pdirty[v] = 1;
 }
 
+/* Redoes marked node v and the marked nodes under it (leaves are never marked). */
 static void ptree_clean(rp_search *s, size_t v)
 {
-    if (v >= s->pn || !s->pdirty[v])
-        return;
-    ptree_clean(s, 2 * v);
-    ptree_clean(s, 2 * v + 1);
+    if (2 * v < s->pn) {
+        if (s->pdirty[2 * v])
+            ptree_clean(s, 2 * v);
+        if (s->pdirty[2 * v + 1])
+            ptree_clean(s, 2 * v + 1);
+    }
     ptree_pull(s, v);
     s->pdirty[v] = 0;
 }
@@ -188,14 +191,16 @@ static void ptree_query(rp_search *s, size_t lo, size_t hi, uint64_t *mh, uint32
 
     for (size_t l = lo + s->pn, r = hi + s->pn; l < r; l >>= 1, r >>= 1) {
         if (l & 1) {
-            ptree_clean(s, l);
+            if (l < s->pn && s->pdirty[l])
+                ptree_clean(s, l);
             k = pkey_less(s, s->pkey[l], k) ? s->pkey[l] : k;
             t = s->ptop[l] < t ? s->ptop[l] : t;
             l++;
         }
         if (r & 1) {
             r--;
-            ptree_clean(s, r);
+            if (r < s->pn && s->pdirty[r])
+                ptree_clean(s, r);
             k = pkey_less(s, s->pkey[r], k) ? s->pkey[r] : k;
             t = s->ptop[r] < t ? s->ptop[r] : t;
         }
