@@ -871,6 +871,7 @@ static void unplace(rp_search *s, uint32_t c, size_t tmin_mark)
 }
 
 static int search(rp_search *s, const part *p, uint64_t min_off, uint32_t min_rank);
+static int search_tree(rp_search *s, const part *p);
 
 /*
  * A part searched on its own, ranked afresh as MiniMalloc does: T (the most unplaced bytes in
@@ -999,8 +1000,8 @@ static int child(rp_search *s, const part *p, uint32_t c, size_t at, int *flags)
         r = RP_NOTFOUND;
     else if (*flags & 2)
         r = solve_split(s, &q);
-    else
-        r = search(s, &q, co, s->rank[c]);
+    else /* search_tree() straight from here: a frame less per level of a deep dive */
+        r = s->pn ? search_tree(s, &q) : search(s, &q, co, s->rank[c]);
     unplace(s, c, m1);
     parts_swap(s, p->first + at, last);
     return r;
