@@ -29,6 +29,7 @@
 typedef struct trail_ent {
     uint64_t old;
     uint32_t idx;
+    uint32_t ex; /* its place's pex before */
 } trail_ent;
 
 typedef struct trail {
@@ -83,6 +84,16 @@ struct rp_search {
      * is in parts. search() scans these, in a row, instead of the blocks. */
     uint64_t *pmo, *psz;
     uint32_t *prk, *pos;
+    /* From PLACE_TREE_MIN blocks on, a tree over the places answers what search() scans for
+     * (see search_tree): per node, the place of the lowest (offset, rank) under it that is
+     * not excluded, and the lowest top. pex by place: a child that failed at an open node
+     * and was not bumped since. pn: leaves, a power of two; 0: no tree. */
+    unsigned char *pex;
+    uint32_t *pkey;
+    uint64_t *ptop;
+    unsigned char *pdirty; /* per node: to redo before it answers (ptree_set) */
+    size_t pn;
+    int ptree;
     ustack cands; /* candidates of the open nodes */
     ustack saved; /* ranks of the parts ranked afresh, to restore */
     uint64_t nodes_left;
@@ -91,7 +102,7 @@ struct rp_search {
     trail tmin;
 };
 
-static int trail_push(rp_search *s, trail *t, uint32_t idx, uint64_t old)
+static int trail_push(rp_search *s, trail *t, uint32_t idx, uint64_t old, uint32_t ex)
 {
     trail_ent *e;
 
@@ -106,8 +117,96 @@ static int trail_push(rp_search *s, trail *t, uint32_t idx, uint64_t old)
     e = &t->seg[t->len >> TRAIL_SEG_BITS][t->len & (((size_t)1 << TRAIL_SEG_BITS) - 1)];
     e->idx = idx;
     e->old = old;
+    e->ex = ex;
     t->len++;
     return 0;
+}
+
+#define PT_NONE UINT32_MAX
+
+/* Places a before b in (offset, rank) order; PT_NONE after all. */
+static inline int pkey_less(const rp_search *s, uint32_t a, uint32_t b)
+{
+    if (a == PT_NONE)
+        return 0;
+    if (b == PT_NONE)
+        return 1;
+    return s->pmo[a] < s->pmo[b] || (s->pmo[a] == s->pmo[b] && s->prk[a] < s->prk[b]);
+}
+
+static inline void ptree_pull(rp_search *s, size_t v)
+{
+    uint32_t a = s->pkey[2 * v], b = s->pkey[2 * v + 1];
+    uint64_t ta = s->ptop[2 * v], tb = s->ptop[2 * v + 1];
+
+    s->pkey[v] = pkey_less(s, b, a) ? b : a;
+    s->ptop[v] = tb < ta ? tb : ta;
+}
+
+static inline void ptree_leaf(rp_search *s, size_t x)
+{
+    s->pkey[s->pn + x] = s->pex[x] ? PT_NONE : (uint32_t)x;
+    s->ptop[s->pn + x] = s->pmo[x] + s->psz[x];
+}
+
+/*
+ * Place x changed: its ancestors are marked, up to the first marked one (all above a marked
+ * node are marked), and redone when a query needs them. A node bumps a hundred blocks and
+ * undoes it before the next query at its parent; the bumped blocks are the lowest of their
+ * subtrees, so redoing each path at once walked it to the root every time.
+ */
+static void ptree_set(rp_search *s, size_t x)
+{
+    ptree_leaf(s, x);
+    for (size_t v = (s->pn + x) >> 1; v && !s->pdirty[v]; v >>= 1)
+        s->pdirty[v] = 1;
+}
+
+/* Redoes marked node v and the marked nodes under it (leaves are never marked). */
+static void ptree_clean(rp_search *s, size_t v)
+{
+    if (2 * v < s->pn) {
+        if (s->pdirty[2 * v])
+            ptree_clean(s, 2 * v);
+        if (s->pdirty[2 * v + 1])
+            ptree_clean(s, 2 * v + 1);
+    }
+    ptree_pull(s, v);
+    s->pdirty[v] = 0;
+}
+
+/* Places [lo, hi) set afresh. */
+static void ptree_build(rp_search *s, size_t lo, size_t hi)
+{
+    for (size_t x = lo; x < hi; x++)
+        ptree_set(s, x);
+}
+
+/* Over places [lo, hi): *mh the lowest top, *at the first place in (offset, rank) order
+ * that is not excluded (PT_NONE if none). */
+static void ptree_query(rp_search *s, size_t lo, size_t hi, uint64_t *mh, uint32_t *at)
+{
+    uint32_t k = PT_NONE;
+    uint64_t t = RP_NONE;
+
+    for (size_t l = lo + s->pn, r = hi + s->pn; l < r; l >>= 1, r >>= 1) {
+        if (l & 1) {
+            if (l < s->pn && s->pdirty[l])
+                ptree_clean(s, l);
+            k = pkey_less(s, s->pkey[l], k) ? s->pkey[l] : k;
+            t = s->ptop[l] < t ? s->ptop[l] : t;
+            l++;
+        }
+        if (r & 1) {
+            r--;
+            if (r < s->pn && s->pdirty[r])
+                ptree_clean(s, r);
+            k = pkey_less(s, s->pkey[r], k) ? s->pkey[r] : k;
+            t = s->ptop[r] < t ? s->ptop[r] : t;
+        }
+    }
+    *mh = t;
+    *at = k;
 }
 
 /* Lowest offset of block y (and its copy where it is in parts) set to o. */
@@ -117,6 +216,8 @@ static void set_minoff(rp_search *s, uint32_t y, uint64_t o)
 
     s->minoff[y] = o;
     s->pmo[at] = o;
+    if (s->pn)
+        ptree_set(s, at);
 }
 
 /* Room in parts for more members, the per-place arrays along. */
@@ -130,20 +231,40 @@ static int parts_reserve(rp_search *s, size_t more)
         uint32_t *rk = rp_alloc(s->m, cap, sizeof(uint32_t));
         uint64_t *mo = rp_alloc(s->m, cap, sizeof(uint64_t));
         uint64_t *top = rp_alloc(s->m, cap, sizeof(uint64_t));
+        unsigned char *ex = rp_alloc(s->m, cap, 1);
 
-        if (!n || !rk || !mo || !top)
+        if (!n || !rk || !mo || !top || !ex)
             return -ENOMEM;
         if (u->top) {
             memcpy(n, u->v, u->top * sizeof(uint32_t));
             memcpy(rk, s->prk, u->top * sizeof(uint32_t));
             memcpy(mo, s->pmo, u->top * sizeof(uint64_t));
             memcpy(top, s->psz, u->top * sizeof(uint64_t));
+            memcpy(ex, s->pex, u->top);
         }
         u->v = n;
         s->prk = rk;
         s->pmo = mo;
         s->psz = top;
+        s->pex = ex;
         u->cap = cap;
+        if (s->ptree) {
+            size_t pn = 1;
+
+            while (pn < cap)
+                pn *= 2;
+            if (!(s->pkey = rp_alloc(s->m, 2 * pn, sizeof(uint32_t))) ||
+                !(s->ptop = rp_alloc(s->m, 2 * pn, sizeof(uint64_t))) ||
+                !(s->pdirty = rp_alloc(s->m, pn, 1)))
+                return -ENOMEM;
+            s->pn = pn;
+            memset(s->pkey + pn, 0xff, pn * sizeof(uint32_t));
+            memset(s->ptop + pn, 0xff, pn * sizeof(uint64_t));
+            for (size_t x = 0; x < u->top; x++)
+                ptree_leaf(s, x);
+            for (size_t v = pn; v-- > 1;)
+                ptree_pull(s, v);
+        }
     }
     return 0;
 }
@@ -152,6 +273,7 @@ static void parts_swap(rp_search *s, size_t a, size_t b)
 {
     uint32_t k = s->parts.v[a], rk = s->prk[a];
     uint64_t mo = s->pmo[a], sz = s->psz[a];
+    unsigned char ex = s->pex[a];
 
     s->parts.v[a] = s->parts.v[b];
     s->prk[a] = s->prk[b];
@@ -161,8 +283,14 @@ static void parts_swap(rp_search *s, size_t a, size_t b)
     s->prk[b] = rk;
     s->pmo[b] = mo;
     s->psz[b] = sz;
+    s->pex[a] = s->pex[b];
+    s->pex[b] = ex;
     s->pos[s->parts.v[a]] = (uint32_t)a;
     s->pos[k] = (uint32_t)b;
+    if (s->pn && a != b) {
+        ptree_set(s, a);
+        ptree_set(s, b);
+    }
 }
 
 /* Block k goes to place at in parts. */
@@ -172,6 +300,7 @@ static void parts_put(rp_search *s, size_t at, uint32_t k)
     s->pmo[at] = s->minoff[k];
     s->psz[at] = s->size[k];
     s->prk[at] = s->rank[k];
+    s->pex[at] = 0;
     s->pos[k] = (uint32_t)at;
 }
 
@@ -195,6 +324,8 @@ static int ustack_reserve(rp_search *s, ustack *u, size_t more)
  * 12635 sections for a 12635-arc transformer step) costs more than a max tree over them;
  * below this the tree's upkeep costs more (MiniMalloc D, 102 sections: 12 % slower). */
 #define TREE_MIN_SECTIONS 1024
+/* Below this many blocks search() scans its members; from it on, search_tree(). */
+#define PLACE_TREE_MIN 4096
 
 #define FOR_SECTIONS(in, i, s)                                                                     \
     for (int run_ = 0; run_ < 2; run_++)                                                           \
@@ -530,6 +661,7 @@ int rp_search_new(const rp_inst *in, rp_mem *m, rp_best *best, rp_clock *clk, rp
     s->best = best;
     s->clk = clk;
     s->decompose = in->period == 0;
+    s->ptree = in->nm >= PLACE_TREE_MIN;
     if ((rc = setup(s)) < 0)
         return rc;
     *out = s;
@@ -555,8 +687,9 @@ static int check(const rp_search *s, const part *p, uint64_t o)
 
     if (s->long_left > room)
         return 0;
-    if (s->tree.n)
-        return p->lo >= p->hi || (uint64_t)rp_maxtree_max(&s->tree, p->lo, p->hi) <= room;
+    if (s->tree.n) /* the fullest section overall first: O(1) */
+        return p->lo >= p->hi || (uint64_t)s->tree.mx[1] <= room ||
+               (uint64_t)rp_maxtree_max(&s->tree, p->lo, p->hi) <= room;
     for (uint32_t x = p->lo; x < p->hi; x++)
         if (s->total[x] > room)
             return 0;
@@ -620,6 +753,18 @@ static inline __attribute__((always_inline)) int section_fits(rp_search *s, uint
     return 1;
 }
 
+struct fit_ctx {
+    rp_search *s;
+    uint64_t lo;
+};
+
+static int fits_cb(void *ctx, uint32_t x)
+{
+    struct fit_ctx *c = ctx;
+
+    return section_fits(c->s, x, c->lo);
+}
+
 static int sections_fit(rp_search *s, uint32_t y)
 {
     const rp_inst *in = s->in;
@@ -637,15 +782,10 @@ static int sections_fit(rp_search *s, uint32_t y)
 
         if (s->tree.mx[1] <= thr || in->secmax[y] <= s->cap - lo)
             return 1;
-        for (int r = 0; r < 2; r++) {
-            uint32_t a = r ? in->w0[i] : in->s0[i], e = r ? in->w1[i] : in->s1[i];
+        struct fit_ctx c = {s, lo};
 
-            for (uint32_t x = rp_maxtree_first_above(&s->tree, a, e, thr); x < e;
-                 x = rp_maxtree_first_above(&s->tree, x + 1, e, thr))
-                if (!section_fits(s, x, lo))
-                    return 0;
-        }
-        return 1;
+        return rp_maxtree_each_above(&s->tree, in->s0[i], in->s1[i], thr, fits_cb, &c) &&
+               rp_maxtree_each_above(&s->tree, in->w0[i], in->w1[i], thr, fits_cb, &c);
     }
     FOR_SECTIONS(in, in->mov[y], x)
     if (!section_fits(s, x, lo))
@@ -695,8 +835,9 @@ static int place(rp_search *s, uint32_t c, uint64_t o)
             flags &= ~1;
             if (s->minoff[y] >= height)
                 continue;
-            if (trail_push(s, &s->tmin, y, s->minoff[y]) < 0)
+            if (trail_push(s, &s->tmin, y, s->minoff[y], s->pex[s->pos[y]]) < 0)
                 return -ENOMEM;
+            s->pex[s->pos[y]] = 0; /* above c: in order again */
             set_minoff(s, y, rp_bump_fixed(in, y, height));
             if (!sections_fit(s, y))
                 return flags | 4;
@@ -715,6 +856,7 @@ static void unplace(rp_search *s, uint32_t c, size_t tmin_mark)
         const trail_ent *e =
             &s->tmin.seg[x >> TRAIL_SEG_BITS][x & (((size_t)1 << TRAIL_SEG_BITS) - 1)];
 
+        s->pex[s->pos[e->idx]] = (unsigned char)e->ex;
         set_minoff(s, e->idx, e->old);
     }
     add_total(s, c, (int64_t)s->size[c]);
@@ -729,6 +871,7 @@ static void unplace(rp_search *s, uint32_t c, size_t tmin_mark)
 }
 
 static int search(rp_search *s, const part *p, uint64_t min_off, uint32_t min_rank);
+static int search_tree(rp_search *s, const part *p);
 
 /*
  * A part searched on its own, ranked afresh as MiniMalloc does: T (the most unplaced bytes in
@@ -742,8 +885,11 @@ static int solve_part(rp_search *s, const part *q)
     int r;
 
     /* Other keys do not change, nor does the order they give to a part's blocks. */
-    if (!strchr(s->rk->keys, 'T') && !strchr(s->rk->keys, 't'))
+    if (!strchr(s->rk->keys, 'T') && !strchr(s->rk->keys, 't')) {
+        if (s->pn)
+            ptree_build(s, q->first, q->first + q->count);
         return search(s, q, 0, 0);
+    }
     if (ustack_reserve(s, &s->saved, q->count) < 0)
         return -ENOMEM;
     for (size_t x = 0; x < q->count; x++)
@@ -752,6 +898,8 @@ static int solve_part(rp_search *s, const part *q)
             s->parts.v + q->first, (uint32_t)q->count, s->rk->factor, s->kv, s->rank);
     for (size_t x = q->first; x < q->first + q->count; x++)
         s->prk[x] = s->rank[s->parts.v[x]];
+    if (s->pn)
+        ptree_build(s, q->first, q->first + q->count);
     r = search(s, q, 0, 0);
     for (size_t x = 0; x < q->count; x++)
         s->rank[s->parts.v[q->first + x]] = s->saved.v[mark + x];
@@ -852,8 +1000,8 @@ static int child(rp_search *s, const part *p, uint32_t c, size_t at, int *flags)
         r = RP_NOTFOUND;
     else if (*flags & 2)
         r = solve_split(s, &q);
-    else
-        r = search(s, &q, co, s->rank[c]);
+    else /* search_tree() straight from here: a frame less per level of a deep dive */
+        r = s->pn ? search_tree(s, &q) : search(s, &q, co, s->rank[c]);
     unplace(s, c, m1);
     parts_swap(s, p->first + at, last);
     return r;
@@ -889,6 +1037,47 @@ static void lowest(const uint64_t *mo, const uint64_t *sz, const uint32_t *rk, s
 }
 
 /*
+ * search() from PLACE_TREE_MIN blocks on, where scanning the members at every node was
+ * most of the time of a dive (its cost is quadratic in the blocks). The tree gives mh and
+ * the first child; the members before (offset, rank) of the node's block, which the scan
+ * skipped, are exactly the children that failed at the open nodes and were not bumped
+ * since (the first child is the lowest of all, later ones pass over only failed siblings,
+ * and a bump puts a block above the block that bumped it), so each child that fails is
+ * excluded from the tree until its node closes, and the next child is the tree's first
+ * again: the same children in the same order as search()'s heap.
+ */
+static int search_tree(rp_search *s, const part *p)
+{
+    size_t base = s->cands.top;
+    uint64_t mh, unused;
+    uint32_t at;
+    int r = RP_NOTFOUND, flags;
+
+    ptree_query(s, p->first, p->first + p->count, &mh, &at);
+    if (mh == RP_NONE)
+        return RP_FOUND;
+    while (at != PT_NONE && s->pmo[at] < mh) {
+        r = child(s, p, s->parts.v[at], at - p->first, &flags);
+        if (r != RP_NOTFOUND || (flags & 1))
+            break;
+        if (ustack_reserve(s, &s->cands, 1) < 0) {
+            r = -ENOMEM;
+            break;
+        }
+        s->cands.v[s->cands.top++] = at;
+        s->pex[at] = 1;
+        ptree_set(s, at);
+        ptree_query(s, p->first, p->first + p->count, &unused, &at);
+    }
+    while (s->cands.top > base) {
+        at = s->cands.v[--s->cands.top];
+        s->pex[at] = 0;
+        ptree_set(s, at);
+    }
+    return r;
+}
+
+/*
  * Children in (offset, rank) order, each at its lowest offset below mh, the lowest top an
  * unplaced block can have. The first is found by a scan: a dive takes the first child of
  * nearly every node, and keeping every open node's candidates took memory quadratic in the
@@ -906,6 +1095,8 @@ static int search(rp_search *s, const part *p, uint64_t min_off, uint32_t min_ra
     size_t base = s->cands.top, cnt = 0, first_at;
     int r, flags;
 
+    if (s->pn)
+        return search_tree(s, p);
     /*
      * The members are all unplaced (each child moves its block out of the range), and
      * their lowest offsets, tops and ranks sit in a row by place: one pass finds mh and
@@ -985,22 +1176,37 @@ int rp_search_run(rp_search *s, const rp_ranking *rk, uint64_t cap, uint64_t nod
         return RP_NOTFOUND;
     if (parts_reserve(s, s->nm) < 0)
         return -ENOMEM;
-    memset(s->total, 0, s->nsec * sizeof(uint64_t));
-    memset(s->cuts, 0, s->nsec * sizeof(uint32_t));
+    memset(s->total, 0, ((size_t)s->nsec + 1) * sizeof(uint64_t));
+    memset(s->cuts, 0, ((size_t)s->nsec + 1) * sizeof(uint32_t));
     s->long_left = 0;
+    /* As differences, summed after: the sections of long-lived blocks add up to millions,
+     * which every run went through. Wrapping sums are exact. */
     for (uint32_t k = 0; k < s->nm; k++) {
         uint32_t i = in->mov[k];
         s->off[k] = RP_NONE;
         s->long_left += s->islong && s->islong[k] ? s->size[k] : 0;
         s->minoff[k] = rp_bump_fixed(in, k, 0);
         parts_put(s, k, k);
-        FOR_SECTIONS(in, i, sec) s->total[sec] += s->size[k];
-        for (uint32_t x = in->s0[i]; s->decompose && x + 1 < in->s1[i]; x++)
-            s->cuts[x]++;
+        s->total[in->s0[i]] += s->size[k];
+        s->total[in->s1[i]] -= s->size[k];
+        s->total[in->w0[i]] += s->size[k];
+        s->total[in->w1[i]] -= s->size[k];
+        if (s->decompose && in->s0[i] + 1 < in->s1[i]) {
+            s->cuts[in->s0[i]]++;
+            s->cuts[in->s1[i] - 1]--;
+        }
     }
+    for (uint32_t x = 1; x < s->nsec; x++) {
+        s->total[x] += s->total[x - 1];
+        s->cuts[x] += s->cuts[x - 1];
+    }
+    s->total[s->nsec] = 0;
+    s->cuts[s->nsec] = 0;
     if (s->tree.n)
         rp_maxtree_build(&s->tree, s->total, s->nsec);
     s->parts.top = s->nm;
+    if (s->pn)
+        ptree_build(s, 0, s->nm);
     for (uint32_t x = 0; s->ucnt && x < s->nsec; x++) {
         s->ucnt[x] = s->sc_start[x + 1] - s->sc_start[x];
         for (uint32_t z = s->sc_start[x]; z < s->sc_start[x + 1]; z++)

@@ -49,6 +49,11 @@ void rp_maxtree_add(rp_maxtree *t, uint32_t lo, uint32_t hi, int64_t d);
 int64_t rp_maxtree_max(const rp_maxtree *t, uint32_t lo, uint32_t hi);
 /* The first index in [lo, hi) whose value is above thr, or hi if none. */
 uint32_t rp_maxtree_first_above(const rp_maxtree *t, uint32_t lo, uint32_t hi, int64_t thr);
+/* fn(ctx, x) for each index x in [lo, hi) whose value is above thr, in order, until fn
+ * returns 0 (the tree must not change meanwhile): 0 if it did, else 1. One walk visits
+ * what a call of rp_maxtree_first_above per index would, each shared path once. */
+int rp_maxtree_each_above(const rp_maxtree *t, uint32_t lo, uint32_t hi, int64_t thr,
+                          int (*fn)(void *, uint32_t), void *ctx);
 
 /* splitmix64: deterministic and stateless apart from the caller's word. */
 uint64_t rp_rand(uint64_t *state);

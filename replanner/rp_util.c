@@ -306,6 +306,27 @@ uint32_t rp_maxtree_first_above(const rp_maxtree *t, uint32_t lo, uint32_t hi, i
     return r < hi ? r : hi;
 }
 
+static int tree_each_above(const rp_maxtree *t, size_t node, uint32_t nlo, uint32_t nhi,
+                           uint32_t lo, uint32_t hi, int64_t thr, int64_t acc,
+                           int (*fn)(void *, uint32_t), void *ctx)
+{
+    uint32_t mid = nlo + (nhi - nlo) / 2;
+
+    if (hi <= nlo || nhi <= lo || t->mx[node] + acc <= thr)
+        return 1;
+    if (nhi - nlo == 1)
+        return fn(ctx, nlo);
+    acc += t->add[node];
+    return tree_each_above(t, 2 * node, nlo, mid, lo, hi, thr, acc, fn, ctx) &&
+           tree_each_above(t, 2 * node + 1, mid, nhi, lo, hi, thr, acc, fn, ctx);
+}
+
+int rp_maxtree_each_above(const rp_maxtree *t, uint32_t lo, uint32_t hi, int64_t thr,
+                          int (*fn)(void *, uint32_t), void *ctx)
+{
+    return lo >= hi || tree_each_above(t, 1, 0, t->n, lo, hi, thr, 0, fn, ctx);
+}
+
 uint64_t rp_rand(uint64_t *state)
 {
     uint64_t z = (*state += UINT64_C(0x9e3779b97f4a7c15));
