@@ -336,6 +336,25 @@ void om_stack_capture(struct om_stack *stack, unsigned depth, unsigned skip)
     full_walk(stack, depth, skip);
 }
 
+/* One word into a key, every bit of it reaching every bit of the key. */
+static inline uint64_t cheap_mix(uint64_t h, uint64_t w)
+{
+    h = (h ^ w) * 0x9e3779b97f4a7c15ull;
+    return h ^ (h >> 29);
+}
+
+uint64_t om_stack_cheap_key(size_t size)
+{
+    uintptr_t ip, sp;
+    uint64_t py;
+    if (!self_nranges || program_call(&ip, &sp) != 0 || om_py_cheap_key(&py) != 0)
+        return 0;
+    /* The depth rather than the address: the same call made on another thread's stack. */
+    uintptr_t top = om_stack_top();
+    uint64_t h = cheap_mix(cheap_mix(cheap_mix(size, ip), top > sp ? top - sp : sp), py);
+    return h | 1;
+}
+
 static int grow_ids(struct om_sites *sites)
 {
     uint32_t cap = sites->capacity ? sites->capacity * 2 : 256;
