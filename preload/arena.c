@@ -23,15 +23,24 @@ int om_arena_init(struct om_arena *a, const struct om_backend *backend, size_t r
     return 0;
 }
 
-int om_arena_is_free(const struct om_arena *a, size_t off, size_t len)
+/* Whether [off, off + len) is free; *at: where off lies among the free extents below top
+ * (om_extents_at_or_below), -1 at or above top. */
+static int free_at(const struct om_arena *a, size_t off, size_t len, ptrdiff_t *at)
 {
+    *at = -1;
     if (off >= a->top)
         return 1;
-    ptrdiff_t i = om_extents_at_or_below(&a->free, off);
+    ptrdiff_t i = *at = om_extents_at_or_below(&a->free, off);
     if (i < 0)
         return 0;
     size_t end = a->free.v[i].off + a->free.v[i].len;
     return end >= off + len || end == a->top; /* a free tail runs on past top */
+}
+
+int om_arena_is_free(const struct om_arena *a, size_t off, size_t len)
+{
+    ptrdiff_t at;
+    return free_at(a, off, len, &at);
 }
 
 static size_t align_up(size_t x, size_t alignment)
@@ -72,7 +81,8 @@ int om_arena_take(struct om_arena *a, size_t off, size_t len)
 {
     if (off > a->reserved || a->reserved - off < len)
         return -ENOMEM;
-    if (!om_arena_is_free(a, off, len))
+    ptrdiff_t at;
+    if (!free_at(a, off, len, &at))
         return -EBUSY;
     /* Every update below then succeeds: a split needs one extent, a gap below the top one. */
     if (om_extents_reserve(&a->free, 2) != 0 || om_extents_reserve(&a->unbacked, 1) != 0)
@@ -84,7 +94,10 @@ int om_arena_take(struct om_arena *a, size_t off, size_t len)
     size_t end = off + len;
     if (off > a->top)
         om_extents_add(&a->free, a->top, off - a->top); /* the gap joins a free tail if any */
-    (void)om_extents_remove(&a->free, off, len);
+    if (at >= 0) /* below top: the free extents are as the test found them */
+        (void)om_extents_remove_at(&a->free, at, off, len);
+    else
+        (void)om_extents_remove(&a->free, off, len);
     if (end > a->top)
         a->top = end;
     (void)om_extents_remove(&a->unbacked, from, to - from);

@@ -155,9 +155,17 @@ void *om_engine_alloc(size_t size, size_t alignment, int zero)
 {
     struct om_stack stack;
     om_guard_enter();
-    om_stack_capture(&stack, engine_depth, 2); /* skip this frame and the route's */
-    void *p =
-        pool_on ? om_pool_alloc(host_pool, size, alignment, zero, OM_STREAM_NONE, &stack) : NULL;
+    void *p = NULL;
+    int taken = 0;
+    uint64_t key = 0;
+    if (pool_on) {
+        key = om_stack_cheap_key(size);
+        p = om_pool_alloc_cheap(host_pool, size, alignment, zero, key, &taken);
+    }
+    if (!taken || !p)
+        om_stack_capture(&stack, engine_depth, 2); /* skip this frame and the route's */
+    if (!taken && pool_on)
+        p = om_pool_alloc_keyed(host_pool, size, alignment, zero, OM_STREAM_NONE, &stack, key);
     if (!p)
         p = real_alloc(size, alignment, zero, &stack);
     om_checkpoint_note_request();

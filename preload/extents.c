@@ -71,10 +71,20 @@ static void remove_at(struct om_extents *s, size_t at, size_t count)
 
 long om_extents_remove(struct om_extents *s, size_t off, size_t len)
 {
+    size_t end = off + len;
+    /* Before the first extent or after the last (pages of a served slot, resident): no
+     * search. */
+    if (len == 0 || s->n == 0 || end <= s->v[0].off ||
+        off >= s->v[s->n - 1].off + s->v[s->n - 1].len)
+        return 0;
+    return om_extents_remove_at(s, om_extents_at_or_below(s, off), off, len);
+}
+
+long om_extents_remove_at(struct om_extents *s, ptrdiff_t first, size_t off, size_t len)
+{
     if (len == 0)
         return 0; /* strictly inside an extent, the split below would leave two touching */
     size_t end = off + len, removed = 0;
-    ptrdiff_t first = om_extents_at_or_below(s, off);
     size_t i = first < 0 ? 0 : (size_t)first;
     if (i < s->n && s->v[i].off + s->v[i].len <= off)
         i++; /* ends before the range */

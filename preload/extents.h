@@ -35,4 +35,8 @@ int om_extents_add(struct om_extents *s, size_t off, size_t len);
  * -ENOMEM when an extent had to be split and the table could not grow. */
 long om_extents_remove(struct om_extents *s, size_t off, size_t len);
 
+/* As om_extents_remove, with first = om_extents_at_or_below(s, off) found already (the
+ * guard's test of a planned offset found it). */
+long om_extents_remove_at(struct om_extents *s, ptrdiff_t first, size_t off, size_t len);
+
 #endif

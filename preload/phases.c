@@ -153,8 +153,9 @@ static int follow_start(struct om_pool *pool)
 {
     struct om_plan *next = &pool->next;
     for (uint64_t r = 0; r < next->period; r++)
-        next->slots[r] = (struct om_slot){next->records[r].token, 0, next->records[r].len,
-                                          next->records[r].alignment};
+        next->slots[r] = (struct om_slot){.token = next->records[r].token,
+                                          .len = next->records[r].len,
+                                          .alignment = next->records[r].alignment};
     return om_slot_index_build(&next->index, next->slots, next->period);
 }
 

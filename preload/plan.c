@@ -241,8 +241,10 @@ static int place_arcs(struct om_pool *pool, om_rp_block *in, size_t n, uint64_t 
     memset(next->slots, 0, next->period * sizeof *next->slots);
     for (size_t i = 0; i < n; i++) {
         struct record *rec = &next->records[in[i].id];
-        next->slots[in[i].id] =
-            (struct om_slot){rec->token, base + offsets[i], rec->len, rec->alignment};
+        next->slots[in[i].id] = (struct om_slot){.token = rec->token,
+                                                 .offset = base + offsets[i],
+                                                 .len = rec->len,
+                                                 .alignment = rec->alignment};
     }
     next->end = base + pl.peak;
     om_pool_advise_huge(pool, base, base + pl.peak);

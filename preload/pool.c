@@ -194,25 +194,68 @@ static int place(struct om_pool *pool, size_t len, size_t alignment, uintptr_t s
     return rc;
 }
 
-void *om_pool_alloc(struct om_pool *pool, size_t size, size_t alignment, int zero, uintptr_t stream,
-                    const struct om_stack *stack)
+/* The cheap key's use (docs/serving.md, "Served by cheap key"): a slot's key names its
+ * request alone once this many full serves after the one that set it agreed with it, and
+ * then one serve of the slot in CHEAP_EVERY takes the full key again, to check it. */
+#define CHEAP_CONFIRM 2
+#define CHEAP_EVERY 64
+
+/* The cheap key found to name another request at slot sl: never trusted there again. */
+static void cheap_ambiguous(struct om_pool *pool, struct om_slot *sl)
 {
-    if (size > pool->max_request || alignment > OM_ARENA_ALIGNMENT)
-        return NULL; /* the real allocator says what happens to such a request */
-    uint64_t token = om_token_of(stack, size);
-    size_t len = round16(size) + pool->redzone;
-    if (alignment < 16)
-        alignment = 16;
-    int cycle_thread = om_tracer_on_cycle_thread(pool->domain), main_thread = on_main_thread();
-    pthread_mutex_lock(&pool->lock);
+    sl->ambiguous = 1;
+    pool->stats.cheap_key_collisions++;
+}
+
+/* Before a request served by its full key is placed, with the cursor at slot sl: a cheap key
+ * that names the slot's request while this one is another is ambiguous. Marked now, before
+ * the request's miss may drop the plan (and keep it for a phase that comes back). */
+static void cheap_check(struct om_pool *pool, struct om_slot *sl, uint64_t key, uint64_t token)
+{
+    if (!sl->ambiguous && sl->cheap == key && sl->token != token)
+        cheap_ambiguous(pool, sl);
+}
+
+/* Once the request is recorded, of call site site: what its cheap key names at the slot. */
+static void cheap_note(struct om_pool *pool, struct om_slot *sl, uint64_t key, uint64_t token,
+                       uint32_t site)
+{
+    if (sl->ambiguous || !site)
+        return;
+    if (sl->cheap == key) { /* the same token: see cheap_check */
+        if (sl->site != site) {
+            cheap_ambiguous(pool, sl);
+            return;
+        }
+        sl->confirmed += sl->confirmed < CHEAP_CONFIRM;
+        sl->since = 0;
+    } else if (sl->token == token) {
+        sl->cheap = key;
+        sl->site = site;
+        sl->since = sl->confirmed = 0;
+    }
+}
+
+/* Under the lock: places and records a request of the token given, of the call site stack
+ * names, or (stack NULL: served by its cheap key) of site. len and alignment as placed. */
+static void *alloc_locked(struct om_pool *pool, size_t size, size_t len, size_t alignment, int zero,
+                          uintptr_t stream, uint64_t token, const struct om_stack *stack,
+                          uint32_t site, uint64_t key, int cycle_thread, int main_thread)
+{
     if (pool->pending.live)
         om_pending_settle(&pool->pending, &pool->arena, om_pool_settled, pool);
     size_t touched = pool->arena.touched, resident = om_arena_resident(&pool->arena), off;
     /* The plan's that places the block: a request that ends a window may leave the plan. */
     uint32_t generation = pool->generation;
+    /* The slot the cursor expects, which a request served by its full key tells what its
+     * cheap key names. */
+    uint64_t expected =
+        stack && key && pool->phase == SERVE && cycle_thread ? pool->cursor : UINT64_MAX;
+    if (expected != UINT64_MAX)
+        cheap_check(pool, &pool->plan.slots[expected], key, token);
     int flags;
     if (place(pool, len, alignment, stream, token, cycle_thread, main_thread, &off, &flags) != 0)
-        goto fail;
+        return NULL;
     if (pool->phase != SERVE && pool->host && om_arena_resident(&pool->arena) > resident)
         pool->idle_due = 1; /* om_pool_page_work, below */
     struct om_block b = {off, len, size, 0, generation, 0, flags};
@@ -227,7 +270,7 @@ void *om_pool_alloc(struct om_pool *pool, size_t size, size_t alignment, int zer
     }
     if (om_blockmap_put(&pool->blocks, &b) != 0) {
         om_arena_give(&pool->arena, off, len);
-        goto fail;
+        return NULL;
     }
     unsigned char *p = pool->arena.base + off;
     if (zero && pool->host && off < touched) /* above `touched`: fresh pages, zero */
@@ -235,16 +278,66 @@ void *om_pool_alloc(struct om_pool *pool, size_t size, size_t alignment, int zer
     if (pool->redzone)
         memset(p + round16(size), REDZONE_BYTE, pool->redzone);
     struct om_alloc_info info;
-    om_tracer_on_alloc(pool->domain, p, size, round16(size), alignment, stack, &info);
+    if (stack)
+        om_tracer_on_alloc(pool->domain, p, size, round16(size), alignment, stack, &info);
+    else
+        om_tracer_on_alloc_site(pool->domain, p, size, round16(size), alignment, site, &info);
+    if (expected != UINT64_MAX && pool->generation == generation)
+        cheap_note(pool, &pool->plan.slots[expected], key, token, info.site);
     if (cycle_thread)
         om_pool_after_cycle_request(pool, om_blockmap_get(&pool->blocks, off), token, alignment,
                                     &info);
     om_pool_page_work(pool);
+    return p;
+}
+
+void *om_pool_alloc_keyed(struct om_pool *pool, size_t size, size_t alignment, int zero,
+                          uintptr_t stream, const struct om_stack *stack, uint64_t key)
+{
+    if (size > pool->max_request || alignment > OM_ARENA_ALIGNMENT)
+        return NULL; /* the real allocator says what happens to such a request */
+    uint64_t token = om_token_of(stack, size);
+    size_t len = round16(size) + pool->redzone;
+    if (alignment < 16)
+        alignment = 16;
+    int cycle_thread = om_tracer_on_cycle_thread(pool->domain), main_thread = on_main_thread();
+    pthread_mutex_lock(&pool->lock);
+    void *p = alloc_locked(pool, size, len, alignment, zero, stream, token, stack, 0, key,
+                           cycle_thread, main_thread);
     pthread_mutex_unlock(&pool->lock);
     return p;
-fail:
+}
+
+void *om_pool_alloc(struct om_pool *pool, size_t size, size_t alignment, int zero, uintptr_t stream,
+                    const struct om_stack *stack)
+{
+    return om_pool_alloc_keyed(pool, size, alignment, zero, stream, stack, 0);
+}
+
+void *om_pool_alloc_cheap(struct om_pool *pool, size_t size, size_t alignment, int zero,
+                          uint64_t key, int *taken)
+{
+    *taken = 0;
+    if (!key || size > pool->max_request || alignment > OM_ARENA_ALIGNMENT ||
+        !om_tracer_on_cycle_thread(pool->domain))
+        return NULL;
+    size_t len = round16(size) + pool->redzone;
+    if (alignment < 16)
+        alignment = 16;
+    void *p = NULL;
+    pthread_mutex_lock(&pool->lock);
+    struct om_slot *sl =
+        pool->phase == SERVE && !pool->grace ? &pool->plan.slots[pool->cursor] : NULL;
+    if (sl && sl->cheap == key && !sl->ambiguous && sl->confirmed >= CHEAP_CONFIRM &&
+        sl->since + 1 < CHEAP_EVERY) {
+        sl->since++;
+        *taken = 1;
+        pool->stats.served_by_cheap_key++;
+        p = alloc_locked(pool, size, len, alignment, zero, OM_STREAM_NONE, sl->token, NULL,
+                         sl->site, key, 1, on_main_thread());
+    }
     pthread_mutex_unlock(&pool->lock);
-    return NULL;
+    return p;
 }
 
 static void check_redzone(struct om_pool *pool, const struct om_block *b)

@@ -31,6 +31,20 @@ void om_pool_range(const struct om_pool *pool, uintptr_t *lo, size_t *len);
 void *om_pool_alloc(struct om_pool *pool, size_t size, size_t alignment, int zero, uintptr_t stream,
                     const struct om_stack *stack);
 
+/* As om_pool_alloc, for a host request whose cheap key (om_stack_cheap_key; 0: none) is
+ * key: served at the slot the cursor expects, the request tells the slot what its cheap
+ * key names. */
+void *om_pool_alloc_keyed(struct om_pool *pool, size_t size, size_t alignment, int zero,
+                          uintptr_t stream, const struct om_stack *stack, uint64_t key);
+
+/* A host request served by its cheap key alone, without its stack: where the plan serves and
+ * the slot the cursor expects knows key for its request's (docs/serving.md), *taken is 1
+ * and the request is placed and recorded as that request (NULL when the arena cannot hold
+ * it). Otherwise *taken is 0 and nothing happened: the caller captures the stack and calls
+ * om_pool_alloc_keyed. */
+void *om_pool_alloc_cheap(struct om_pool *pool, size_t size, size_t alignment, int zero,
+                          uint64_t key, int *taken);
+
 /* Frees an arena block (recorded first). On a stream, the bytes go to requests on other
  * streams only after work queued there before the free has completed. */
 void om_pool_free(struct om_pool *pool, void *p, uintptr_t stream);

@@ -72,7 +72,7 @@ static int persists(const struct om_logged_request *e, uint64_t nprologue, uint6
 
 static void set_slot(struct om_slot *s, uint64_t token, uint64_t offset, const om_rp_block *b)
 {
-    *s = (struct om_slot){token, offset, b->size, b->align};
+    *s = (struct om_slot){.token = token, .offset = offset, .len = b->size, .alignment = b->align};
 }
 
 /* The warm-up iterations before the cycle repeat it: a prologue request at the same place

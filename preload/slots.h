@@ -7,9 +7,16 @@
 
 struct om_stack;
 
-/* Where a request goes. token 0: no slot (the request is placed by best fit). */
+/* Where a request goes. token 0: no slot (the request is placed by best fit). The cheap
+ * key of the request last served at the slot by its full key, and what the full key named
+ * then (docs/serving.md, "Served by cheap key"); all 0 in a plan just made. */
 struct om_slot {
     uint64_t token, offset, len, alignment;
+    uint64_t cheap;    /* 0: none seen */
+    uint32_t site;     /* the tracer's call site of that request, its id + 1 */
+    uint32_t since;    /* requests served by the cheap key since the last full serve */
+    uint8_t confirmed; /* full serves since that agreed with cheap and site */
+    uint8_t ambiguous; /* the cheap key once named another request: full serves only */
 };
 
 /* Slots chained by token: open addressing on the token, chains in slot order. */

@@ -879,6 +879,35 @@ static unsigned walk(uint32_t *out, unsigned cap)
     return n;
 }
 
+int om_py_cheap_key(uint64_t *key)
+{
+    const struct py_layout *L = __atomic_load_n(&lay, __ATOMIC_ACQUIRE);
+    *key = 0;
+    if (!L)
+        return 0;
+    if (!__atomic_load_n(&checked, __ATOMIC_RELAXED))
+        return -1;
+    uintptr_t ts = (uintptr_t)this_thread_state(), holder = ts, frame;
+    if (!ts)
+        return 0;
+    if (L->ts_cframe >= 0)
+        holder = *(const uintptr_t *)(ts + (uintptr_t)L->ts_cframe);
+    if (!holder)
+        return 0;
+    frame = *(const uintptr_t *)(holder + (uintptr_t)L->current_frame);
+    if (!frame)
+        return 0;
+    /* Read in place where the interpreter keeps the thread's live frames: the top chunk of
+     * its data stack, or the frame the last walk started from, read in place then. */
+    uintptr_t chunk = *(const uintptr_t *)(ts + (uintptr_t)L->ts_chunk),
+              top = *(const uintptr_t *)(ts + (uintptr_t)L->ts_top);
+    int live = chunk && frame >= chunk + CHUNK_DATA && frame + (uintptr_t)L->fr_size <= top;
+    if (!live && frame != memo_frame[0])
+        return -1;
+    *key = frame ^ (word((const unsigned char *)frame, L->fr_instr) * 0x9e3779b97f4a7c15ull);
+    return 0;
+}
+
 /* ---- stacks by id: sequences of frames, interned ---- */
 
 struct py_stack_rec {

@@ -680,6 +680,8 @@ static void write_serving(struct om_json *w, const struct om_serving_stats *v)
     kv_u64(w, "layout_bytes", v->layout_bytes);
     kv_u64(w, "layout_max_bytes", v->layout_max_bytes);
     kv_u64(w, "layout_max_us", v->layout_max_us);
+    kv_u64(w, "served_by_cheap_key", v->served_by_cheap_key);
+    kv_u64(w, "cheap_key_collisions", v->cheap_key_collisions);
     om_json_end(w, '}');
 }
 

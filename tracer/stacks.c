@@ -16,6 +16,7 @@
 /* Frames of the library that contains the tracer: they are never part of a call site. */
 static uintptr_t self_lo[8], self_hi[8];
 static unsigned self_nranges;
+static uintptr_t self_min, self_max; /* the ranges' hull: most addresses tested lie outside */
 
 struct find_self {
     uintptr_t addr;
@@ -40,6 +41,12 @@ static int find_self_cb(struct dl_phdr_info *info, size_t size, void *data)
         return 0;
     memcpy(self_lo, lo, sizeof lo);
     memcpy(self_hi, hi, sizeof hi);
+    self_min = UINTPTR_MAX;
+    self_max = 0;
+    for (unsigned i = 0; i < n; i++) {
+        self_min = lo[i] < self_min ? lo[i] : self_min;
+        self_max = hi[i] > self_max ? hi[i] : self_max;
+    }
     self_nranges = n;
     return 1;
 }
@@ -192,6 +199,8 @@ void om_stack_init(const void *self)
 static int in_self(const void *frame)
 {
     uintptr_t a = (uintptr_t)frame;
+    if (a < self_min || a >= self_max)
+        return 0;
     for (unsigned i = 0; i < self_nranges; i++)
         if (a >= self_lo[i] && a < self_hi[i])
             return 1;
@@ -334,6 +343,25 @@ void om_stack_capture(struct om_stack *stack, unsigned depth, unsigned skip)
     if (self_nranges && program_call(&ip, &sp) == 0 && fast_walk(stack, depth, ip, sp) == 0)
         return;
     full_walk(stack, depth, skip);
+}
+
+/* One word into a key, every bit of it reaching every bit of the key. */
+static inline uint64_t cheap_mix(uint64_t h, uint64_t w)
+{
+    h = (h ^ w) * 0x9e3779b97f4a7c15ull;
+    return h ^ (h >> 29);
+}
+
+uint64_t om_stack_cheap_key(size_t size)
+{
+    uintptr_t ip, sp;
+    uint64_t py;
+    if (!self_nranges || program_call(&ip, &sp) != 0 || om_py_cheap_key(&py) != 0)
+        return 0;
+    /* The depth rather than the address: the same call made on another thread's stack. */
+    uintptr_t top = om_stack_top();
+    uint64_t h = cheap_mix(cheap_mix(cheap_mix(size, ip), top > sp ? top - sp : sp), py);
+    return h | 1;
 }
 
 static int grow_ids(struct om_sites *sites)

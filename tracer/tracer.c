@@ -397,26 +397,13 @@ void om_tracer_set_arena(unsigned domain, const void *base, size_t size)
     pthread_mutex_unlock(&lock);
 }
 
-void om_tracer_on_alloc(unsigned domain, void *ptr, size_t size, size_t usable, size_t alignment,
-                        const struct om_stack *stack, struct om_alloc_info *info)
+/* Under the lock: the birth of a block from site. 0, or -ENOMEM (not recorded). */
+static int birth(struct om_domain *d, struct om_site *site, void *ptr, size_t size, size_t usable,
+                 size_t alignment, uint64_t now, uint32_t tid, uint32_t seq_tid,
+                 struct om_alloc_info *info)
 {
-    if (info)
-        *info = (struct om_alloc_info){0};
-    struct om_domain *d = domain_at(domain);
-    if (!d)
-        return;
-    uint64_t now = mono_ns() - cfg.t0_ns;
-    uint32_t tid = current_tid(), seq_tid = sequence_of(domain);
-    pthread_mutex_lock(&lock);
-    uint32_t known_sites = d->sites.count;
-    struct om_site *site = om_sites_intern(&d->sites, stack);
-    int new_site = d->sites.count != known_sites;
-    if (!site || (d->live_used + 1) * 2 > d->live_cap) {
-        if (!site || live_grow(d) != 0) {
-            pthread_mutex_unlock(&lock);
-            return; /* out of memory: the block is simply not recorded */
-        }
-    }
+    if ((d->live_used + 1) * 2 > d->live_cap && live_grow(d) != 0)
+        return -ENOMEM; /* out of memory: the block is simply not recorded */
     uint64_t seq = d->seq;
     if (cfg.warmup == 0) {
         if (om_threads_note(&d->threads, seq_tid)) {
@@ -442,6 +429,7 @@ void om_tracer_on_alloc(unsigned domain, void *ptr, size_t size, size_t usable, 
     if (info) {
         info->seq = seq;
         info->ns = now;
+        info->site = site->id + 1;
     }
     d->seq++;
     d->events++;
@@ -480,11 +468,47 @@ void om_tracer_on_alloc(unsigned domain, void *ptr, size_t size, size_t usable, 
     *r = (struct om_record){seq,           size,           OM_NO_DEATH, now, 0,
                             d->live_bytes, (uintptr_t)ptr, site->id,    tid};
     timeline_add(d, seq, d->live_bytes);
+    return 0;
+}
+
+void om_tracer_on_alloc(unsigned domain, void *ptr, size_t size, size_t usable, size_t alignment,
+                        const struct om_stack *stack, struct om_alloc_info *info)
+{
+    if (info)
+        *info = (struct om_alloc_info){0};
+    struct om_domain *d = domain_at(domain);
+    if (!d)
+        return;
+    uint64_t now = mono_ns() - cfg.t0_ns;
+    uint32_t tid = current_tid(), seq_tid = sequence_of(domain);
+    pthread_mutex_lock(&lock);
+    uint32_t known_sites = d->sites.count;
+    struct om_site *site = om_sites_intern(&d->sites, stack);
+    int new_site = d->sites.count != known_sites;
+    if (site)
+        birth(d, site, ptr, size, usable, alignment, now, tid, seq_tid, info);
     pthread_mutex_unlock(&lock);
     /* A new site found by the fast walk (a known native stack under other Python frames)
      * read no unwind tables: nothing to give back. */
     if ((new_site && stack->full) || stack->walked)
         om_unwind_pages_drop(stack);
+}
+
+void om_tracer_on_alloc_site(unsigned domain, void *ptr, size_t size, size_t usable,
+                             size_t alignment, uint32_t site, struct om_alloc_info *info)
+{
+    if (info)
+        *info = (struct om_alloc_info){0};
+    struct om_domain *d = domain_at(domain);
+    if (!d)
+        return;
+    uint64_t now = mono_ns() - cfg.t0_ns;
+    uint32_t tid = current_tid(), seq_tid = sequence_of(domain);
+    pthread_mutex_lock(&lock);
+    /* Sites are never removed (a fork child keeps them): an id once given stays valid. */
+    if (site && site - 1 < d->sites.count)
+        birth(d, d->sites.by_id[site - 1], ptr, size, usable, alignment, now, tid, seq_tid, info);
+    pthread_mutex_unlock(&lock);
 }
 
 int om_tracer_on_free(unsigned domain, void *ptr)

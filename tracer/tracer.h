@@ -55,6 +55,14 @@ int om_tracer_domain_open(const char *name);
  * not allocate through malloc, so it is called before any lock is taken. */
 void om_stack_capture(struct om_stack *stack, unsigned depth, unsigned skip);
 
+/* A cheap key of the caller's call site, for a request of size bytes: the program's return
+ * address into the library, the depth of its stack pointer in the thread's stack, and where
+ * the thread's Python code is (its current frame and instruction), hashed; no unwinding. Two
+ * call sites may share one (they differ only further up the stack): it names a site only
+ * where a full capture said so. 0 where none can be had (the library's own frames are not
+ * known, Python frames not yet checked): the caller captures the stack. */
+uint64_t om_stack_cheap_key(size_t size);
+
 /* What the tracer knows of a request once it is recorded. */
 struct om_alloc_info {
     uint64_t seq;        /* its number among managed requests */
@@ -65,13 +73,20 @@ struct om_alloc_info {
      * it may lie periods back), or to the latest optmem_step() mark; 0 while no period is
      * known. (periodic - 1) % period is this request's place in its iteration. */
     uint64_t periodic;
-    uint64_t ns; /* when it was made, in ns since the tracer started */
+    uint64_t ns;   /* when it was made, in ns since the tracer started */
+    uint32_t site; /* its call site's id + 1, for om_tracer_on_alloc_site; 0: not recorded */
 };
 
 /* Records the birth of a managed block; usable is what its allocator really holds for it
  * (the report's peak_live_bytes). info, when not NULL, receives what the tracer knows. */
 void om_tracer_on_alloc(unsigned domain, void *ptr, size_t size, size_t usable, size_t alignment,
                         const struct om_stack *stack, struct om_alloc_info *info);
+
+/* As om_tracer_on_alloc, for a request whose call site is known already: site is what
+ * om_alloc_info.site said of an earlier request from it. The block is not recorded when
+ * site names no call site. */
+void om_tracer_on_alloc_site(unsigned domain, void *ptr, size_t size, size_t usable,
+                             size_t alignment, uint32_t site, struct om_alloc_info *info);
 
 /* Whether the calling thread makes the requests that define iterations (the busiest
  * thread when iterations are detected; every thread when they are marked). */
@@ -104,6 +119,9 @@ struct om_serving_stats {
      * back; the most bytes one call moved or gave back laying out any plan, and the longest
      * time one call spent on it */
     uint64_t layout_calls, layout_bytes, layout_max_bytes, layout_max_us;
+    /* Requests whose call site the cheap key named, without a stack captured; slots where
+     * the cheap key was found to name two requests (served by full keys from then on) */
+    uint64_t served_by_cheap_key, cheap_key_collisions;
 };
 
 /* The pool's arena: sample records of blocks inside it carry their offset. */

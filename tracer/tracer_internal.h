@@ -144,6 +144,11 @@ uint32_t om_py_capture(unsigned cap);
 int om_py_stack(uint32_t stack, const uint32_t **frames, unsigned *n);
 /* What frame id names; 0 or -ENOENT. */
 int om_py_frame(uint32_t id, const char **file, const char **function, uint32_t *line);
+/* Where the calling thread's Python code is, in a word: its current frame and that frame's
+ * instruction, read in place (a few loads); *key 0 for a thread that runs no Python. -1
+ * where it cannot be read cheaply (the layout not checked yet, or a current frame that the
+ * thread's last walk did not read in place): the caller walks. */
+int om_py_cheap_key(uint64_t *key);
 /* Whether a return address lies in CPython's eval loop (one run of Python frames). */
 int om_py_is_eval(uintptr_t address);
 void om_py_atfork_prepare(void);

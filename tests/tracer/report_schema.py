@@ -71,8 +71,8 @@ SERVING_KEYS = ("serving_requests", "hits", "misses", "served_from_plan", "fallb
                 "verify_violations", "invalid_frees", "saved_plan", "retired_blocks",
                 "iteration_requests", "iteration_served", "plan_greedy_bytes",
                 "plan_proven_bound_bytes", "plan_time_us", "plan_on_thread", "layout_calls",
-                "layout_bytes",
-                "layout_max_bytes", "layout_max_us")
+                "layout_bytes", "layout_max_bytes", "layout_max_us", "served_by_cheap_key",
+                "cheap_key_collisions")
 
 
 VERSIONS = (1, 2)
