@@ -26,7 +26,10 @@
 /* Packing around live blocks rarely meets its bound, and the plan packed alone is the
  * fallback: a shorter search. */
 #define OBSTACLE_BUDGET_MS 50
-
+/* The optmem-plan thread's stack: the search recurses once per block placed (a few hundred
+ * bytes a level); only what a search touches is resident. A MiB of it is left to the
+ * thread's start and the search's callers. */
+#define PLAN_THREAD_STACK ((size_t)64 << 20)
 /* The replanner's working memory, carved from the arena's free pages above every live block:
  * they are resident already and the plan reuses them next, where fresh mappings would add
  * the replanner's memory to the peak. Released in the order taken; beyond it, mappings. A
@@ -164,6 +167,7 @@ static void place_plan(const struct om_pool *pool, om_rp_block *in, size_t narcs
     size_t nfixed = live_obstacles(a, base, pool->next.period, in + narcs, &fixed_bytes);
     om_rp_options opt = *dense_opt;
     opt.budget_ms = OBSTACLE_BUDGET_MS;
+    opt.stack_bytes = om_stack_room(); /* on the program's thread, whoever made the plan */
     opt.goal = pl->peak + fixed_bytes;
     om_rp_result res;
     om_plan_dump(pool->domain, in, narcs + nfixed, pool->period,
@@ -297,6 +301,7 @@ static int build_plan(struct om_pool *pool, size_t scratch_from, size_t scratch_
     char err[256] = "";
     om_rp_options opt = {.period = pool->next.period,
                          .budget_ms = om_pool_search_budget_ms(pool, PLAN_BUDGET_MIN_MS),
+                         .stack_bytes = om_stack_room(),
                          .alloc = alloc,
                          .err = err,
                          .errlen = sizeof err};
@@ -372,6 +377,9 @@ static int start_thread(struct om_plan_job *job)
     if (rc != 0)
         return -rc;
     pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+    /* Where the larger stack cannot be had, the search keeps the default depth. */
+    if (pthread_attr_setstacksize(&attr, PLAN_THREAD_STACK) == 0)
+        job->opt.stack_bytes = PLAN_THREAD_STACK - ((size_t)1 << 20);
     sigset_t all, old;
     sigfillset(&all);
     pthread_sigmask(SIG_SETMASK, &all, &old);
@@ -379,8 +387,10 @@ static int start_thread(struct om_plan_job *job)
     rc = pthread_create(&thread, &attr, plan_thread, job);
     pthread_sigmask(SIG_SETMASK, &old, NULL);
     pthread_attr_destroy(&attr);
-    if (rc != 0)
+    if (rc != 0) {
+        job->opt.stack_bytes = 0;
         return -rc;
+    }
     pthread_setname_np(thread, "optmem-plan");
     return 0;
 }

@@ -470,6 +470,7 @@ int om_saved_plan_build(const struct om_request_log *log, uint64_t nprologue,
 
     om_rp_options opt = {.period = period,
                          .budget_ms = at_least(budget_ms, CIRCLE_BUDGET_MS),
+                         .stack_bytes = om_stack_room(),
                          .alloc = om_rp_mmap,
                          .err = err,
                          .errlen = errlen};

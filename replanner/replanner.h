@@ -59,6 +59,10 @@ typedef struct om_rp_options {
     uint64_t goal;      /* if nonzero: a plan with a peak at most this is good enough, and the
                            search stops there (the caller has a higher peak elsewhere) */
     int algo;           /* enum om_rp_algo */
+    size_t stack_bytes; /* if nonzero: the stack the search may use below the caller's frame;
+                           its branch and bound recurses once per block placed (a few hundred
+                           bytes a level) and stops, as at its deadline, where the next level
+                           would go deeper */
     om_rp_allocator alloc;
     char *err; /* optional: a one-line message on failure */
     size_t errlen;

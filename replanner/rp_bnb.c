@@ -987,8 +987,10 @@ static int child(rp_search *s, const part *p, uint32_t c, size_t at, int *flags)
     part q = *p;
     int r;
 
-    /* A node is one placement: failed ones cost as much as the others. */
-    if (s->nodes_left == 0 || rp_expired(s->clk))
+    /* A node is one placement: failed ones cost as much as the others. A node recurses, so
+     * a dive as deep as the stack allows ends there too. */
+    if (s->nodes_left == 0 || rp_expired(s->clk) ||
+        (uintptr_t)__builtin_frame_address(0) < s->clk->stack_floor)
         return RP_ABORTED;
     s->nodes_left--;
     parts_swap(s, p->first + at, last);

@@ -826,6 +826,8 @@ int om_rp_plan(const om_rp_block *blocks, size_t n, const om_rp_options *opt, ui
     /* 3 % of the budget is left for the last decode or node to notice, and for finish(). */
     clk.deadline_ns = t0 + (uint64_t)budget * 970000u;
     clk.max_nodes = opt->max_nodes;
+    uintptr_t frame = (uintptr_t)__builtin_frame_address(0);
+    clk.stack_floor = opt->stack_bytes && frame > opt->stack_bytes ? frame - opt->stack_bytes : 0;
     if ((rc = rp_greedy_first(&in, &m, &best, &clk, &ws)) < 0)
         goto nomem;
     /* Past the deadline the first plan is the answer: only the bound, for the result (the

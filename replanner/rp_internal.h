@@ -119,7 +119,8 @@ uint64_t rp_bump_fixed(const rp_inst *in, uint32_t k, uint64_t off);
 typedef struct rp_clock {
     uint64_t deadline_ns;
     uint64_t nodes;
-    uint64_t max_nodes; /* 0: no limit */
+    uint64_t max_nodes;    /* 0: no limit */
+    uintptr_t stack_floor; /* a search whose frames reach below this stops (om_rp_options) */
     int stopped;
 } rp_clock;
 

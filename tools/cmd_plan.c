@@ -4,13 +4,18 @@
 #include "snapshot.h"
 
 #include <errno.h>
+#include <pthread.h>
 #include <stdbool.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 
 #define CLI_DEFAULT_BUDGET_MS 1000
+/* The search's branch and bound recurses once per block placed: a dive through tens of
+ * thousands of blocks needs more than a main thread's usual 8 MiB. */
+#define CLI_SEARCH_STACK ((size_t)256 << 20)
 
 static void usage(FILE *f)
 {
@@ -68,6 +73,50 @@ static int is_opt(const char *a, const char *name)
 {
     size_t len = strlen(name);
     return strncmp(a, name, len) == 0 && (a[len] == '\0' || a[len] == '=');
+}
+
+struct search {
+    const om_rp_block *blocks;
+    size_t n;
+    om_rp_options *opt;
+    uint64_t *off;
+    om_rp_result *res;
+    int rc;
+};
+
+static void *search_main(void *arg)
+{
+    struct search *s = arg;
+    s->rc = om_rp_plan(s->blocks, s->n, s->opt, s->off, s->res);
+    return NULL;
+}
+
+/* om_rp_plan on a thread with a stack of CLI_SEARCH_STACK (a MiB of it left to the thread's
+ * start and the search's callers), or here, as deep as this thread's stack allows, where no
+ * such thread can be made. */
+static int plan_blocks(const om_rp_block *blocks, size_t n, om_rp_options *opt, uint64_t *off,
+                       om_rp_result *res)
+{
+    struct search s = {blocks, n, opt, off, res, 0};
+    pthread_attr_t attr;
+    pthread_t thread;
+    int made = 0;
+    opt->stack_bytes = CLI_SEARCH_STACK - ((size_t)1 << 20);
+    if (pthread_attr_init(&attr) == 0) {
+        made = pthread_attr_setstacksize(&attr, CLI_SEARCH_STACK) == 0 &&
+               pthread_create(&thread, &attr, search_main, &s) == 0;
+        pthread_attr_destroy(&attr);
+    }
+    if (made) {
+        pthread_join(thread, NULL);
+        return s.rc;
+    }
+    struct rlimit lim;
+    opt->stack_bytes = getrlimit(RLIMIT_STACK, &lim) == 0 && lim.rlim_cur != RLIM_INFINITY &&
+                               lim.rlim_cur > ((rlim_t)2 << 20)
+                           ? (size_t)lim.rlim_cur - ((size_t)1 << 20)
+                           : (size_t)1 << 20;
+    return om_rp_plan(blocks, n, opt, off, res);
 }
 
 static int write_out(const char *path, const om_rp_block *b, size_t n, const uint64_t *off)
@@ -144,7 +193,7 @@ static int plan_snapshot(const char *in, const char *out, om_rp_options *opt)
             blocks[i] =
                 (om_rp_block){.id = i, .lower = l->birth, .upper = l->death, .size = l->size};
         }
-        if (n && (rc = om_rp_plan(blocks, n, opt, off, &res)) < 0) {
+        if (n && (rc = plan_blocks(blocks, n, opt, off, &res)) < 0) {
             fprintf(stderr, "optmem: plan: %s: device %lld stream %lld: %s\n", in,
                     (long long)gr->device, (long long)gr->stream, err);
             goto out;
@@ -283,7 +332,7 @@ int om_cmd_plan(int argc, char **argv)
         fprintf(stderr, "optmem: plan: out of memory\n");
         goto out;
     }
-    if ((rc = om_rp_plan(blocks, n, &opt, off, &res)) < 0) {
+    if ((rc = plan_blocks(blocks, n, &opt, off, &res)) < 0) {
         fprintf(stderr, "optmem: plan: %s: %s\n", in, err);
         goto out;
     }

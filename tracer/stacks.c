@@ -6,6 +6,7 @@
 #include <errno.h>
 #include <link.h>
 #include <pthread.h>
+#include <sys/resource.h>
 #include <sys/syscall.h>
 #include <string.h>
 #include <time.h>
@@ -303,6 +304,27 @@ uintptr_t om_stack_top(void)
     if (__builtin_expect(tls_stack_hi == 0, 0))
         find_stack();
     return tls_stack_hi > 1 ? tls_stack_hi : 0;
+}
+
+/* What om_stack_room leaves to the frames below the caller's (signal handlers among them),
+ * and what it grants where the thread's stack is not known. */
+#define ROOM_MARGIN ((uintptr_t)256 << 10)
+#define ROOM_UNKNOWN ((size_t)256 << 10)
+#define ROOM_MIN ((size_t)16 << 10)
+
+size_t om_stack_room(void)
+{
+    uintptr_t here = (uintptr_t)__builtin_frame_address(0);
+    if (om_stack_top() == 0 || here < tls_stack_lo)
+        return ROOM_UNKNOWN;
+    uintptr_t lo = tls_stack_lo;
+    struct rlimit lim;
+    /* The initial thread's stack grows down to its limit below the top, not to the span
+     * find_stack allows it. */
+    if ((pid_t)syscall(SYS_gettid) == getpid() && getrlimit(RLIMIT_STACK, &lim) == 0 &&
+        lim.rlim_cur != RLIM_INFINITY && lim.rlim_cur < tls_stack_hi - lo)
+        lo = tls_stack_hi - (uintptr_t)lim.rlim_cur;
+    return here > lo + ROOM_MARGIN + ROOM_MIN ? here - lo - ROOM_MARGIN : ROOM_MIN;
 }
 
 /* Follows the learnt distances up from the program's call; 0 with the stack complete, -1

@@ -54,6 +54,10 @@ int om_tracer_domain_open(const char *name);
 /* Captures the caller's stack, skipping `skip` innermost frames. Takes no lock and does
  * not allocate through malloc, so it is called before any lock is taken. */
 void om_stack_capture(struct om_stack *stack, unsigned depth, unsigned skip);
+/* Bytes of stack below the caller's frame that a deep computation on the calling thread may
+ * use: what its stack has left less a margin for the frames below (a signal handler's), at
+ * least 16 KiB; 256 KiB where the thread's stack is not known. */
+size_t om_stack_room(void);
 
 /* A cheap key of the caller's call site, for a request of size bytes: the program's return
  * address into the library, the depth of its stack pointer in the thread's stack, and where

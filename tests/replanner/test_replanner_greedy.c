@@ -4,6 +4,7 @@
 #include "rp_test_util.h"
 
 #include <errno.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <setjmp.h>
@@ -386,22 +387,29 @@ static void test_first_plan_tiny_budget(void **state)
  * rest from the blocks by start): its plans stay valid and never above greedy by size, at
  * every node limit (each run stops at a different node of the search).
  */
-static void test_bnb_large_line(void **state)
+static void large_line(om_rp_block *b, size_t n)
 {
-    const size_t n = OM_RP_BNB_MAX_BLOCKS + 904;
-    om_rp_block *b = calloc(n, sizeof(*b));
-    uint64_t *off = calloc(n, sizeof(*off)), seed = 41, peak = 0, greedy = 0;
-    char err[256] = "";
-    (void)state;
+    uint64_t seed = 41;
 
-    assert_non_null(b);
-    assert_non_null(off);
     for (size_t i = 0; i < n; i++) { /* short lives on a long line: few pairs */
         b[i].id = i;
         b[i].lower = t_rand(&seed) % 20000;
         b[i].upper = b[i].lower + 1 + t_rand(&seed) % 300;
         b[i].size = 1 + t_rand(&seed) % 1000;
     }
+}
+
+static void test_bnb_large_line(void **state)
+{
+    const size_t n = OM_RP_BNB_MAX_BLOCKS + 904;
+    om_rp_block *b = calloc(n, sizeof(*b));
+    uint64_t *off = calloc(n, sizeof(*off)), peak = 0, greedy = 0;
+    char err[256] = "";
+    (void)state;
+
+    assert_non_null(b);
+    assert_non_null(off);
+    large_line(b, n);
     for (uint64_t limit = 1000; limit <= 64000; limit *= 4) {
         om_rp_options opt = {0};
         om_rp_result res;
@@ -425,6 +433,69 @@ static void test_bnb_large_line(void **state)
     /* With the most nodes the search has done its work there: below greedy by size (at LB
      * after about 16,000 nodes on this instance). */
     assert_true(peak < greedy);
+    free(off);
+    free(b);
+    assert_int_equal(t_live_bytes(), 0);
+}
+
+struct stack_run {
+    const om_rp_block *b;
+    size_t n;
+    size_t stack_bytes;
+    uint64_t *off;
+    om_rp_result res;
+    int rc;
+};
+
+static void *stack_run_main(void *arg)
+{
+    struct stack_run *r = arg;
+    om_rp_options opt = {0};
+
+    opt.budget_ms = 60000;
+    opt.max_nodes = 64000;
+    opt.algo = OM_RP_ALGO_BNB;
+    opt.stack_bytes = r->stack_bytes;
+    opt.alloc = t_alloc;
+    r->rc = om_rp_plan(r->b, r->n, &opt, r->off, &r->res);
+    return NULL;
+}
+
+/* The branch and bound recurses once per block placed; on a thread whose stack is small it
+ * stops where om_rp_options.stack_bytes says, with a valid plan, instead of overflowing the
+ * stack (the in-program searches run on the program's threads). With room it searches on:
+ * below greedy by size, as in test_bnb_large_line. */
+static void test_bnb_stack_limit(void **state)
+{
+    const size_t n = OM_RP_BNB_MAX_BLOCKS + 904;
+    const size_t thread_stack = (size_t)256 << 10;
+    om_rp_block *b = calloc(n, sizeof(*b));
+    uint64_t *off = calloc(n, sizeof(*off));
+    char err[256] = "";
+    (void)state;
+
+    assert_non_null(b);
+    assert_non_null(off);
+    large_line(b, n);
+    for (int roomy = 0; roomy < 2; roomy++) {
+        struct stack_run r = {b, n, roomy ? (size_t)64 << 20 : thread_stack / 4, off, {0}, 0};
+        pthread_attr_t attr;
+        pthread_t thread;
+
+        assert_int_equal(pthread_attr_init(&attr), 0);
+        assert_int_equal(pthread_attr_setstacksize(&attr, roomy ? (size_t)80 << 20 : thread_stack),
+                         0);
+        assert_int_equal(pthread_create(&thread, &attr, stack_run_main, &r), 0);
+        pthread_attr_destroy(&attr);
+        assert_int_equal(pthread_join(thread, NULL), 0);
+        assert_int_equal(r.rc, 0);
+        if (om_rp_check(b, n, 0, off, &t_alloc, err, sizeof(err)) != 0)
+            fail_msg("invalid plan (stack %zu): %s", r.stack_bytes, err);
+        if (roomy)
+            assert_true(r.res.peak < r.res.greedy_peak);
+        else
+            assert_int_equal(r.res.peak, r.res.greedy_peak);
+    }
     free(off);
     free(b);
     assert_int_equal(t_live_bytes(), 0);
@@ -828,6 +899,7 @@ int main(void)
         cmocka_unit_test(test_bundled_not_behind),
         cmocka_unit_test(test_tiny_budget),
         cmocka_unit_test(test_bnb_large_line),
+        cmocka_unit_test(test_bnb_stack_limit),
         cmocka_unit_test(test_dive_matches_reference),
         cmocka_unit_test(test_dive_deadline),
         cmocka_unit_test(test_dives_above_bnb_size),
