@@ -471,8 +471,9 @@ static int birth(struct om_domain *d, struct om_site *site, void *ptr, size_t si
     return 0;
 }
 
-void om_tracer_on_alloc(unsigned domain, void *ptr, size_t size, size_t usable, size_t alignment,
-                        const struct om_stack *stack, struct om_alloc_info *info)
+/* A request of the call site stack names, or (stack NULL) of the site of id + 1 site_id. */
+static void on_alloc(unsigned domain, void *ptr, size_t size, size_t usable, size_t alignment,
+                     const struct om_stack *stack, uint32_t site_id, struct om_alloc_info *info)
 {
     if (info)
         *info = (struct om_alloc_info){0};
@@ -481,34 +482,36 @@ void om_tracer_on_alloc(unsigned domain, void *ptr, size_t size, size_t usable, 
         return;
     uint64_t now = mono_ns() - cfg.t0_ns;
     uint32_t tid = current_tid(), seq_tid = sequence_of(domain);
+    int new_site = 0;
+    struct om_site *site = NULL;
     pthread_mutex_lock(&lock);
-    uint32_t known_sites = d->sites.count;
-    struct om_site *site = om_sites_intern(&d->sites, stack);
-    int new_site = d->sites.count != known_sites;
+    if (stack) {
+        uint32_t known_sites = d->sites.count;
+        site = om_sites_intern(&d->sites, stack);
+        new_site = d->sites.count != known_sites;
+    } else if (site_id && site_id - 1 < d->sites.count) {
+        /* Sites are never removed (a fork child keeps them): an id once given stays valid. */
+        site = d->sites.by_id[site_id - 1];
+    }
     if (site)
         birth(d, site, ptr, size, usable, alignment, now, tid, seq_tid, info);
     pthread_mutex_unlock(&lock);
     /* A new site found by the fast walk (a known native stack under other Python frames)
      * read no unwind tables: nothing to give back. */
-    if ((new_site && stack->full) || stack->walked)
+    if (stack && ((new_site && stack->full) || stack->walked))
         om_unwind_pages_drop(stack);
+}
+
+void om_tracer_on_alloc(unsigned domain, void *ptr, size_t size, size_t usable, size_t alignment,
+                        const struct om_stack *stack, struct om_alloc_info *info)
+{
+    on_alloc(domain, ptr, size, usable, alignment, stack, 0, info);
 }
 
 void om_tracer_on_alloc_site(unsigned domain, void *ptr, size_t size, size_t usable,
                              size_t alignment, uint32_t site, struct om_alloc_info *info)
 {
-    if (info)
-        *info = (struct om_alloc_info){0};
-    struct om_domain *d = domain_at(domain);
-    if (!d)
-        return;
-    uint64_t now = mono_ns() - cfg.t0_ns;
-    uint32_t tid = current_tid(), seq_tid = sequence_of(domain);
-    pthread_mutex_lock(&lock);
-    /* Sites are never removed (a fork child keeps them): an id once given stays valid. */
-    if (site && site - 1 < d->sites.count)
-        birth(d, d->sites.by_id[site - 1], ptr, size, usable, alignment, now, tid, seq_tid, info);
-    pthread_mutex_unlock(&lock);
+    on_alloc(domain, ptr, size, usable, alignment, NULL, site, info);
 }
 
 int om_tracer_on_free(unsigned domain, void *ptr)
