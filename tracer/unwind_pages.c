@@ -3,6 +3,7 @@
 
 #include <elf.h>
 #include <link.h>
+#include <pthread.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <string.h>
@@ -47,14 +48,15 @@ struct module_tables {
 
 /* The modules as the loader had them at (adds, subs): rebuilt only when a module was loaded
  * or unloaded since, so that a drop costs a lookup per frame, not a pass over every
- * module's headers. Read and written only under the loader's lock (inside
- * dl_iterate_phdr's callback), which serialises the threads. */
+ * module's headers. Used under the loader's lock (inside dl_iterate_phdr's callback) and
+ * known_lock, taken there: the loader's lock is not one that tools see. */
 static struct {
     struct module_tables *v;
     size_t n, cap;
     unsigned long long adds, subs;
     int valid;
 } known;
+static pthread_mutex_t known_lock = PTHREAD_MUTEX_INITIALIZER;
 
 /* The pages to drop of one module, from its program headers. */
 static struct module_tables tables_of(const struct dl_phdr_info *info)
@@ -173,11 +175,15 @@ static int drop_modules(struct dl_phdr_info *info, size_t size, void *data)
     const struct om_stack *stack = data;
     if (size < offsetof(struct dl_phdr_info, dlpi_subs) + sizeof info->dlpi_subs)
         return 1;
+    /* Never busy, the loader's lock being held; held at a fork by a thread the child does not
+     * have, the child drops nothing (its pages stay, as without optmem). */
+    if (pthread_mutex_trylock(&known_lock) != 0)
+        return 1;
     if (!known.valid || known.adds != info->dlpi_adds || known.subs != info->dlpi_subs) {
         known.n = 0;
         known.valid = 0;
         if (dl_iterate_phdr(add_module, NULL) != 0)
-            return 1;
+            goto out;
         sort_by_lo(known.v, known.n);
         known.adds = info->dlpi_adds;
         known.subs = info->dlpi_subs;
@@ -197,6 +203,8 @@ static int drop_modules(struct dl_phdr_info *info, size_t size, void *data)
         done[ndone++] = m;
         (void)madvise((void *)m->from, m->to - m->from, MADV_DONTNEED);
     }
+out:
+    pthread_mutex_unlock(&known_lock);
     return 1;
 }
 
