@@ -137,7 +137,8 @@ void om_pool_save_plan(struct om_pool *pool)
                                                   rec->upper, rec->len,   rec->alignment};
     }
     rc = om_saved_plan_build(&pool->log, n0, arcs, narcs, served->period,
-                             om_pool_search_budget_ms(pool, 0), &plan, err, sizeof err);
+                             om_pool_search_budget_ms(pool, 0), om_stack_room(), &plan, err,
+                             sizeof err);
     if (rc == 0 && (rc = om_saved_plan_write(pool->plan_file, om_saved_plan_program(), &plan)))
         snprintf(err, sizeof err, "%s", strerror(-rc));
 out:

@@ -453,7 +453,8 @@ static uint32_t at_least(uint32_t ms, uint32_t least)
 
 int om_saved_plan_build(const struct om_request_log *log, uint64_t nprologue,
                         const struct om_cycle_arc *arcs, size_t narcs, uint64_t period,
-                        uint32_t budget_ms, struct om_saved_plan *out, char *err, size_t errlen)
+                        uint32_t budget_ms, size_t stack_bytes, struct om_saved_plan *out,
+                        char *err, size_t errlen)
 {
     size_t nslots = nprologue + period, ncircle;
     struct build b;
@@ -470,7 +471,7 @@ int om_saved_plan_build(const struct om_request_log *log, uint64_t nprologue,
 
     om_rp_options opt = {.period = period,
                          .budget_ms = at_least(budget_ms, CIRCLE_BUDGET_MS),
-                         .stack_bytes = om_stack_room(),
+                         .stack_bytes = stack_bytes,
                          .alloc = om_rp_mmap,
                          .err = err,
                          .errlen = errlen};

@@ -46,11 +46,13 @@ uint32_t om_request_log_add(struct om_request_log *log, uint64_t token, uint64_t
 /* Places the log's prologue [0, nprologue) and the arcs together: on the circle the arcs,
  * above every block of the prologue that outlives the first iteration (stacked by birth),
  * then the rest of the prologue on a line around them, part by part. Each of the two
- * searches may take budget_ms, and at least a short time of its own. The plan is checked
- * whole before it is returned. 0, -EINVAL (message in err) or -ENOMEM. */
+ * searches may take budget_ms, and at least a short time of its own, and stack_bytes of the
+ * calling thread's stack (om_rp_options; 0: no limit). The plan is checked whole before it
+ * is returned. 0, -EINVAL (message in err) or -ENOMEM. */
 int om_saved_plan_build(const struct om_request_log *log, uint64_t nprologue,
                         const struct om_cycle_arc *arcs, size_t narcs, uint64_t period,
-                        uint32_t budget_ms, struct om_saved_plan *out, char *err, size_t errlen);
+                        uint32_t budget_ms, size_t stack_bytes, struct om_saved_plan *out,
+                        char *err, size_t errlen);
 
 /* Writes the plan atomically (temporary file, rename). 0 or -errno. */
 int om_saved_plan_write(const char *path, uint64_t program, const struct om_saved_plan *plan);

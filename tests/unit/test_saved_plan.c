@@ -212,7 +212,7 @@ static void build_and_check(uint64_t seed, int iterations)
     struct om_request_log log = {r.e, r.n, MAX_REQUESTS};
     struct om_saved_plan plan;
     char err[256] = "";
-    int rc = om_saved_plan_build(&log, n0, arcs, narcs, period, 0, &plan, err, sizeof err);
+    int rc = om_saved_plan_build(&log, n0, arcs, narcs, period, 0, 0, &plan, err, sizeof err);
     if (rc != 0)
         fail_msg("seed %llu: build failed: %s", (unsigned long long)seed, err);
     uint64_t lb = check_served(&r, n0, period, arcs, narcs, &plan);
@@ -256,7 +256,7 @@ static void test_all_persistent(void **state)
         arcs[s] = (struct om_cycle_arc){s, 5, s, s + 1, 8192, 64};
     }
     struct om_request_log log = {e, 64, 64};
-    assert_int_equal(om_saved_plan_build(&log, 60, arcs, 4, 4, 0, &plan, err, sizeof err), 0);
+    assert_int_equal(om_saved_plan_build(&log, 60, arcs, 4, 4, 0, 0, &plan, err, sizeof err), 0);
     uint64_t sum = 0;
     for (int i = 0; i < 60; i++) {
         assert_int_equal(plan.slots[i].offset, sum); /* stacked by birth */
