@@ -676,9 +676,11 @@ static void test_plan_thread(void **state)
 
 /* A plan searched on the optmem-plan thread while the program leaves its phase (training
  * steps, then evaluation steps): whether the search ends before evaluation begins (the plan
- * serves, then is kept) or after (kept as found, never laid among evaluation's requests), it
- * is made once and serves again when training comes back, and the report's figures say it
- * was searched on the thread. */
+ * serves, then is kept), after it began (kept as found, never laid among evaluation's
+ * requests), or after training came back within the window the search follows (evaluation's
+ * two steps did not miss enough of it: laid then, for training), it is made once and serves
+ * training when training comes back, and the report's figures say it was searched on the
+ * thread. */
 static void test_plan_thread_phase_left(void **state)
 {
     /* The search starts where an inline plan is made: in step `made`. */
@@ -699,15 +701,20 @@ static void test_plan_thread_phase_left(void **state)
     run_step(step_b, NOPS(step_b), NULL);
     run_step(step_b, NOPS(step_b), NULL);
     assert_int_equal(stats().reused_plans, 0);
-    unsigned steps = 0;
-    for (; steps < 5000 && stats().reused_plans == 0; steps++) {
+    unsigned steps = 0, served = 0;
+    for (; steps < 5000 && !served; steps++) {
+        uint64_t before = stats().served_from_plan;
         run_step(step_a, NOPS(step_a), NULL);
+        served = stats().served_from_plan - before == STEP_A_REQUESTS;
         sched_yield(); /* the search may need the CPU the loop holds */
     }
-    assert_true(steps < 5000);
+    if (!served)
+        fail_msg("training not served in %u steps: %llu plans, %llu reused, %llu replans", steps,
+                 (unsigned long long)stats().plans, (unsigned long long)stats().reused_plans,
+                 (unsigned long long)stats().replans);
     struct om_serving_stats s = stats();
     assert_int_equal(s.plans, 1);
-    assert_int_equal(s.reused_plans, 1);
+    assert_true(s.reused_plans <= 1);
     assert_int_equal(s.plan_on_thread, 1);
     assert_int_equal(s.plan_lower_bound_bytes, step_lower_bound(step_a, NOPS(step_a)));
     run_until_served(step_a, NOPS(step_a), STEP_A_REQUESTS, 3);
