@@ -674,33 +674,15 @@ static void test_plan_thread(void **state)
     give(weights);
 }
 
-/* A plan searched on the optmem-plan thread while the program leaves its phase (training
- * steps, then evaluation steps): whether the search ends before evaluation begins (the plan
- * serves, then is kept), after it began (kept as found, never laid among evaluation's
- * requests), or after training came back within the window the search follows (evaluation's
- * two steps did not miss enough of it: laid then, for training), it is made once and serves
- * training when training comes back, and the report's figures say it was searched on the
- * thread. */
+/* A plan searched on the optmem-plan thread, serving training, then left for evaluation
+ * steps: kept, and reused when training comes back, not searched again; the report's
+ * figures say it was searched on the thread. (Where the search is still running when the
+ * phase changes, what happens depends on when it ends: serving.drift.evaluate runs that
+ * through a real program, many times over.) */
 static void test_plan_thread_phase_left(void **state)
 {
-    /* The search starts where an inline plan is made: in step `made`. */
-    start(0);
-    void *weights = take(100, MIB, 0, 0);
-    unsigned made = 0;
-    while (made < 40 && stats().plans == 0) {
-        run_step(step_a, NOPS(step_a), NULL);
-        made++;
-    }
-    assert_int_equal(stats().plans, 1);
-    give(weights);
     start(1);
-    weights = take(100, MIB, 0, 0);
-    /* Two whole steps after it: the program followed the iteration searched over a window. */
-    for (unsigned k = 0; k < made + 2; k++)
-        run_step(step_a, NOPS(step_a), NULL);
-    run_step(step_b, NOPS(step_b), NULL);
-    run_step(step_b, NOPS(step_b), NULL);
-    assert_int_equal(stats().reused_plans, 0);
+    void *weights = take(100, MIB, 0, 0);
     unsigned steps = 0, served = 0;
     for (; steps < 5000 && !served; steps++) {
         uint64_t before = stats().served_from_plan;
@@ -708,16 +690,17 @@ static void test_plan_thread_phase_left(void **state)
         served = stats().served_from_plan - before == STEP_A_REQUESTS;
         sched_yield(); /* the search may need the CPU the loop holds */
     }
-    if (!served)
-        fail_msg("training not served in %u steps: %llu plans, %llu reused, %llu replans", steps,
-                 (unsigned long long)stats().plans, (unsigned long long)stats().reused_plans,
-                 (unsigned long long)stats().replans);
+    assert_true(served);
+    run_step(step_a, NOPS(step_a), NULL);
+    run_step(step_a, NOPS(step_a), NULL);
+    run_step(step_b, NOPS(step_b), NULL);
+    run_step(step_b, NOPS(step_b), NULL);
+    run_until_served(step_a, NOPS(step_a), STEP_A_REQUESTS, 40);
     struct om_serving_stats s = stats();
     assert_int_equal(s.plans, 1);
-    assert_true(s.reused_plans <= 1);
+    assert_int_equal(s.reused_plans, 1);
     assert_int_equal(s.plan_on_thread, 1);
     assert_int_equal(s.plan_lower_bound_bytes, step_lower_bound(step_a, NOPS(step_a)));
-    run_until_served(step_a, NOPS(step_a), STEP_A_REQUESTS, 3);
     give(weights);
 }
 
