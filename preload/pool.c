@@ -291,15 +291,25 @@ static void *alloc_locked(struct om_pool *pool, size_t size, size_t len, size_t 
     return p;
 }
 
+/* Whether the pool takes a request of size and *alignment (else the real allocator says
+ * what happens to it); *len and *alignment as it places them. */
+static int request_shape(const struct om_pool *pool, size_t size, size_t *alignment, size_t *len)
+{
+    if (size > pool->max_request || *alignment > OM_ARENA_ALIGNMENT)
+        return 0;
+    *len = round16(size) + pool->redzone;
+    if (*alignment < 16)
+        *alignment = 16;
+    return 1;
+}
+
 void *om_pool_alloc_keyed(struct om_pool *pool, size_t size, size_t alignment, int zero,
                           uintptr_t stream, const struct om_stack *stack, uint64_t key)
 {
-    if (size > pool->max_request || alignment > OM_ARENA_ALIGNMENT)
-        return NULL; /* the real allocator says what happens to such a request */
+    size_t len;
+    if (!request_shape(pool, size, &alignment, &len))
+        return NULL;
     uint64_t token = om_token_of(stack, size);
-    size_t len = round16(size) + pool->redzone;
-    if (alignment < 16)
-        alignment = 16;
     int cycle_thread = om_tracer_on_cycle_thread(pool->domain), main_thread = on_main_thread();
     pthread_mutex_lock(&pool->lock);
     void *p = alloc_locked(pool, size, len, alignment, zero, stream, token, stack, 0, key,
@@ -318,12 +328,10 @@ void *om_pool_alloc_cheap(struct om_pool *pool, size_t size, size_t alignment, i
                           uint64_t key, int *taken)
 {
     *taken = 0;
-    if (!key || size > pool->max_request || alignment > OM_ARENA_ALIGNMENT ||
+    size_t len;
+    if (!key || !request_shape(pool, size, &alignment, &len) ||
         !om_tracer_on_cycle_thread(pool->domain))
         return NULL;
-    size_t len = round16(size) + pool->redzone;
-    if (alignment < 16)
-        alignment = 16;
     void *p = NULL;
     pthread_mutex_lock(&pool->lock);
     struct om_slot *sl =
