@@ -663,7 +663,7 @@ static int dump_locked(const char *tmpl, enum dump_kind kind, char *expanded, si
 
 static int dump(const char *tmpl, enum dump_kind kind)
 {
-    char expanded[4096];
+    char expanded[4096] = "";
     pthread_mutex_lock(&dump_lock);
     int rc = report_final && kind != DUMP_ASKED
                  ? -EALREADY
@@ -674,7 +674,7 @@ static int dump(const char *tmpl, enum dump_kind kind)
     if (rc == 0)
         om_debug("report written to %s", expanded);
     else if (rc != -ENODATA && rc != -EALREADY)
-        om_warn("could not write the report %s: %s", tmpl, strerror(-rc));
+        om_warn("could not write the report %s: %s", *expanded ? expanded : tmpl, strerror(-rc));
     return rc == -ENODATA || rc == -EALREADY ? 0 : rc;
 }
 

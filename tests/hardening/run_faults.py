@@ -60,10 +60,12 @@ def main():
     with tempfile.TemporaryDirectory() as work:
         env = dict(base, LD_PRELOAD=a.preload)
 
-        # 1. The report's directory does not exist.
-        missing = os.path.join(work, "missing", "r.json")
+        # 1. The report's directory does not exist; the line names the path as expanded.
+        missing = os.path.join(work, "missing", "r.%p.json")
         got = run(a.command, dict(env, OPTMEM_REPORT=missing))
         expect_one_line("missing directory", plain, got, "could not write the report", work)
+        if "%p" in got.stderr or "/missing/r." not in got.stderr:
+            fail(f"missing directory: the line does not name the expanded path:\n{got.stderr}")
 
         # 2. The disk is full for this process: writes past 2 KiB fail with EFBIG
         # (SIGXFSZ ignored, as a process with a full disk gets ENOSPC, not a signal).
