@@ -50,7 +50,7 @@ typedef struct pool {
 } pool;
 
 typedef struct tree {
-    ivset *own, *all;
+    ivset *own, *all; /* all() of a leaf is its own(): all has the inner nodes only */
     uint32_t size; /* leaves, a power of two */
     pool p;
 } tree;
@@ -91,19 +91,21 @@ static void pool_put(pool *p, iv *a, uint8_t cls)
     p->free[cls] = l;
 }
 
-/* The first range from index lo on that ends above y. */
+/* The first range from index lo on that ends above y. Without branches on the ranges: the
+ * sets are searched at every insert, where a branch on each step is a coin toss. */
 static uint32_t first_above(const ivset *s, uint32_t lo, uint64_t y)
 {
-    uint32_t hi = s->n;
+    uint32_t n = s->n - lo;
 
-    while (lo < hi) {
-        uint32_t mid = lo + (hi - lo) / 2;
-        if (s->v[mid].hi <= y)
-            lo = mid + 1;
-        else
-            hi = mid;
+    if (lo >= s->n)
+        return s->n;
+    while (n > 1) {
+        uint32_t half = n / 2;
+
+        lo = s->v[lo + half].hi <= y ? lo + half : lo;
+        n -= half;
     }
-    return lo;
+    return lo + (s->v[lo].hi <= y);
 }
 
 /*
@@ -166,28 +168,48 @@ static int ivset_add(pool *p, ivset *s, uint64_t lo, uint64_t hi)
     return 0;
 }
 
-/* The sets a run [a, e) must be clear of, appended to sets. */
+static const ivset *all_of(const tree *t, uint32_t x)
+{
+    return x < t->size ? &t->all[x] : &t->own[x];
+}
+
+/* Is node x, h levels above the leaves, inside the run [a, e)? */
+static int inside(const tree *t, uint32_t x, unsigned h, uint32_t a, uint32_t e)
+{
+    uint64_t lo = ((uint64_t)x << h) - t->size;
+
+    return lo >= a && lo + ((uint64_t)1 << h) <= e;
+}
+
+/*
+ * The sets a run [a, e) must be clear of, appended to sets. A node of the two paths that
+ * lies inside the run is under one of its canonical nodes, whose all() holds its own():
+ * only the nodes above them are looked at.
+ */
 static uint32_t run_sets(const tree *t, uint32_t a, uint32_t e, const ivset **sets, uint32_t ns)
 {
-    uint32_t l = a + t->size, r = e + t->size;
+    uint32_t l = a + t->size, r = e + t->size, x = l, y = r - 1;
+    unsigned h = 0;
 
     /* leaves a and e - 1 are at the same depth: their paths meet and stay together */
-    for (uint32_t x = l, y = r - 1; x >= 1; x >>= 1, y >>= 1) {
-        if (t->own[x].n)
+    for (; x >= 1 && inside(t, x, h, a, e) && inside(t, y, h, a, e); x >>= 1, y >>= 1)
+        h++;
+    for (; x >= 1; x >>= 1, y >>= 1, h++) {
+        if (t->own[x].n && !inside(t, x, h, a, e))
             sets[ns++] = &t->own[x];
-        if (y != x && t->own[y].n)
+        if (y != x && t->own[y].n && !inside(t, y, h, a, e))
             sets[ns++] = &t->own[y];
     }
     for (; l < r; l >>= 1, r >>= 1) {
         if (l & 1) {
-            if (t->all[l].n)
-                sets[ns++] = &t->all[l];
+            if (all_of(t, l)->n)
+                sets[ns++] = all_of(t, l);
             l++;
         }
         if (r & 1) {
             --r;
-            if (t->all[r].n)
-                sets[ns++] = &t->all[r];
+            if (all_of(t, r)->n)
+                sets[ns++] = all_of(t, r);
         }
     }
     return ns;
@@ -200,20 +222,24 @@ static int run_add(tree *t, uint32_t a, uint32_t e, uint64_t lo, uint64_t hi)
 
     /* leaves a and e - 1 are at the same depth: their paths meet and stay together. A
      * parent's all() holds its children's: once a node's set held the range already, so
-     * do all the nodes above it on its path. */
-    for (uint32_t x = l, y = r - 1; x >= 1 && rc >= 0 && !(held_x && held_y); x >>= 1, y >>= 1) {
-        if (!held_x && (rc = ivset_add(&t->p, &t->all[x], lo, hi)) > 0)
+     * do all the nodes above it on its path. A node inside the run is under one of its
+     * canonical nodes, whose own() gets the range below: a run with that node among its
+     * canonical nodes has the canonical node's own() on its paths. */
+    for (uint32_t x = l, y = r - 1, h = 0; x >= 1 && rc >= 0 && !(held_x && held_y);
+         x >>= 1, y >>= 1, h++) {
+        if (!held_x && !inside(t, x, h, a, e) && (rc = ivset_add(&t->p, &t->all[x], lo, hi)) > 0)
             held_x = 1;
         if (y == x)
             held_y = held_x;
-        else if (rc >= 0 && !held_y && (rc = ivset_add(&t->p, &t->all[y], lo, hi)) > 0)
+        else if (rc >= 0 && !held_y && !inside(t, y, h, a, e) &&
+                 (rc = ivset_add(&t->p, &t->all[y], lo, hi)) > 0)
             held_y = 1;
     }
     rc = rc < 0 ? rc : 0;
     for (; l < r && rc == 0; l >>= 1, r >>= 1) {
         if (l & 1) {
             rc = ivset_add(&t->p, &t->own[l], lo, hi);
-            if (rc >= 0)
+            if (rc >= 0 && l < t->size)
                 rc = ivset_add(&t->p, &t->all[l], lo, hi);
             rc = rc < 0 ? rc : 0;
             l++;
@@ -221,7 +247,7 @@ static int run_add(tree *t, uint32_t a, uint32_t e, uint64_t lo, uint64_t hi)
         if ((r & 1) && rc == 0) {
             --r;
             rc = ivset_add(&t->p, &t->own[r], lo, hi);
-            if (rc >= 0)
+            if (rc >= 0 && r < t->size)
                 rc = ivset_add(&t->p, &t->all[r], lo, hi);
             rc = rc < 0 ? rc : 0;
         }
@@ -241,22 +267,36 @@ static int block_add(tree *t, const rp_inst *in, uint32_t i, uint64_t off)
     return rc;
 }
 
-/* The lowest aligned offset where block i meets nothing placed: jumps over the sets in
- * turn until a whole round leaves the offset where it is. */
+/*
+ * The lowest aligned offset where block i meets nothing placed: jumps over the sets in
+ * turn until a whole round leaves the offset where it is. next[x] is where set x's next
+ * range starts, from where its search stopped: until the offset plus the size passes it,
+ * the set cannot be in the way, and its ranges are not looked at.
+ */
 static uint64_t lowest_fit(const tree *t, const rp_inst *in, uint32_t i)
 {
     const ivset *sets[MAX_SETS];
     const om_rp_block *b = &in->b[i];
     uint32_t ns = 0, still = 0, at[MAX_SETS];
-    uint64_t y = rp_align_up(0, b->align);
+    uint64_t y = rp_align_up(0, b->align), next[MAX_SETS];
 
     if (in->s0[i] < in->s1[i])
         ns = run_sets(t, in->s0[i], in->s1[i], sets, ns);
     if (in->w0[i] < in->w1[i])
         ns = run_sets(t, in->w0[i], in->w1[i], sets, ns);
-    memset(at, 0, ns * sizeof(at[0]));
+    for (uint32_t x = 0; x < ns; x++) {
+        at[x] = 0;
+        next[x] = 0;
+    }
     for (uint32_t x = 0; ns && still < ns; x = x + 1 == ns ? 0 : x + 1) {
-        uint64_t z = clear_of(sets[x], &at[x], y, b->size, b->align);
+        uint64_t z;
+
+        if (next[x] >= y + b->size) {
+            still++;
+            continue;
+        }
+        z = clear_of(sets[x], &at[x], y, b->size, b->align);
+        next[x] = at[x] < sets[x]->n ? sets[x]->v[at[x]].lo : UINT64_MAX;
         still = z == y ? still + 1 : 1;
         y = z;
     }
@@ -282,7 +322,7 @@ static int fit(const rp_inst *in, const rp_mem *m, const uint32_t *order, const 
         ;
     t.p.m = &own;
     t.own = rp_alloc(&own, 2 * (size_t)t.size, sizeof(ivset));
-    t.all = rp_alloc(&own, 2 * (size_t)t.size, sizeof(ivset));
+    t.all = rp_alloc(&own, t.size, sizeof(ivset));
     if (!t.own || !t.all)
         goto out;
     for (size_t i = 0; i < in->n; i++)
