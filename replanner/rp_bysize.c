@@ -339,6 +339,8 @@ static int fit(const rp_inst *in, const rp_mem *m, const uint32_t *order, const 
     *peak = in->fixed_top;
     if (clk && rp_now_ns() >= clk->deadline_ns)
         return 0; /* the setup took the budget: not even the tree */
+    if (nsec > (UINT32_C(1) << 30))
+        return -ENOMEM; /* the nodes' indices are 32 bits */
     for (uint64_t cover = 1; cover < nsec; cover <<= ARITY_BITS)
         t.height++;
     for (unsigned h = t.height; h-- > 0;)
