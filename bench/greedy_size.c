@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 static void *heap_alloc(void *ctx, size_t n)
 {
@@ -21,12 +22,22 @@ static void heap_release(void *ctx, void *p, size_t n)
 
 static const om_rp_allocator heap = {heap_alloc, heap_release, NULL};
 
+/* The thread's CPU time: on a shared machine the wall clock also counts other programs. */
+static uint64_t cpu_ns(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
 /* One file: the setup (rp_inst_core) and greedy by size with no deadline, runs times. */
 static int bench_file(const char *path, int runs)
 {
     om_rp_block *b = NULL;
     size_t n = 0;
-    uint64_t period = 0, best_core = UINT64_MAX, best_greedy = UINT64_MAX, peak = 0;
+    uint64_t period = 0, best_core = UINT64_MAX, best_greedy = UINT64_MAX, best_cpu = UINT64_MAX;
+    uint64_t peak = 0;
     uint64_t hash = UINT64_C(1469598103934665603);
     char err[256] = "";
     int rc = om_rp_csv_read_instance(path, &heap, &b, &n, &period, err, sizeof(err));
@@ -42,11 +53,12 @@ static int bench_file(const char *path, int runs)
         rp_mem m = {&heap, NULL};
         rp_inst in;
         uint32_t *order, placed;
-        uint64_t *off, t0 = rp_now_ns(), t1, t2;
+        uint64_t *off, t0 = rp_now_ns(), t1, t2, c1, c2;
 
         if ((rc = rp_inst_core(&in, &m, b, n, period)) < 0)
             goto next;
         t1 = rp_now_ns();
+        c1 = cpu_ns();
         order = rp_alloc(&m, (size_t)in.nm + 1, sizeof(*order));
         off = rp_alloc(&m, (size_t)in.nm + 1, sizeof(*off));
         if (!order || !off) {
@@ -56,6 +68,8 @@ static int bench_file(const char *path, int runs)
         if ((rc = rp_greedy_size(&in, &m, NULL, order, off, &peak, &placed)) < 0)
             goto next;
         t2 = rp_now_ns();
+        c2 = cpu_ns();
+        best_cpu = c2 - c1 < best_cpu ? c2 - c1 : best_cpu;
         best_core = t1 - t0 < best_core ? t1 - t0 : best_core;
         best_greedy = t2 - t1 < best_greedy ? t2 - t1 : best_greedy;
         /* FNV-1a over the offsets: two builds that place alike print the same hash */
@@ -67,8 +81,9 @@ static int bench_file(const char *path, int runs)
         rp_mem_free_all(&m);
     }
     if (rc == 0)
-        printf("%s\t%zu\t%llu\t%016llx\t%.2f\t%.2f\n", path, n, (unsigned long long)peak,
-               (unsigned long long)hash, (double)best_core / 1e6, (double)best_greedy / 1e6);
+        printf("%s\t%zu\t%llu\t%016llx\t%.2f\t%.2f\t%.2f\n", path, n, (unsigned long long)peak,
+               (unsigned long long)hash, (double)best_core / 1e6, (double)best_greedy / 1e6,
+               (double)best_cpu / 1e6);
     else
         fprintf(stderr, "greedy_size: %s: %s\n", path, strerror(-rc));
     om_rp_csv_free(&heap, b, n);
@@ -93,10 +108,11 @@ int main(int argc, char **argv)
     if (first >= argc) {
         fprintf(stderr, "usage: greedy_size [-r RUNS] FILE.csv...\n"
                         "prints file, buffers, peak, a hash of the offsets, the setup's and greedy "
-                        "by size's ms (fastest of RUNS, default 5)\n");
+                        "by size's ms and greedy by size's CPU ms (fastest of RUNS, default "
+                        "5)\n");
         return 1;
     }
-    printf("file\tbuffers\tpeak\toffsets_hash\tsetup_ms\tgreedy_ms\n");
+    printf("file\tbuffers\tpeak\toffsets_hash\tsetup_ms\tgreedy_ms\tgreedy_cpu_ms\n");
     for (int i = first; i < argc; i++)
         failed |= bench_file(argv[i], runs) != 0;
     return failed;
