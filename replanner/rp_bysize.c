@@ -57,8 +57,9 @@ typedef struct pool {
     link *free[MAX_CLASS + 1];
 } pool;
 
-/* Nodes by height, root first: base[h] is the first at height h, which has
- * ARITY^(height - h) of them, node j covering sections [j ARITY^h, (j + 1) ARITY^h). */
+/* Nodes by height, root first: base[h] is the first at height h, node j covering sections
+ * [j ARITY^h, (j + 1) ARITY^h); only those that cover a section are kept, a run's nodes
+ * never start past the last section. */
 typedef struct tree {
     ivset *own, *all; /* all() of a leaf is its own(): all has the inner nodes only */
     uint32_t height;
@@ -344,10 +345,9 @@ static int fit(const rp_inst *in, const rp_mem *m, const uint32_t *order, const 
     for (uint64_t cover = 1; cover < nsec; cover <<= ARITY_BITS)
         t.height++;
     for (unsigned h = t.height; h-- > 0;)
-        t.base[h] = t.base[h + 1] + (UINT32_C(1) << (ARITY_BITS * (t.height - h - 1)));
+        t.base[h] = t.base[h + 1] + (((nsec - 1) >> (ARITY_BITS * (h + 1))) + 1);
     t.p.m = &own;
-    t.own =
-        rp_alloc(&own, (size_t)t.base[0] + ((size_t)1 << (ARITY_BITS * t.height)), sizeof(ivset));
+    t.own = rp_alloc(&own, (size_t)t.base[0] + nsec, sizeof(ivset));
     t.all = rp_alloc(&own, (size_t)t.base[0] + 1, sizeof(ivset));
     if (!t.own || !t.all)
         goto out;
