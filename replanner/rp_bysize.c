@@ -5,17 +5,21 @@
 #include <string.h>
 
 /*
- * The placed blocks are indexed by a segment tree over the sections. A block's run of
- * sections [a, e) splits into canonical nodes (ranges inside the run whose parents are not);
- * the block goes into own() of those, and into all() of them and of every node on the
- * paths from the root to leaves a and e - 1. A block b meets a run in time exactly when it
- * is in own() of a node on the run's two paths (b covers a node that holds part of the run)
- * or in all() of one of the run's canonical nodes (b touches one). Each set is a union of
- * byte ranges, merged: a candidate offset that meets a merged range meets one of its blocks
- * wherever it starts below the range's end, so it can jump there. The lowest offset is
- * found by jumping until no set of either run has anything in the way; every jump passes
- * bytes that are proven taken. An own() set holds at most as many ranges as blocks live at
- * once; near the root, all() sets merge into a few long ranges.
+ * The placed blocks are indexed by a tree over the sections, each node with ARITY
+ * children. A block's run of sections [a, e) splits into canonical nodes (nodes inside the
+ * run whose parents are not); the block goes into own() of those, and into all() of them
+ * and of every node on the paths from the root to leaves a and e - 1 that is not inside
+ * the run (a node inside it is under a canonical node, and covered). A block b meets a run
+ * in time exactly when it is in own() of a node on the run's two paths that is not inside
+ * the run (b covers a node that holds part of the run) or in all() of one of the run's
+ * canonical nodes (b touches one). Each set is a union of byte ranges, merged: a candidate
+ * offset that meets a merged range meets one of its blocks wherever it starts below the
+ * range's end, so it can jump there. The lowest offset is found by jumping until no set
+ * of either run has anything in the way; every jump passes bytes that are proven taken.
+ * An own() set holds at most as many ranges as blocks live at once; near the root, all()
+ * sets merge into a few long ranges. Four children rather than two halve the paths, which
+ * most blocks (short-lived: their canonical nodes are near the leaves) spend their inserts
+ * and their sets on.
  */
 typedef struct iv {
     uint64_t lo, hi;
@@ -33,8 +37,12 @@ typedef struct ivset {
  * a few pages, a large one few slabs. */
 #define SLAB_FIRST (UINT64_C(1) << 12)
 #define SLAB_LAST (UINT64_C(1) << 20)
-/* A run has at most 2 * 32 path nodes and 2 * 32 canonical ones; a block two runs. */
-#define MAX_SETS 256
+#define ARITY_BITS 2
+#define ARITY (1u << ARITY_BITS)
+/* Heights above the leaves, for up to 2^32 sections. */
+#define MAX_HEIGHT ((32 + ARITY_BITS - 1) / ARITY_BITS)
+/* A run has two path nodes and 2 * (ARITY - 1) canonical ones per level; a block two runs. */
+#define MAX_SETS (2 * 2 * ARITY * (MAX_HEIGHT + 1))
 
 /* Arrays in classes of powers of two from slabs, given back to a free list when they grow:
  * the replanner's allocator has no cheap small allocations. */
@@ -49,9 +57,13 @@ typedef struct pool {
     link *free[MAX_CLASS + 1];
 } pool;
 
+/* Nodes by height, root first: base[h] is the first at height h, node j covering sections
+ * [j ARITY^h, (j + 1) ARITY^h); only those that cover a section are kept, a run's nodes
+ * never start past the last section. */
 typedef struct tree {
-    ivset *own, *all;
-    uint32_t size; /* leaves, a power of two */
+    ivset *own, *all; /* all() of a leaf is its own(): all has the inner nodes only */
+    uint32_t height;
+    uint32_t base[MAX_HEIGHT + 1];
     pool p;
 } tree;
 
@@ -91,19 +103,21 @@ static void pool_put(pool *p, iv *a, uint8_t cls)
     p->free[cls] = l;
 }
 
-/* The first range from index lo on that ends above y. */
+/* The first range from index lo on that ends above y. Without branches on the ranges: the
+ * sets are searched at every insert, where a branch on each step is a coin toss. */
 static uint32_t first_above(const ivset *s, uint32_t lo, uint64_t y)
 {
-    uint32_t hi = s->n;
+    uint32_t n = s->n - lo;
 
-    while (lo < hi) {
-        uint32_t mid = lo + (hi - lo) / 2;
-        if (s->v[mid].hi <= y)
-            lo = mid + 1;
-        else
-            hi = mid;
+    if (lo >= s->n)
+        return s->n;
+    while (n > 1) {
+        uint32_t half = n / 2;
+
+        lo = s->v[lo + half].hi <= y ? lo + half : lo;
+        n -= half;
     }
-    return lo;
+    return lo + (s->v[lo].hi <= y);
 }
 
 /*
@@ -166,67 +180,101 @@ static int ivset_add(pool *p, ivset *s, uint64_t lo, uint64_t hi)
     return 0;
 }
 
+static uint32_t node(const tree *t, unsigned h, uint32_t j)
+{
+    return t->base[h] + j;
+}
+
+/* Is node j at height h inside the run [a, e)? */
+static int inside(unsigned h, uint32_t j, uint32_t a, uint32_t e)
+{
+    uint64_t lo = (uint64_t)j << (ARITY_BITS * h);
+
+    return lo >= a && lo + ((uint64_t)1 << (ARITY_BITS * h)) <= e;
+}
+
+static ivset *all_of(const tree *t, unsigned h, uint32_t j)
+{
+    return h ? &t->all[node(t, h, j)] : &t->own[node(t, h, j)];
+}
+
+/* The run's canonical nodes, as heights and indices in hs and js: their count. Bottom up,
+ * the nodes at each end whose parents reach past the run. */
+static uint32_t canonical(uint32_t a, uint32_t e, uint8_t *hs, uint32_t *js)
+{
+    uint32_t c = 0, l = a, r = e;
+
+    for (unsigned h = 0; l < r; h++, l >>= ARITY_BITS, r >>= ARITY_BITS) {
+        for (; l < r && (l & (ARITY - 1)); l++, c++) {
+            hs[c] = (uint8_t)h;
+            js[c] = l;
+        }
+        for (; l < r && (r & (ARITY - 1)); c++) {
+            hs[c] = (uint8_t)h;
+            js[c] = --r;
+        }
+    }
+    return c;
+}
+
 /* The sets a run [a, e) must be clear of, appended to sets. */
 static uint32_t run_sets(const tree *t, uint32_t a, uint32_t e, const ivset **sets, uint32_t ns)
 {
-    uint32_t l = a + t->size, r = e + t->size;
+    uint8_t hs[2 * ARITY * (MAX_HEIGHT + 1)];
+    uint32_t js[2 * ARITY * (MAX_HEIGHT + 1)], nc = canonical(a, e, hs, js);
 
-    /* leaves a and e - 1 are at the same depth: their paths meet and stay together */
-    for (uint32_t x = l, y = r - 1; x >= 1; x >>= 1, y >>= 1) {
-        if (t->own[x].n)
-            sets[ns++] = &t->own[x];
-        if (y != x && t->own[y].n)
-            sets[ns++] = &t->own[y];
+    for (unsigned h = 1; h <= t->height; h++) {
+        uint32_t jl = a >> (ARITY_BITS * h), jr = (e - 1) >> (ARITY_BITS * h);
+        const ivset *s = &t->own[node(t, h, jl)];
+
+        if (s->n && !inside(h, jl, a, e))
+            sets[ns++] = s;
+        s = &t->own[node(t, h, jr)];
+        if (jr != jl && s->n && !inside(h, jr, a, e))
+            sets[ns++] = s;
     }
-    for (; l < r; l >>= 1, r >>= 1) {
-        if (l & 1) {
-            if (t->all[l].n)
-                sets[ns++] = &t->all[l];
-            l++;
-        }
-        if (r & 1) {
-            --r;
-            if (t->all[r].n)
-                sets[ns++] = &t->all[r];
-        }
+    for (uint32_t c = 0; c < nc; c++) {
+        const ivset *s = all_of(t, hs[c], js[c]);
+
+        if (s->n)
+            sets[ns++] = s;
     }
     return ns;
 }
 
 static int run_add(tree *t, uint32_t a, uint32_t e, uint64_t lo, uint64_t hi)
 {
-    uint32_t l = a + t->size, r = e + t->size;
-    int rc = 0, held_x = 0, held_y = 0;
+    uint8_t hs[2 * ARITY * (MAX_HEIGHT + 1)];
+    uint32_t js[2 * ARITY * (MAX_HEIGHT + 1)], nc = canonical(a, e, hs, js);
+    int rc = 0, held_l = 0, held_r = 0;
 
-    /* leaves a and e - 1 are at the same depth: their paths meet and stay together. A
-     * parent's all() holds its children's: once a node's set held the range already, so
-     * do all the nodes above it on its path. */
-    for (uint32_t x = l, y = r - 1; x >= 1 && rc >= 0 && !(held_x && held_y); x >>= 1, y >>= 1) {
-        if (!held_x && (rc = ivset_add(&t->p, &t->all[x], lo, hi)) > 0)
-            held_x = 1;
-        if (y == x)
-            held_y = held_x;
-        else if (rc >= 0 && !held_y && (rc = ivset_add(&t->p, &t->all[y], lo, hi)) > 0)
-            held_y = 1;
-    }
-    rc = rc < 0 ? rc : 0;
-    for (; l < r && rc == 0; l >>= 1, r >>= 1) {
-        if (l & 1) {
-            rc = ivset_add(&t->p, &t->own[l], lo, hi);
-            if (rc >= 0)
-                rc = ivset_add(&t->p, &t->all[l], lo, hi);
-            rc = rc < 0 ? rc : 0;
-            l++;
+    /* A parent's all() holds its children's: once a node's set held the range already, so
+     * do all the nodes above it on its path. The leaves are inside the run. */
+    for (unsigned h = 1; h <= t->height && !(held_l && held_r); h++) {
+        uint32_t jl = a >> (ARITY_BITS * h), jr = (e - 1) >> (ARITY_BITS * h);
+
+        if (!held_l && !inside(h, jl, a, e) &&
+            (rc = ivset_add(&t->p, &t->all[node(t, h, jl)], lo, hi)) != 0) {
+            if (rc < 0)
+                return rc;
+            held_l = 1;
         }
-        if ((r & 1) && rc == 0) {
-            --r;
-            rc = ivset_add(&t->p, &t->own[r], lo, hi);
-            if (rc >= 0)
-                rc = ivset_add(&t->p, &t->all[r], lo, hi);
-            rc = rc < 0 ? rc : 0;
+        if (jr == jl) {
+            held_r = held_l;
+        } else if (!held_r && !inside(h, jr, a, e) &&
+                   (rc = ivset_add(&t->p, &t->all[node(t, h, jr)], lo, hi)) != 0) {
+            if (rc < 0)
+                return rc;
+            held_r = 1;
         }
     }
-    return rc;
+    for (uint32_t c = 0; c < nc; c++) {
+        if ((rc = ivset_add(&t->p, &t->own[node(t, hs[c], js[c])], lo, hi)) < 0)
+            return rc;
+        if (hs[c] && (rc = ivset_add(&t->p, &t->all[node(t, hs[c], js[c])], lo, hi)) < 0)
+            return rc;
+    }
+    return 0;
 }
 
 static int block_add(tree *t, const rp_inst *in, uint32_t i, uint64_t off)
@@ -241,22 +289,36 @@ static int block_add(tree *t, const rp_inst *in, uint32_t i, uint64_t off)
     return rc;
 }
 
-/* The lowest aligned offset where block i meets nothing placed: jumps over the sets in
- * turn until a whole round leaves the offset where it is. */
+/*
+ * The lowest aligned offset where block i meets nothing placed: jumps over the sets in
+ * turn until a whole round leaves the offset where it is. next[x] is where set x's next
+ * range starts, from where its search stopped: until the offset plus the size passes it,
+ * the set cannot be in the way, and its ranges are not looked at.
+ */
 static uint64_t lowest_fit(const tree *t, const rp_inst *in, uint32_t i)
 {
     const ivset *sets[MAX_SETS];
     const om_rp_block *b = &in->b[i];
     uint32_t ns = 0, still = 0, at[MAX_SETS];
-    uint64_t y = rp_align_up(0, b->align);
+    uint64_t y = rp_align_up(0, b->align), next[MAX_SETS];
 
     if (in->s0[i] < in->s1[i])
         ns = run_sets(t, in->s0[i], in->s1[i], sets, ns);
     if (in->w0[i] < in->w1[i])
         ns = run_sets(t, in->w0[i], in->w1[i], sets, ns);
-    memset(at, 0, ns * sizeof(at[0]));
+    for (uint32_t x = 0; x < ns; x++) {
+        at[x] = 0;
+        next[x] = 0;
+    }
     for (uint32_t x = 0; ns && still < ns; x = x + 1 == ns ? 0 : x + 1) {
-        uint64_t z = clear_of(sets[x], &at[x], y, b->size, b->align);
+        uint64_t z;
+
+        if (next[x] >= y + b->size) {
+            still++;
+            continue;
+        }
+        z = clear_of(sets[x], &at[x], y, b->size, b->align);
+        next[x] = at[x] < sets[x]->n ? sets[x]->v[at[x]].lo : UINT64_MAX;
         still = z == y ? still + 1 : 1;
         y = z;
     }
@@ -278,11 +340,15 @@ static int fit(const rp_inst *in, const rp_mem *m, const uint32_t *order, const 
     *peak = in->fixed_top;
     if (clk && rp_now_ns() >= clk->deadline_ns)
         return 0; /* the setup took the budget: not even the tree */
-    for (t.size = 1; t.size < nsec; t.size <<= 1)
-        ;
+    if (nsec > (UINT32_C(1) << 30))
+        return -ENOMEM; /* the nodes' indices are 32 bits */
+    for (uint64_t cover = 1; cover < nsec; cover <<= ARITY_BITS)
+        t.height++;
+    for (unsigned h = t.height; h-- > 0;)
+        t.base[h] = t.base[h + 1] + (((nsec - 1) >> (ARITY_BITS * (h + 1))) + 1);
     t.p.m = &own;
-    t.own = rp_alloc(&own, 2 * (size_t)t.size, sizeof(ivset));
-    t.all = rp_alloc(&own, 2 * (size_t)t.size, sizeof(ivset));
+    t.own = rp_alloc(&own, (size_t)t.base[0] + nsec, sizeof(ivset));
+    t.all = rp_alloc(&own, (size_t)t.base[0] + 1, sizeof(ivset));
     if (!t.own || !t.all)
         goto out;
     for (size_t i = 0; i < in->n; i++)
@@ -296,6 +362,17 @@ static int fit(const rp_inst *in, const rp_mem *m, const uint32_t *order, const 
         /* A placement may take many jumps where the free space is cut into many gaps. */
         if ((x & 15) == 0 && clk && rp_now_ns() >= clk->deadline_ns)
             break;
+        /* The size order jumps around the blocks: the next one's record and runs are
+         * fetched while this one is placed. */
+        if (x + 1 < in->nm) {
+            uint32_t j = in->mov[order[x + 1]];
+
+            __builtin_prefetch(&in->b[j]);
+            __builtin_prefetch(&in->s0[j]);
+            __builtin_prefetch(&in->s1[j]);
+            __builtin_prefetch(&in->w0[j]);
+            __builtin_prefetch(&in->w1[j]);
+        }
         o = lowest_fit(&t, in, i);
         *placed = x + 1;
         off[k] = o;

@@ -18,9 +18,11 @@ static const int algos[] = {OM_RP_ALGO_GREEDY, OM_RP_ALGO_LOCAL, OM_RP_ALGO_BNB,
 /*
  * Greedy by size the plain way, quadratic: blocks by size (largest first), then birth, then
  * input order; each at the lowest aligned offset that meets no placed block live with it
- * (the fixed ones placed from the start). Returns the peak, fixed blocks included.
+ * (the fixed ones placed from the start). Returns the peak, fixed blocks included; the
+ * offsets by block in offsets unless it is NULL.
  */
-static uint64_t reference_greedy(const om_rp_block *b, size_t n, uint64_t period)
+static uint64_t reference_offsets(const om_rp_block *b, size_t n, uint64_t period,
+                                  uint64_t *offsets)
 {
     size_t *order = calloc(n + 1, sizeof(*order)), m = 0;
     uint64_t *off = calloc(n + 1, sizeof(*off)), peak = 0;
@@ -63,10 +65,17 @@ static uint64_t reference_greedy(const om_rp_block *b, size_t n, uint64_t period
         placed[i] = 1;
         peak = o + b[i].size > peak ? o + b[i].size : peak;
     }
+    if (offsets)
+        memcpy(offsets, off, n * sizeof(*off));
     free(order);
     free(off);
     free(placed);
     return peak;
+}
+
+static uint64_t reference_greedy(const om_rp_block *b, size_t n, uint64_t period)
+{
+    return reference_offsets(b, n, period, NULL);
 }
 
 /* Plans with every algorithm; the plan is valid, its greedy peak the reference's, and the
@@ -889,6 +898,96 @@ static void test_in_program_not_behind(void **state)
     }
 }
 
+/* rp_greedy_size with no deadline places every movable block where the plain greedy by
+ * size does, and has its peak. */
+static void check_greedy_offsets(const om_rp_block *b, size_t n, uint64_t period)
+{
+    rp_mem m = {&t_alloc, NULL};
+    rp_inst in;
+    uint64_t *want = calloc(n + 1, sizeof(*want)), *off, peak, want_peak;
+    uint32_t *order, placed;
+    size_t live = t_live_bytes();
+
+    assert_non_null(want);
+    want_peak = reference_offsets(b, n, period, want);
+    assert_int_equal(rp_inst_core(&in, &m, b, n, period), 0);
+    order = rp_alloc(&m, (size_t)in.nm + 1, sizeof(*order));
+    off = rp_alloc(&m, (size_t)in.nm + 1, sizeof(*off));
+    assert_true(order && off);
+    assert_int_equal(rp_greedy_size(&in, &m, NULL, order, off, &peak, &placed), 0);
+    assert_int_equal(placed, in.nm);
+    for (uint32_t k = 0; k < in.nm; k++)
+        if (off[k] != want[in.mov[k]])
+            fail_msg("block %llu at %llu, the reference %llu (n %zu, period %llu)",
+                     (unsigned long long)b[in.mov[k]].id, (unsigned long long)off[k],
+                     (unsigned long long)want[in.mov[k]], n, (unsigned long long)period);
+    assert_int_equal(peak, want_peak);
+    rp_mem_free_all(&m);
+    free(want);
+    assert_int_equal(t_live_bytes(), live);
+}
+
+/*
+ * n blocks crammed into a timeline of horizon steps (a circle of that period if cyclic),
+ * lifetimes up to a third of it, sizes and alignments of gen_instances.py's crowded
+ * instances; every seventh fixed, at offsets apart when fixed says so.
+ */
+static void crowded_instance(om_rp_block *b, size_t n, uint64_t horizon, int cyclic, int fixed,
+                             uint64_t *seed)
+{
+    static const uint64_t sizes[] = {1, 8, 48, 100, 512, 4096, 12288};
+    static const unsigned aligns[] = {0, 4, 6, 8, 12};
+
+    for (size_t i = 0; i < n; i++) {
+        uint64_t len = 1 + t_rand(seed) % (1 + horizon / 3);
+
+        memset(&b[i], 0, sizeof(b[i]));
+        b[i].id = i;
+        b[i].lower = t_rand(seed) % horizon;
+        b[i].upper = cyclic ? b[i].lower + len : b[i].lower + 1 + len % (horizon - b[i].lower);
+        b[i].size = sizes[t_rand(seed) % 7] * (1 + t_rand(seed) % 16);
+        b[i].align = (uint64_t)1 << aligns[t_rand(seed) % 5];
+        if (fixed && i % 7 == 0) {
+            b[i].fixed = 1;
+            b[i].align = 0;
+            b[i].offset = 200000 * (i / 7);
+        }
+    }
+}
+
+/*
+ * The fast greedy by size against the plain one, offset by offset: small random lines and
+ * circles (aligned or not, around fixed blocks or not), and crowded ones of up to 1800
+ * blocks over up to 3000 sections, whose trees have several levels and whose free space is
+ * cut into many gaps.
+ */
+static void test_greedy_size_matches_reference(void **state)
+{
+    static om_rp_block b[1800];
+    uint64_t seed = 2611;
+    (void)state;
+
+    for (int round = 0; round < 48; round++) {
+        int cyclic = round & 1, fixed = (round >> 1) & 1;
+        size_t n = 1 + t_rand(&seed) % 300;
+        uint64_t horizon = 2 + t_rand(&seed) % 400;
+
+        if (fixed)
+            random_instance(b, n, cyclic, 1, &seed);
+        else
+            t_random_blocks(b, n, horizon, cyclic, (round >> 2) & 1, &seed);
+        check_greedy_offsets(b, n, cyclic ? (fixed ? 40 : horizon) : 0);
+    }
+    for (int round = 0; round < 8; round++) {
+        int cyclic = round & 1, fixed = (round >> 1) & 1;
+        size_t n = 600 + t_rand(&seed) % 1200;
+        uint64_t horizon = round & 4 ? 8 + n / 8 : 200 + t_rand(&seed) % 2800;
+
+        crowded_instance(b, n, horizon, cyclic, fixed, &seed);
+        check_greedy_offsets(b, n, cyclic ? horizon : 0);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -907,6 +1006,7 @@ int main(void)
         cmocka_unit_test(test_perfect_packings_turned),
         cmocka_unit_test(test_in_program_not_behind),
         cmocka_unit_test(test_first_plan_tiny_budget),
+        cmocka_unit_test(test_greedy_size_matches_reference),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
