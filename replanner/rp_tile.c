@@ -3,6 +3,9 @@
 
 #include <errno.h>
 #include <string.h>
+#ifdef RP_TILE_STATS
+#include <stdio.h>
+#endif
 
 /*
  * Where every section's load is LB, a plan at LB leaves no byte free below LB in any
@@ -32,6 +35,10 @@
  * of that line is a plan of the circle, and a circle's plan at LB is one of the line.
  */
 
+/* Entries of the table of dead placed sets: per block, and at most (16 bytes each). */
+#define TILE_DEAD_PER_BLOCK 16u
+#define TILE_DEAD_MAX (1u << 18)
+
 /* The search's state; blocks (positions in mov) have the run [a, e) on the line. */
 typedef struct tile {
     uint32_t nm, nsec;
@@ -50,6 +57,13 @@ typedef struct tile {
     struct frame *frames;
     uint64_t *off;
     rp_kv *kv;
+    uint64_t *zob;  /* two random keys per block: a set's hash is their xor */
+    uint64_t h[2];  /* the placed blocks' */
+    uint64_t *dead; /* placed sets from which nothing tiles, two keys an entry */
+    uint32_t dmask; /* entries - 1 */
+#ifdef RP_TILE_STATS
+    uint64_t st_nodes, st_hits, st_depth_max;
+#endif
 } tile;
 
 /* z is unplaced and the first unplaced of its class (cprev: the one before it by index). */
@@ -209,11 +223,36 @@ static int survey(tile *t, uint32_t lo, uint32_t hi, uint32_t *va, uint32_t *vb,
 
 static void lift(tile *t, uint32_t y, int dir)
 {
+    t->h[0] ^= t->zob[2 * (size_t)y];
+    t->h[1] ^= t->zob[2 * (size_t)y + 1];
     for (uint32_t x = t->a[y]; x < t->e[y]; x++)
         t->sky[x] = dir > 0 ? t->sky[x] + t->sz[y] : t->sky[x] - t->sz[y];
     for (uint32_t x = t->a[y] + 1; x < t->e[y]; x++)
         t->cross[x] -= dir;
     t->placed[y] = dir > 0;
+}
+
+/*
+ * The placed blocks alone decide whether the search can go on to a plan (each section's
+ * skyline is their bytes there), however it came to them: different orders of the same
+ * placements (blocks stacked in another order, parts of a split tiled another way) meet
+ * again, within a run and across runs. A set proven to lead nowhere is kept in a table by
+ * its hash (128 bits, so that a collision, which would only hide plans, never happens in
+ * practice), the newer entry replacing the older where two share a slot.
+ */
+static int is_dead(const tile *t)
+{
+    const uint64_t *d = &t->dead[2 * (size_t)(t->h[0] & t->dmask)];
+
+    return d[0] == t->h[0] && d[1] == t->h[1];
+}
+
+static void set_dead(tile *t)
+{
+    uint64_t *d = &t->dead[2 * (size_t)(t->h[0] & t->dmask)];
+
+    d[0] = t->h[0];
+    d[1] = t->h[1];
 }
 
 /*
@@ -289,6 +328,7 @@ static int tile_run(tile *t, rp_clock *c, uint64_t limit)
     memset(t->sky, 0, t->nsec * sizeof(uint64_t));
     memset(t->placed, 0, t->nm);
     memcpy(t->cross, t->cross0, (t->nsec + 1) * sizeof(int32_t));
+    t->h[0] = t->h[1] = UINT64_C(0x9e3779b97f4a7c15); /* the empty set's: not 0, an empty slot */
     fs[0] = (frame){SPLIT, 0, t->nsec, 0, 0, 0, 0, 0};
     for (;;) {
         frame *f = &fs[top];
@@ -297,6 +337,7 @@ static int tile_run(tile *t, rp_clock *c, uint64_t limit)
             uint32_t p0, p1;
             if (ret == RP_NOTFOUND) {
                 undo_to(t, &tl, f->trail0);
+                set_dead(t);
             } else if (!next_part(t, f->lo, f->hi, &p0, &p1)) {
                 ret = RP_FOUND;
             } else {
@@ -308,7 +349,17 @@ static int tile_run(tile *t, rp_clock *c, uint64_t limit)
         } else if (ret == -1) { /* entered */
             if (limit-- == 0 || rp_expired(c))
                 return RP_ABORTED;
-            if (!survey(t, f->lo, f->hi, &f->va, &f->vb, &f->step)) {
+#ifdef RP_TILE_STATS
+            t->st_nodes++;
+            if (tl > t->st_depth_max)
+                t->st_depth_max = tl;
+#endif
+            if (is_dead(t)) {
+#ifdef RP_TILE_STATS
+                t->st_hits++;
+#endif
+                ret = RP_NOTFOUND;
+            } else if (!survey(t, f->lo, f->hi, &f->va, &f->vb, &f->step)) {
                 ret = RP_NOTFOUND;
             } else {
                 f->pos = t->bs[f->va];
@@ -328,6 +379,8 @@ static int tile_run(tile *t, rp_clock *c, uint64_t limit)
             continue;
         }
         /* f returns ret (RP_FOUND or RP_NOTFOUND) to the frame below */
+        if (ret == RP_NOTFOUND && f->kind == BRANCH)
+            set_dead(t);
         if (top == 0)
             return ret;
         top--;
@@ -455,13 +508,20 @@ int rp_tile(const rp_inst *in, rp_mem *m, rp_best *best, rp_clock *clk, uint64_t
     t.trail = rp_alloc(&own, (size_t)nm + 1, sizeof(uint32_t));
     t.frames = rp_alloc(&own, 2 * (size_t)nm + 2, sizeof(frame));
     t.off = rp_alloc(&own, (size_t)nm + 1, sizeof(uint64_t));
-    if (!t.kv || !t.a || !t.e || !t.sz || !t.bs || !t.be || !t.byst || !t.byend || !t.sky ||
-        !t.cross || !t.cross0 || !t.sx || !t.ng || !t.pg || !t.cprev || !t.stk || !t.can ||
-        !t.placed || !t.trail || !t.frames || !t.off)
+    t.zob = rp_alloc(&own, 2 * (size_t)nm + 2, sizeof(uint64_t));
+    for (t.dmask = 1023;
+         t.dmask < TILE_DEAD_PER_BLOCK * (uint64_t)nm - 1 && t.dmask < TILE_DEAD_MAX - 1;)
+        t.dmask = 2 * t.dmask + 1;
+    t.dead = rp_alloc(&own, 2 * ((size_t)t.dmask + 1), sizeof(uint64_t));
+    if (!t.zob || !t.dead || !t.kv || !t.a || !t.e || !t.sz || !t.bs || !t.be || !t.byst ||
+        !t.byend || !t.sky || !t.cross || !t.cross0 || !t.sx || !t.ng || !t.pg || !t.cprev ||
+        !t.stk || !t.can || !t.placed || !t.trail || !t.frames || !t.off)
         goto out;
     rc = 0;
     if (!cut_line(in, &t, t.stk))
         goto out;
+    for (uint64_t z = rng ^ UINT64_C(0xd1b54a32d192ed03), k = 0; k < 2 * (uint64_t)nm; k++)
+        t.zob[k] = rp_rand(&z);
     memset(t.bs, 0, ((size_t)nsec + 2) * sizeof(uint32_t));
     memset(t.be, 0, ((size_t)nsec + 3) * sizeof(uint32_t));
     memset(t.cross0, 0, ((size_t)nsec + 2) * sizeof(int32_t));
@@ -502,6 +562,14 @@ int rp_tile(const rp_inst *in, rp_mem *m, rp_best *best, rp_clock *clk, uint64_t
     } else if (r == RP_NOTFOUND && in->lb + 1 > best->proven) {
         best->proven = in->lb + 1;
     }
+#ifdef RP_TILE_STATS
+    fprintf(stderr, "tile: %s, %llu nodes, %llu dead hits, deepest %llu of %u\n",
+            r == RP_FOUND      ? "found"
+            : r == RP_NOTFOUND ? "none"
+                               : "aborted",
+            (unsigned long long)t.st_nodes, (unsigned long long)t.st_hits,
+            (unsigned long long)t.st_depth_max, nm);
+#endif
     clk->nodes = c.nodes;
     if (c.max_nodes && c.nodes >= c.max_nodes)
         clk->stopped = 1;
