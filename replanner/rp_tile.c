@@ -247,6 +247,15 @@ static int is_dead(const tile *t)
     return d[0] == t->h[0] && d[1] == t->h[1];
 }
 
+/* Whether placing z would reach such a set (then it is not tried: no node spent on it). */
+static int dead_with(const tile *t, uint32_t z)
+{
+    uint64_t h0 = t->h[0] ^ t->zob[2 * (size_t)z], h1 = t->h[1] ^ t->zob[2 * (size_t)z + 1];
+    const uint64_t *d = &t->dead[2 * (size_t)(h0 & t->dmask)];
+
+    return d[0] == h0 && d[1] == h1;
+}
+
 static void set_dead(tile *t)
 {
     uint64_t *d = &t->dead[2 * (size_t)(t->h[0] & t->dmask)];
@@ -304,7 +313,8 @@ static int branch_next(tile *t, frame *f, uint32_t *tl)
         chain(t, f->va, f->vb, L);
     for (; f->pos < t->bs[f->va + 1]; f->pos++) {
         uint32_t z = t->byst[f->pos];
-        if (!fits(t, z, f->va, f->vb, L) || !first_of_class(t, z) || (!f->step && !t->can[t->e[z]]))
+        if (!fits(t, z, f->va, f->vb, L) || !first_of_class(t, z) ||
+            (!f->step && !t->can[t->e[z]]) || dead_with(t, z))
             continue;
         t->off[z] = L;
         lift(t, z, 1);
