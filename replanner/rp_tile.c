@@ -62,7 +62,9 @@ typedef struct tile {
     uint64_t *dead; /* placed sets from which nothing tiles, two keys an entry */
     uint32_t dmask; /* entries - 1 */
 #ifdef RP_TILE_STATS
-    uint64_t st_nodes, st_hits, st_depth_max;
+    /* nodes entered, and by tenths of the depth; sets met dead on entry, candidates not
+     * tried for theirs; failed surveys; the most blocks placed at once */
+    uint64_t st_nodes, st_tenth[10], st_hits, st_skips, st_fails, st_depth_max;
 #endif
 } tile;
 
@@ -313,9 +315,14 @@ static int branch_next(tile *t, frame *f, uint32_t *tl)
         chain(t, f->va, f->vb, L);
     for (; f->pos < t->bs[f->va + 1]; f->pos++) {
         uint32_t z = t->byst[f->pos];
-        if (!fits(t, z, f->va, f->vb, L) || !first_of_class(t, z) ||
-            (!f->step && !t->can[t->e[z]]) || dead_with(t, z))
+        if (!fits(t, z, f->va, f->vb, L) || !first_of_class(t, z) || (!f->step && !t->can[t->e[z]]))
             continue;
+        if (dead_with(t, z)) {
+#ifdef RP_TILE_STATS
+            t->st_skips++;
+#endif
+            continue;
+        }
         t->off[z] = L;
         lift(t, z, 1);
         t->trail[(*tl)++] = z;
@@ -361,6 +368,7 @@ static int tile_run(tile *t, rp_clock *c, uint64_t limit)
                 return RP_ABORTED;
 #ifdef RP_TILE_STATS
             t->st_nodes++;
+            t->st_tenth[(uint64_t)tl * 10 / t->nm]++;
             if (tl > t->st_depth_max)
                 t->st_depth_max = tl;
 #endif
@@ -370,6 +378,9 @@ static int tile_run(tile *t, rp_clock *c, uint64_t limit)
 #endif
                 ret = RP_NOTFOUND;
             } else if (!survey(t, f->lo, f->hi, &f->va, &f->vb, &f->step)) {
+#ifdef RP_TILE_STATS
+                t->st_fails++;
+#endif
                 ret = RP_NOTFOUND;
             } else {
                 f->pos = t->bs[f->va];
@@ -573,12 +584,18 @@ int rp_tile(const rp_inst *in, rp_mem *m, rp_best *best, rp_clock *clk, uint64_t
         best->proven = in->lb + 1;
     }
 #ifdef RP_TILE_STATS
-    fprintf(stderr, "tile: %s, %llu nodes, %llu dead hits, deepest %llu of %u\n",
+    fprintf(stderr, "tile: %s, %llu nodes (by tenths of the depth:",
             r == RP_FOUND      ? "found"
             : r == RP_NOTFOUND ? "none"
                                : "aborted",
-            (unsigned long long)t.st_nodes, (unsigned long long)t.st_hits,
-            (unsigned long long)t.st_depth_max, nm);
+            (unsigned long long)t.st_nodes);
+    for (int d = 0; d < 10; d++)
+        fprintf(stderr, " %llu", (unsigned long long)t.st_tenth[d]);
+    fprintf(
+        stderr,
+        "), %llu failed surveys, %llu dead on entry, %llu candidates dead, deepest %llu of %u\n",
+        (unsigned long long)t.st_fails, (unsigned long long)t.st_hits,
+        (unsigned long long)t.st_skips, (unsigned long long)t.st_depth_max, nm);
 #endif
     clk->nodes = c.nodes;
     if (c.max_nodes && c.nodes >= c.max_nodes)
