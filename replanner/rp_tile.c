@@ -28,7 +28,9 @@
  * side past its low one. Blocks with the same run and size are interchangeable: only the
  * first unplaced one of them is tried, so the placed ones are always a prefix of their
  * class. Where no unplaced block crosses a section boundary, the two sides are solved one
- * after the other, and a failure of one does not try the other's other tilings.
+ * after the other, and a failure of one does not try the other's other tilings. A set of
+ * placed blocks from which the search failed is remembered (is_dead), so that no other
+ * order of the same placements, in this run or a later one, searches it again.
  *
  * On a circle every arc is cut at a section boundary that no arc other than those live all
  * the time crosses, where there is one (a packing turned around the circle has one): a plan
