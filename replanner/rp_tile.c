@@ -241,8 +241,8 @@ static void lift(tile *t, uint32_t y, int dir)
  * skyline is their bytes there), however it came to them: different orders of the same
  * placements (blocks stacked in another order, parts of a split tiled another way) meet
  * again, within a run and across runs. A set proven to lead nowhere is kept in a table by
- * its hash (128 bits, so that a collision, which would only hide plans, never happens in
- * practice), the newer entry replacing the older where two share a slot.
+ * its hash, the newer entry replacing the older where two share a slot. A collision would
+ * hide plans (and could let a failed run claim a proof): at 128 bits it is not expected.
  */
 static int is_dead(const tile *t)
 {
