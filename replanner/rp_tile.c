@@ -20,7 +20,9 @@
  * (fail first: a valley with one is a forced move), not the lowest. A step (a flat
  * stretch [a, r) higher on its left only) whose corner (a, L) only one block can take,
  * ending by r so lying flat, is such a forced move too (branching on steps with more
- * candidates as well solved fewer of the generated packings).
+ * candidates as well solved fewer of the generated packings), and so is a bottom-right
+ * corner (r - 1, L) of a valley or of a stretch higher on its right only that one block
+ * alone can take, ending at r and lying flat.
  *
  * Pruning, at every node, all necessary for a plan at LB: each valley's floor must be
  * covered exactly by a chain of unplaced blocks end to end from a to b, each fitting below
@@ -40,6 +42,10 @@
 /* Entries of the table of dead placed sets: per block, and at most (16 bytes each). */
 #define TILE_DEAD_PER_BLOCK 16u
 #define TILE_DEAD_MAX (1u << 18)
+
+/* The corner a node branches on: a valley's bottom-left (its candidates begin a cover of its
+ * floor), a step's bottom-left or a bottom-right corner that one block alone can take. */
+enum { CORNER_VALLEY, CORNER_STEP, CORNER_RIGHT };
 
 /* The search's state; blocks (positions in mov) have the run [a, e) on the line. */
 typedef struct tile {
@@ -153,8 +159,29 @@ static int step_ok(tile *t, uint32_t x, uint32_t r, uint32_t g, uint32_t f, uint
 }
 
 /*
+ * Whether one block alone (one class) can take the bottom-right cell (r - 1, L) of the flat
+ * stretch [x, r) at level L, walled at r: the blocks that can end at r at offset L start at
+ * g or later (g: where the skyline is higher before x, or x for a valley); where one of them
+ * would start before x (it is not flat there yet), the move is not forced.
+ */
+static int right_forced(const tile *t, uint32_t g, uint32_t x, uint32_t r, uint64_t L)
+{
+    uint32_t c = 0;
+
+    for (uint32_t q = t->be[r]; q < t->be[r + 1]; q++) {
+        uint32_t y = t->byend[q];
+        if (!fits(t, y, g, r, L))
+            continue;
+        if (t->a[y] < x || (c += first_of_class(t, y)) > 1)
+            return 0;
+    }
+    return c == 1;
+}
+
+/*
  * Checks every valley and corner of the part [lo, hi), whose ends are walls (no unplaced
- * block crosses them); 0 if one fails, else 1 with the valley to branch on. The skyline
+ * block crosses them); 0 if one fails, else 1 with the stretch [*va, *vb) to branch on and
+ * its corner *st (CORNER_*). The skyline
  * goes in stretches of one level (sx: their starts, sx[m] = hi); ng/pg: the next and
  * the previous higher stretch (m and UINT32_MAX if none).
  */
@@ -197,7 +224,16 @@ static int survey(tile *t, uint32_t lo, uint32_t hi, uint32_t *va, uint32_t *vb,
                 bl = L;
                 *va = x;
                 *vb = r;
-                *st = 0;
+                *st = CORNER_VALLEY;
+            }
+            /* its bottom-right cell is a block's that ends at r: where one alone can take
+             * it, that is a forced move as well */
+            if (c > 1 && best > 1 && right_forced(t, x, x, r, L)) {
+                best = 1;
+                bl = L;
+                *va = x;
+                *vb = r;
+                *st = CORNER_RIGHT;
             }
         } else if (lw) {
             uint32_t f = sx[ng[i]], c = 0;
@@ -215,11 +251,19 @@ static int survey(tile *t, uint32_t lo, uint32_t hi, uint32_t *va, uint32_t *vb,
                 bl = L;
                 *va = x;
                 *vb = r;
-                *st = 1;
+                *st = CORNER_STEP;
             }
         } else if (rw) {
-            if (!step_ok(t, x, r, pg[i] == UINT32_MAX ? lo : sx[pg[i] + 1], r, L, 1))
+            uint32_t g = pg[i] == UINT32_MAX ? lo : sx[pg[i] + 1];
+            if (!step_ok(t, x, r, g, r, L, 1))
                 return 0;
+            if (best > 1 && right_forced(t, g, x, r, L)) {
+                best = 1;
+                bl = L;
+                *va = x;
+                *vb = r;
+                *st = CORNER_RIGHT;
+            }
         }
     }
     return best != UINT32_MAX;
@@ -298,8 +342,8 @@ enum { SPLIT, BRANCH };
 typedef struct frame {
     int kind;
     uint32_t lo, hi, trail0;
-    uint32_t va, vb, pos; /* BRANCH: the valley, its corner's candidates from pos */
-    int step;             /* the stretch [va, vb) is a step's, not a valley's */
+    uint32_t va, vb, pos; /* BRANCH: the stretch, its corner's candidates from pos */
+    int step;             /* which corner (CORNER_*) */
 } frame;
 
 static void undo_to(tile *t, uint32_t *tl, uint32_t trail0)
@@ -312,12 +356,15 @@ static void undo_to(tile *t, uint32_t *tl, uint32_t trail0)
 static int branch_next(tile *t, frame *f, uint32_t *tl)
 {
     uint64_t L = t->sky[f->va];
+    int right = f->step == CORNER_RIGHT;
+    uint32_t end = right ? t->be[f->vb + 1] : t->bs[f->va + 1];
 
-    if (!f->step)
+    if (f->step == CORNER_VALLEY)
         chain(t, f->va, f->vb, L);
-    for (; f->pos < t->bs[f->va + 1]; f->pos++) {
-        uint32_t z = t->byst[f->pos];
-        if (!fits(t, z, f->va, f->vb, L) || !first_of_class(t, z) || (!f->step && !t->can[t->e[z]]))
+    for (; f->pos < end; f->pos++) {
+        uint32_t z = right ? t->byend[f->pos] : t->byst[f->pos];
+        if (!fits(t, z, f->va, f->vb, L) || !first_of_class(t, z) ||
+            (f->step == CORNER_VALLEY && !t->can[t->e[z]]))
             continue;
         if (dead_with(t, z)) {
 #ifdef RP_TILE_STATS
@@ -385,7 +432,7 @@ static int tile_run(tile *t, rp_clock *c, uint64_t limit)
 #endif
                 ret = RP_NOTFOUND;
             } else {
-                f->pos = t->bs[f->va];
+                f->pos = f->step == CORNER_RIGHT ? t->be[f->vb] : t->bs[f->va];
                 ret = branch_next(t, f, &tl) ? -2 : RP_NOTFOUND;
             }
         } else if (ret == RP_NOTFOUND) {
