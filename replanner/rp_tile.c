@@ -3,6 +3,9 @@
 
 #include <errno.h>
 #include <string.h>
+#ifdef RP_TILE_STATS
+#include <stdio.h>
+#endif
 
 /*
  * Where every section's load is LB, a plan at LB leaves no byte free below LB in any
@@ -17,7 +20,9 @@
  * (fail first: a valley with one is a forced move), not the lowest. A step (a flat
  * stretch [a, r) higher on its left only) whose corner (a, L) only one block can take,
  * ending by r so lying flat, is such a forced move too (branching on steps with more
- * candidates as well solved fewer of the generated packings).
+ * candidates as well solved fewer of the generated packings), and so is a bottom-right
+ * corner (r - 1, L) of a valley or of a stretch higher on its right only that one block
+ * alone can take, ending at r and lying flat.
  *
  * Pruning, at every node, all necessary for a plan at LB: each valley's floor must be
  * covered exactly by a chain of unplaced blocks end to end from a to b, each fitting below
@@ -25,12 +30,22 @@
  * side past its low one. Blocks with the same run and size are interchangeable: only the
  * first unplaced one of them is tried, so the placed ones are always a prefix of their
  * class. Where no unplaced block crosses a section boundary, the two sides are solved one
- * after the other, and a failure of one does not try the other's other tilings.
+ * after the other, and a failure of one does not try the other's other tilings. A set of
+ * placed blocks from which the search failed is remembered (is_dead), so that no other
+ * order of the same placements, in this run or a later one, searches it again.
  *
  * On a circle every arc is cut at a section boundary that no arc other than those live all
  * the time crosses, where there is one (a packing turned around the circle has one): a plan
  * of that line is a plan of the circle, and a circle's plan at LB is one of the line.
  */
+
+/* Entries of the table of dead placed sets: per block, and at most (16 bytes each). */
+#define TILE_DEAD_PER_BLOCK 16u
+#define TILE_DEAD_MAX (1u << 18)
+
+/* The corner a node branches on: a valley's bottom-left (its candidates begin a cover of its
+ * floor), a step's bottom-left or a bottom-right corner that one block alone can take. */
+enum { CORNER_VALLEY, CORNER_STEP, CORNER_RIGHT };
 
 /* The search's state; blocks (positions in mov) have the run [a, e) on the line. */
 typedef struct tile {
@@ -50,6 +65,15 @@ typedef struct tile {
     struct frame *frames;
     uint64_t *off;
     rp_kv *kv;
+    uint64_t *zob;  /* two random keys per block: a set's hash is their xor */
+    uint64_t h[2];  /* the placed blocks' */
+    uint64_t *dead; /* placed sets from which nothing tiles, two keys an entry */
+    uint32_t dmask; /* entries - 1 */
+#ifdef RP_TILE_STATS
+    /* nodes entered, and by tenths of the depth; sets met dead on entry, candidates not
+     * tried for theirs; failed surveys; the most blocks placed at once */
+    uint64_t st_nodes, st_tenth[10], st_hits, st_skips, st_fails, st_depth_max;
+#endif
 } tile;
 
 /* z is unplaced and the first unplaced of its class (cprev: the one before it by index). */
@@ -135,8 +159,29 @@ static int step_ok(tile *t, uint32_t x, uint32_t r, uint32_t g, uint32_t f, uint
 }
 
 /*
+ * Whether one block alone (one class) can take the bottom-right cell (r - 1, L) of the flat
+ * stretch [x, r) at level L, walled at r: the blocks that can end at r at offset L start at
+ * g or later (g: where the skyline is higher before x, or x for a valley); where one of them
+ * would start before x (it is not flat there yet), the move is not forced.
+ */
+static int right_forced(const tile *t, uint32_t g, uint32_t x, uint32_t r, uint64_t L)
+{
+    uint32_t c = 0;
+
+    for (uint32_t q = t->be[r]; q < t->be[r + 1]; q++) {
+        uint32_t y = t->byend[q];
+        if (!fits(t, y, g, r, L))
+            continue;
+        if (t->a[y] < x || (c += first_of_class(t, y)) > 1)
+            return 0;
+    }
+    return c == 1;
+}
+
+/*
  * Checks every valley and corner of the part [lo, hi), whose ends are walls (no unplaced
- * block crosses them); 0 if one fails, else 1 with the valley to branch on. The skyline
+ * block crosses them); 0 if one fails, else 1 with the stretch [*va, *vb) to branch on and
+ * its corner *st (CORNER_*). The skyline
  * goes in stretches of one level (sx: their starts, sx[m] = hi); ng/pg: the next and
  * the previous higher stretch (m and UINT32_MAX if none).
  */
@@ -179,7 +224,16 @@ static int survey(tile *t, uint32_t lo, uint32_t hi, uint32_t *va, uint32_t *vb,
                 bl = L;
                 *va = x;
                 *vb = r;
-                *st = 0;
+                *st = CORNER_VALLEY;
+            }
+            /* its bottom-right cell is a block's that ends at r: where one alone can take
+             * it, that is a forced move as well */
+            if (c > 1 && best > 1 && right_forced(t, x, x, r, L)) {
+                best = 1;
+                bl = L;
+                *va = x;
+                *vb = r;
+                *st = CORNER_RIGHT;
             }
         } else if (lw) {
             uint32_t f = sx[ng[i]], c = 0;
@@ -197,11 +251,19 @@ static int survey(tile *t, uint32_t lo, uint32_t hi, uint32_t *va, uint32_t *vb,
                 bl = L;
                 *va = x;
                 *vb = r;
-                *st = 1;
+                *st = CORNER_STEP;
             }
         } else if (rw) {
-            if (!step_ok(t, x, r, pg[i] == UINT32_MAX ? lo : sx[pg[i] + 1], r, L, 1))
+            uint32_t g = pg[i] == UINT32_MAX ? lo : sx[pg[i] + 1];
+            if (!step_ok(t, x, r, g, r, L, 1))
                 return 0;
+            if (best > 1 && right_forced(t, g, x, r, L)) {
+                best = 1;
+                bl = L;
+                *va = x;
+                *vb = r;
+                *st = CORNER_RIGHT;
+            }
         }
     }
     return best != UINT32_MAX;
@@ -209,11 +271,45 @@ static int survey(tile *t, uint32_t lo, uint32_t hi, uint32_t *va, uint32_t *vb,
 
 static void lift(tile *t, uint32_t y, int dir)
 {
+    t->h[0] ^= t->zob[2 * (size_t)y];
+    t->h[1] ^= t->zob[2 * (size_t)y + 1];
     for (uint32_t x = t->a[y]; x < t->e[y]; x++)
         t->sky[x] = dir > 0 ? t->sky[x] + t->sz[y] : t->sky[x] - t->sz[y];
     for (uint32_t x = t->a[y] + 1; x < t->e[y]; x++)
         t->cross[x] -= dir;
     t->placed[y] = dir > 0;
+}
+
+/*
+ * The placed blocks alone decide whether the search can go on to a plan (each section's
+ * skyline is their bytes there), however it came to them: different orders of the same
+ * placements (blocks stacked in another order, parts of a split tiled another way) meet
+ * again, within a run and across runs. A set proven to lead nowhere is kept in a table by
+ * its hash, the newer entry replacing the older where two share a slot. A collision would
+ * hide plans (and could let a failed run claim a proof): at 128 bits it is not expected.
+ */
+static int is_dead(const tile *t)
+{
+    const uint64_t *d = &t->dead[2 * (size_t)(t->h[0] & t->dmask)];
+
+    return d[0] == t->h[0] && d[1] == t->h[1];
+}
+
+/* Whether placing z would reach such a set (then it is not tried: no node spent on it). */
+static int dead_with(const tile *t, uint32_t z)
+{
+    uint64_t h0 = t->h[0] ^ t->zob[2 * (size_t)z], h1 = t->h[1] ^ t->zob[2 * (size_t)z + 1];
+    const uint64_t *d = &t->dead[2 * (size_t)(h0 & t->dmask)];
+
+    return d[0] == h0 && d[1] == h1;
+}
+
+static void set_dead(tile *t)
+{
+    uint64_t *d = &t->dead[2 * (size_t)(t->h[0] & t->dmask)];
+
+    d[0] = t->h[0];
+    d[1] = t->h[1];
 }
 
 /*
@@ -246,8 +342,8 @@ enum { SPLIT, BRANCH };
 typedef struct frame {
     int kind;
     uint32_t lo, hi, trail0;
-    uint32_t va, vb, pos; /* BRANCH: the valley, its corner's candidates from pos */
-    int step;             /* the stretch [va, vb) is a step's, not a valley's */
+    uint32_t va, vb, pos; /* BRANCH: the stretch, its corner's candidates from pos */
+    int step;             /* which corner (CORNER_*) */
 } frame;
 
 static void undo_to(tile *t, uint32_t *tl, uint32_t trail0)
@@ -260,13 +356,22 @@ static void undo_to(tile *t, uint32_t *tl, uint32_t trail0)
 static int branch_next(tile *t, frame *f, uint32_t *tl)
 {
     uint64_t L = t->sky[f->va];
+    int right = f->step == CORNER_RIGHT;
+    uint32_t end = right ? t->be[f->vb + 1] : t->bs[f->va + 1];
 
-    if (!f->step)
+    if (f->step == CORNER_VALLEY)
         chain(t, f->va, f->vb, L);
-    for (; f->pos < t->bs[f->va + 1]; f->pos++) {
-        uint32_t z = t->byst[f->pos];
-        if (!fits(t, z, f->va, f->vb, L) || !first_of_class(t, z) || (!f->step && !t->can[t->e[z]]))
+    for (; f->pos < end; f->pos++) {
+        uint32_t z = right ? t->byend[f->pos] : t->byst[f->pos];
+        if (!fits(t, z, f->va, f->vb, L) || !first_of_class(t, z) ||
+            (f->step == CORNER_VALLEY && !t->can[t->e[z]]))
             continue;
+        if (dead_with(t, z)) {
+#ifdef RP_TILE_STATS
+            t->st_skips++;
+#endif
+            continue;
+        }
         t->off[z] = L;
         lift(t, z, 1);
         t->trail[(*tl)++] = z;
@@ -289,6 +394,7 @@ static int tile_run(tile *t, rp_clock *c, uint64_t limit)
     memset(t->sky, 0, t->nsec * sizeof(uint64_t));
     memset(t->placed, 0, t->nm);
     memcpy(t->cross, t->cross0, (t->nsec + 1) * sizeof(int32_t));
+    t->h[0] = t->h[1] = UINT64_C(0x9e3779b97f4a7c15); /* the empty set's: not 0, an empty slot */
     fs[0] = (frame){SPLIT, 0, t->nsec, 0, 0, 0, 0, 0};
     for (;;) {
         frame *f = &fs[top];
@@ -297,6 +403,7 @@ static int tile_run(tile *t, rp_clock *c, uint64_t limit)
             uint32_t p0, p1;
             if (ret == RP_NOTFOUND) {
                 undo_to(t, &tl, f->trail0);
+                set_dead(t);
             } else if (!next_part(t, f->lo, f->hi, &p0, &p1)) {
                 ret = RP_FOUND;
             } else {
@@ -308,10 +415,24 @@ static int tile_run(tile *t, rp_clock *c, uint64_t limit)
         } else if (ret == -1) { /* entered */
             if (limit-- == 0 || rp_expired(c))
                 return RP_ABORTED;
-            if (!survey(t, f->lo, f->hi, &f->va, &f->vb, &f->step)) {
+#ifdef RP_TILE_STATS
+            t->st_nodes++;
+            t->st_tenth[(uint64_t)tl * 10 / t->nm]++;
+            if (tl > t->st_depth_max)
+                t->st_depth_max = tl;
+#endif
+            if (is_dead(t)) {
+#ifdef RP_TILE_STATS
+                t->st_hits++;
+#endif
+                ret = RP_NOTFOUND;
+            } else if (!survey(t, f->lo, f->hi, &f->va, &f->vb, &f->step)) {
+#ifdef RP_TILE_STATS
+                t->st_fails++;
+#endif
                 ret = RP_NOTFOUND;
             } else {
-                f->pos = t->bs[f->va];
+                f->pos = f->step == CORNER_RIGHT ? t->be[f->vb] : t->bs[f->va];
                 ret = branch_next(t, f, &tl) ? -2 : RP_NOTFOUND;
             }
         } else if (ret == RP_NOTFOUND) {
@@ -328,6 +449,8 @@ static int tile_run(tile *t, rp_clock *c, uint64_t limit)
             continue;
         }
         /* f returns ret (RP_FOUND or RP_NOTFOUND) to the frame below */
+        if (ret == RP_NOTFOUND && f->kind == BRANCH)
+            set_dead(t);
         if (top == 0)
             return ret;
         top--;
@@ -455,13 +578,20 @@ int rp_tile(const rp_inst *in, rp_mem *m, rp_best *best, rp_clock *clk, uint64_t
     t.trail = rp_alloc(&own, (size_t)nm + 1, sizeof(uint32_t));
     t.frames = rp_alloc(&own, 2 * (size_t)nm + 2, sizeof(frame));
     t.off = rp_alloc(&own, (size_t)nm + 1, sizeof(uint64_t));
-    if (!t.kv || !t.a || !t.e || !t.sz || !t.bs || !t.be || !t.byst || !t.byend || !t.sky ||
-        !t.cross || !t.cross0 || !t.sx || !t.ng || !t.pg || !t.cprev || !t.stk || !t.can ||
-        !t.placed || !t.trail || !t.frames || !t.off)
+    t.zob = rp_alloc(&own, 2 * (size_t)nm + 2, sizeof(uint64_t));
+    for (t.dmask = 1023;
+         t.dmask < TILE_DEAD_PER_BLOCK * (uint64_t)nm - 1 && t.dmask < TILE_DEAD_MAX - 1;)
+        t.dmask = 2 * t.dmask + 1;
+    t.dead = rp_alloc(&own, 2 * ((size_t)t.dmask + 1), sizeof(uint64_t));
+    if (!t.zob || !t.dead || !t.kv || !t.a || !t.e || !t.sz || !t.bs || !t.be || !t.byst ||
+        !t.byend || !t.sky || !t.cross || !t.cross0 || !t.sx || !t.ng || !t.pg || !t.cprev ||
+        !t.stk || !t.can || !t.placed || !t.trail || !t.frames || !t.off)
         goto out;
     rc = 0;
     if (!cut_line(in, &t, t.stk))
         goto out;
+    for (uint64_t z = rng ^ UINT64_C(0xd1b54a32d192ed03), k = 0; k < 2 * (uint64_t)nm; k++)
+        t.zob[k] = rp_rand(&z);
     memset(t.bs, 0, ((size_t)nsec + 2) * sizeof(uint32_t));
     memset(t.be, 0, ((size_t)nsec + 3) * sizeof(uint32_t));
     memset(t.cross0, 0, ((size_t)nsec + 2) * sizeof(int32_t));
@@ -502,6 +632,20 @@ int rp_tile(const rp_inst *in, rp_mem *m, rp_best *best, rp_clock *clk, uint64_t
     } else if (r == RP_NOTFOUND && in->lb + 1 > best->proven) {
         best->proven = in->lb + 1;
     }
+#ifdef RP_TILE_STATS
+    fprintf(stderr, "tile: %s, %llu nodes (by tenths of the depth:",
+            r == RP_FOUND      ? "found"
+            : r == RP_NOTFOUND ? "none"
+                               : "aborted",
+            (unsigned long long)t.st_nodes);
+    for (int d = 0; d < 10; d++)
+        fprintf(stderr, " %llu", (unsigned long long)t.st_tenth[d]);
+    fprintf(
+        stderr,
+        "), %llu failed surveys, %llu dead on entry, %llu candidates dead, deepest %llu of %u\n",
+        (unsigned long long)t.st_fails, (unsigned long long)t.st_hits,
+        (unsigned long long)t.st_skips, (unsigned long long)t.st_depth_max, nm);
+#endif
     clk->nodes = c.nodes;
     if (c.max_nodes && c.nodes >= c.max_nodes)
         clk->stopped = 1;

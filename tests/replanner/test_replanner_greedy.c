@@ -841,6 +841,81 @@ static void test_perfect_packings_turned(void **state)
 }
 
 /*
+ * Larger packings whose tilings the search reaches by many orders of the same placements
+ * (blocks of one run stacked in another order, a split's parts tiled another way): it keeps
+ * the sets of placed blocks proven to lead nowhere and meets them again cut short, within a
+ * run and across its restarts. Without that table these two took 352 k and 414 k steps
+ * (2026-11-26, de0ef9f); within 150 k both are at LB, from the tiling search.
+ */
+static void test_perfect_packings_dead_sets(void **state)
+{
+    static om_rp_block b[400];
+    static uint64_t off[400];
+    static const uint64_t seeds[] = {124, 127};
+    om_rp_options opt = {0};
+    om_rp_result res;
+    char err[256] = "";
+
+    (void)state;
+    opt.alloc = t_alloc;
+    opt.budget_ms = 60000;
+    opt.max_nodes = 150000;
+    opt.err = err;
+    opt.errlen = sizeof(err);
+    for (size_t i = 0; i < sizeof(seeds) / sizeof(seeds[0]); i++) {
+        uint64_t seed = seeds[i];
+        size_t n = guillotine(b, 400, 800, 1000, &seed);
+
+        assert_int_equal(om_rp_plan(b, n, &opt, off, &res), 0);
+        assert_int_equal(om_rp_check(b, n, 0, off, &t_alloc, err, sizeof(err)), 0);
+        assert_int_equal(res.lower_bound, 1000);
+        if (res.peak != 1000 || strcmp(res.stage, "tile") != 0)
+            fail_msg("seed %llu, %zu blocks: peak %llu after %llu steps (%s)",
+                     (unsigned long long)seeds[i], n, (unsigned long long)res.peak,
+                     (unsigned long long)res.nodes, res.stage);
+        assert_int_equal(res.proven_bound, 1000);
+    }
+    assert_int_equal(t_live_bytes(), 0);
+}
+
+/*
+ * Packings whose bottom-right corners are often forced (one block alone can end there): the
+ * search places such a block first, as it does at a bottom-left corner. Branching at
+ * bottom-left corners only, these two took 79 k steps and more than a million (2026-11-26,
+ * 1246e36); within 40 k both are at LB, from the tiling search.
+ */
+static void test_perfect_packings_right_corners(void **state)
+{
+    static om_rp_block b[400];
+    static uint64_t off[400];
+    static const uint64_t seeds[] = {222, 241};
+    om_rp_options opt = {0};
+    om_rp_result res;
+    char err[256] = "";
+
+    (void)state;
+    opt.alloc = t_alloc;
+    opt.budget_ms = 60000;
+    opt.max_nodes = 40000;
+    opt.err = err;
+    opt.errlen = sizeof(err);
+    for (size_t i = 0; i < sizeof(seeds) / sizeof(seeds[0]); i++) {
+        uint64_t seed = seeds[i];
+        size_t n = guillotine(b, 400, 800, 1000, &seed);
+
+        assert_int_equal(om_rp_plan(b, n, &opt, off, &res), 0);
+        assert_int_equal(om_rp_check(b, n, 0, off, &t_alloc, err, sizeof(err)), 0);
+        assert_int_equal(res.lower_bound, 1000);
+        if (res.peak != 1000 || strcmp(res.stage, "tile") != 0)
+            fail_msg("seed %llu, %zu blocks: peak %llu after %llu steps (%s)",
+                     (unsigned long long)seeds[i], n, (unsigned long long)res.peak,
+                     (unsigned long long)res.nodes, res.stage);
+        assert_int_equal(res.proven_bound, 1000);
+    }
+    assert_int_equal(t_live_bytes(), 0);
+}
+
+/*
  * Instances planned inside programs (OPTMEM_PLAN_DUMP, tests/replanner/data/README.md), with
  * the options preload/plan.c gives: the period, 1 ms inline, then the least budget of a
  * search on the optmem-plan thread. Never above greedy by size (unless the deadline cut it:
@@ -1004,6 +1079,8 @@ int main(void)
         cmocka_unit_test(test_dives_above_bnb_size),
         cmocka_unit_test(test_perfect_packings_tile),
         cmocka_unit_test(test_perfect_packings_turned),
+        cmocka_unit_test(test_perfect_packings_dead_sets),
+        cmocka_unit_test(test_perfect_packings_right_corners),
         cmocka_unit_test(test_in_program_not_behind),
         cmocka_unit_test(test_first_plan_tiny_budget),
         cmocka_unit_test(test_greedy_size_matches_reference),
