@@ -285,8 +285,15 @@ void om_plan_unmap(struct om_plan *plan);
 int om_plan_copy(struct om_plan *dst, const struct om_plan *src);
 
 /* A plan that served (the one serving), or one found for a phase the program left while it
- * was searched (next), is kept: a copy; unserved where it served no iteration. */
-void om_pool_keep_plan(struct om_pool *pool, const struct om_plan *plan, int unserved);
+ * was searched (next), is kept: a copy; unserved where it served no iteration. Its entry, or
+ * NULL where no memory could be had for the copy. */
+struct om_kept_plan *om_pool_keep_plan(struct om_pool *pool, const struct om_plan *plan,
+                                       int unserved);
+
+/* A plan kept just now follows the last requests the ring holds since its last gap (as many as
+ * its match needs): where its phase came back already, the next request may complete the match,
+ * as it would have if the plan had been kept before the phase came back. */
+void om_pool_kept_catch_up(struct om_pool *pool, struct om_kept_plan *k);
 
 /* The end of the highest region of a kept plan (only those unserved, unless all) that
  * [off, off + len) overlaps, or 0. */

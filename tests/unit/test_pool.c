@@ -704,6 +704,62 @@ static void test_plan_thread_phase_left(void **state)
     give(weights);
 }
 
+/* The searches for plans, held while the test says so: test_pool is linked with
+ * --wrap=om_rp_plan, so that a search on the optmem-plan thread ends when the test wants
+ * (a thread that a loaded machine gives the CPU late), not when the scheduler lets it. */
+static int hold_searches, searches_started, searches_ended;
+
+int __real_om_rp_plan(const om_rp_block *blocks, size_t n, const om_rp_options *opt,
+                      uint64_t *offsets, om_rp_result *res);
+int __wrap_om_rp_plan(const om_rp_block *blocks, size_t n, const om_rp_options *opt,
+                      uint64_t *offsets, om_rp_result *res);
+
+int __wrap_om_rp_plan(const om_rp_block *blocks, size_t n, const om_rp_options *opt,
+                      uint64_t *offsets, om_rp_result *res)
+{
+    __atomic_add_fetch(&searches_started, 1, __ATOMIC_SEQ_CST);
+    while (__atomic_load_n(&hold_searches, __ATOMIC_SEQ_CST))
+        usleep(100);
+    int rc = __real_om_rp_plan(blocks, n, opt, offsets, res);
+    __atomic_add_fetch(&searches_ended, 1, __ATOMIC_SEQ_CST);
+    return rc;
+}
+
+/* A search on the optmem-plan thread that ends only after the program left its phase
+ * (training, then evaluation) and came back to it: its plan, kept when it ends, serves
+ * training at once, as if it had ended before training came back; training is not searched
+ * again (learning, held while the search ran, knew training's period already). */
+static void test_plan_thread_ends_after_phase_came_back(void **state)
+{
+    start(1);
+    void *weights = take(100, MIB, 0, 0);
+    __atomic_store_n(&hold_searches, 1, __ATOMIC_SEQ_CST);
+    int started = __atomic_load_n(&searches_started, __ATOMIC_SEQ_CST);
+    unsigned steps = 0;
+    for (; steps < 40 && __atomic_load_n(&searches_started, __ATOMIC_SEQ_CST) == started; steps++)
+        run_step(step_a, NOPS(step_a), NULL);
+    assert_true(steps < 40);
+    /* Two whole steps followed the iteration searched; evaluation leaves it. */
+    for (unsigned k = 0; k < 2; k++)
+        run_step(step_a, NOPS(step_a), NULL);
+    run_step(step_b, NOPS(step_b), NULL);
+    run_step(step_b, NOPS(step_b), NULL);
+    for (unsigned k = 0; k < 4; k++)
+        run_step(step_a, NOPS(step_a), NULL);
+    assert_int_equal(stats().plans, 0);
+    int ended = __atomic_load_n(&searches_ended, __ATOMIC_SEQ_CST);
+    __atomic_store_n(&hold_searches, 0, __ATOMIC_SEQ_CST);
+    while (__atomic_load_n(&searches_ended, __ATOMIC_SEQ_CST) == ended)
+        usleep(100);
+    run_until_served(step_a, NOPS(step_a), STEP_A_REQUESTS, 3);
+    struct om_serving_stats s = stats();
+    assert_int_equal(s.plans, 1);
+    assert_int_equal(s.reused_plans, 1);
+    assert_int_equal(s.plan_on_thread, 1);
+    assert_int_equal(s.plan_lower_bound_bytes, step_lower_bound(step_a, NOPS(step_a)));
+    give(weights);
+}
+
 /* The first lines of the files in dir, joined, and the files removed with dir. */
 static void dumped_searches(const char *dir, char *out, size_t cap, unsigned *files)
 {
@@ -782,6 +838,7 @@ int main(void)
         cmocka_unit_test(test_plan_dump),
         cmocka_unit_test(test_plan_thread),
         cmocka_unit_test(test_plan_thread_phase_left),
+        cmocka_unit_test(test_plan_thread_ends_after_phase_came_back),
         cmocka_unit_test(test_default_plans_off_thread),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
