@@ -3,6 +3,7 @@
  * given back in slices before a plan, frees of unknown pointers, calloc, alignment,
  * OPTMEM_PLAN_DUMP and the optmem-plan thread, with no two live blocks ever overlapping. */
 #include <dirent.h>
+#include <pthread.h>
 #include <errno.h>
 #include <sched.h>
 #include <setjmp.h>
@@ -12,6 +13,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <cmocka.h>
@@ -495,6 +498,101 @@ static void test_phase_comes_back(void **state)
     give(weights);
 }
 
+/* Pages of [p, p + len) that are resident. */
+static size_t resident_pages(const void *p, size_t len)
+{
+    size_t page = (size_t)sysconf(_SC_PAGESIZE), n = (len + page - 1) / page, resident = 0;
+    unsigned char vec[(64 * MIB) / 4096];
+    assert_true(n <= sizeof vec && (uintptr_t)p % page == 0);
+    assert_int_equal(mincore((void *)p, len, vec), 0);
+    for (size_t i = 0; i < n; i++)
+        resident += vec[i] & 1;
+    return resident;
+}
+
+/* Waits up to 10 s for the pool's released bytes to reach at least bytes. */
+static size_t released_at_least(size_t bytes)
+{
+    for (unsigned i = 0; i < 10000 && stats().released_bytes < bytes; i++) {
+        struct timespec ms = {0, 1000000};
+        nanosleep(&ms, NULL);
+    }
+    return stats().released_bytes;
+}
+
+/* Blocks taken on a thread of their own: not the iteration's requests, which would miss the
+ * plan serving and drop it. */
+struct other_takes {
+    unsigned id, n;
+    size_t size;
+    unsigned char **out;
+};
+
+static void *take_others(void *arg)
+{
+    struct other_takes *t = arg;
+    for (unsigned i = 0; i < t->n; i++)
+        t->out[i] = take(t->id + i, t->size, 0, 0);
+    return NULL;
+}
+
+static void take_on_other_thread(unsigned id, size_t size, unsigned n, unsigned char **out)
+{
+    struct other_takes t = {id, n, size, out};
+    pthread_t thread;
+    assert_int_equal(pthread_create(&thread, NULL, take_others, &t), 0);
+    assert_int_equal(pthread_join(thread, NULL), 0);
+}
+
+/* While a plan serves, a large block it did not place gives its pages back when freed, not
+ * all in the free: a slice in each call, and the rest on the optmem-pages thread, with no
+ * call into the pool. A burst of such frees, more than the pool keeps apart, goes back
+ * whole too, and a block taken again at the same offset in the meantime keeps its data. */
+static void test_freed_pages_go_back_later(void **state)
+{
+    const size_t big = 24 * MIB, small = 4 * MIB;
+    run_until_served(step_a, NOPS(step_a), STEP_A_REQUESTS, 40);
+    uint64_t replans = stats().replans;
+    unsigned char *a;
+    take_on_other_thread(200, big, 1, &a);
+    memset(a, 1, big);
+    assert_int_equal(resident_pages(a, big), big / 4096);
+    size_t before = stats().released_bytes;
+    give(a);
+    assert_true(released_at_least(before + big) >= before + big);
+    assert_int_equal(resident_pages(a, big), 0);
+    /* A burst: 80 blocks freed one after the other. */
+    enum { BURST = 80 };
+    unsigned char *b[BURST];
+    take_on_other_thread(300, small, BURST, b);
+    for (unsigned i = 0; i < BURST; i++)
+        memset(b[i], 1, small);
+    before = stats().released_bytes;
+    for (unsigned i = 0; i < BURST; i++)
+        give(b[i]);
+    assert_true(released_at_least(before + BURST * small) >= before + BURST * small);
+    for (unsigned i = 0; i < BURST; i++)
+        assert_int_equal(resident_pages(b[i], small), 0);
+    /* Freed and taken again at once: whatever went back of it meanwhile, the new block's
+     * bytes are its own from then on. */
+    for (unsigned k = 0; k < 8; k++) {
+        unsigned char *c, *d;
+        take_on_other_thread(400, big, 1, &c);
+        memset(c, 2, big);
+        give(c);
+        take_on_other_thread(400, big, 1, &d);
+        memset(d, 3, big);
+        for (unsigned i = 0; i < 50; i++) {
+            struct timespec us = {0, 100000};
+            nanosleep(&us, NULL);
+        }
+        for (size_t i = 0; i < big; i += 4096)
+            assert_int_equal(d[i], 3);
+        give(d);
+    }
+    assert_int_equal(stats().replans, replans); /* the plan served throughout */
+}
+
 /* (f) Frees of pointers that are no block are counted and ignored; usable_size says 0. */
 /* Before a plan, an idle hole's pages go back a slice a call (2 MiB, OM_RELEASE_SLICE in
  * pool_internal.h) where the resident pages exceed the peak of live bytes, and every later
@@ -832,6 +930,7 @@ int main(void)
         cmocka_unit_test_setup(test_drift_drops_plan, setup_inline),
         cmocka_unit_test_setup(test_phase_comes_back, setup_inline),
         cmocka_unit_test_setup(test_idle_release_in_slices, setup_inline),
+        cmocka_unit_test_setup(test_freed_pages_go_back_later, setup_inline),
         cmocka_unit_test_setup(test_unknown_pointers, setup_inline),
         cmocka_unit_test_setup(test_calloc_in_reused_slot, setup_inline),
         cmocka_unit_test_setup(test_alignment, setup_inline),
