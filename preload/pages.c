@@ -27,7 +27,6 @@
 
 int om_pool_pages_init(struct om_pool *pool)
 {
-    pthread_cond_init(&pool->drop_cond, NULL);
     pool->freed = om_sys_map(FREED_RANGES * sizeof *pool->freed);
     return pool->freed ? 0 : -ENOMEM;
 }
@@ -395,40 +394,33 @@ static int drop_slice(struct om_pool *pool, size_t budget)
 
 /* optmem-pages: the freed blocks' pages that the calls' slices left, given back while the
  * program computes, not in its calls (a 32 MiB block freed a slice a call kept its pages
- * resident for sixteen calls, beside those the next blocks faulted in). Waits on drop_cond
- * for more. */
+ * resident for sixteen calls, beside those the next blocks faulted in). It ends once none
+ * are left, as the optmem-plan thread ends with its search. */
 static void *drop_thread(void *arg)
 {
     struct om_pool *pool = arg;
     om_guard_enter(); /* what this thread allocates is none of the program's */
     pthread_mutex_lock(&pool->lock);
-    for (;;) {
-        while (!pool->ndrops)
-            pthread_cond_wait(&pool->drop_cond, &pool->lock);
+    while (pool->ndrops) {
         drop_slice(pool, DROP_CHUNK);
         pthread_mutex_unlock(&pool->lock);
         struct timespec pause = {0, DROP_PAUSE_NS};
         nanosleep(&pause, NULL);
         pthread_mutex_lock(&pool->lock);
     }
+    pool->drop_thread = 0;
+    pthread_mutex_unlock(&pool->lock);
     return NULL;
 }
 
-/* Wakes optmem-pages, started the first time (detached, every signal blocked); where no
+/* Starts optmem-pages where it is not running (detached, every signal blocked); where no
  * thread can be had, the calls' slices alone go on with the work. */
-static void wake_drop_thread(struct om_pool *pool)
+static void start_drop_thread(struct om_pool *pool)
 {
-    if (pool->drop_thread > 0) {
-        pthread_cond_signal(&pool->drop_cond);
-        return;
-    }
-    if (pool->drop_thread < 0)
-        return;
     pthread_attr_t attr;
     pthread_t thread;
     sigset_t all, old;
-    pool->drop_thread = -1;
-    if (pthread_attr_init(&attr) != 0)
+    if (pool->drop_thread || pthread_attr_init(&attr) != 0)
         return;
     pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
     pthread_attr_setstacksize(&attr, (size_t)256 << 10);
@@ -438,8 +430,8 @@ static void wake_drop_thread(struct om_pool *pool)
     pthread_sigmask(SIG_SETMASK, &old, NULL);
     pthread_attr_destroy(&attr);
     if (rc != 0) {
-        om_info("no optmem-pages thread (%s): freed blocks' pages go back in calls only",
-                strerror(rc));
+        om_debug("no optmem-pages thread (%s): freed blocks' pages go back in calls only",
+                 strerror(rc));
         return;
     }
     pthread_setname_np(thread, "optmem-pages");
@@ -448,9 +440,7 @@ static void wake_drop_thread(struct om_pool *pool)
 
 void om_pool_pages_atfork_child(struct om_pool *pool)
 {
-    /* The thread did not come along; its condition may hold the parent's waiter. */
-    pthread_cond_init(&pool->drop_cond, NULL);
-    pool->drop_thread = 0;
+    pool->drop_thread = 0; /* the thread did not come along: the next call starts one */
 }
 
 void om_pool_page_work(struct om_pool *pool)
@@ -464,7 +454,7 @@ void om_pool_page_work(struct om_pool *pool)
     int dropped = pool->ndrops && !pool->layout_next && !pool->release_next &&
                   drop_slice(pool, OM_RELEASE_SLICE);
     if (pool->ndrops)
-        wake_drop_thread(pool);
+        start_drop_thread(pool);
     if (pool->idle_due && pool->phase != SERVE && !dropped)
         om_pool_release_idle(pool);
 }

@@ -196,10 +196,7 @@ struct om_pool {
      * millisecond. */
     struct om_page_drop drops[OM_DROPS];
     unsigned drop_head, ndrops;
-    /* The optmem-pages thread that goes on with them between calls: 0 not started, 1
-     * running (waiting on drop_cond for more), -1 none could be had. */
-    pthread_cond_t drop_cond;
-    int drop_thread;
+    int drop_thread; /* the optmem-pages thread goes on with them between calls */
     uint64_t main_requests;
     /* The search under way on the optmem-plan thread. In PLAN, the program's requests are
      * followed on the iteration searched (next's slots hold its tokens meanwhile):
