@@ -96,7 +96,8 @@ static struct om_kept_plan *entry_for(struct om_pool *pool, const struct om_plan
     return oldest;
 }
 
-void om_pool_keep_plan(struct om_pool *pool, const struct om_plan *plan, int unserved)
+struct om_kept_plan *om_pool_keep_plan(struct om_pool *pool, const struct om_plan *plan,
+                                       int unserved)
 {
     struct om_kept_plan *k = entry_for(pool, plan);
     int same = k->plan.period != 0; /* its slots and index are those of the plan already */
@@ -104,11 +105,12 @@ void om_pool_keep_plan(struct om_pool *pool, const struct om_plan *plan, int uns
         ((!same || !k->plan.index.cap) &&
          om_slot_index_build(&k->plan.index, k->plan.slots, k->plan.period) != 0)) {
         forget(k);
-        return;
+        return NULL;
     }
     k->last_served = ++pool->kept_clock;
     k->cursor = k->matched = 0;
     k->unserved = unserved;
+    return k;
 }
 
 /* Where a plan's slots begin (a slot without a token has no offset). */
@@ -141,6 +143,34 @@ void om_pool_forget_kept(struct om_pool *pool)
     pool->kept_from = 0;
 }
 
+/* A request followed on k: 1 where k has a slot for it, its cursor then past that slot and
+ * the run of requests that follow k one longer (the first of a run where k expected another). */
+static int follow_kept(struct om_pool *pool, struct om_kept_plan *k, uint64_t token)
+{
+    const struct om_plan *plan = &k->plan;
+    /* A slot without a token is a block that outlives the iteration: any request. */
+    uint64_t s = k->cursor, expected = plan->slots[s].token;
+    if (expected != token && expected) {
+        s = om_slot_index_find(&plan->index, plan->slots, token, k->cursor);
+        k->matched = 0;
+    }
+    if (s == UINT64_MAX)
+        return 0;
+    k->cursor = s + 1 < plan->period ? s + 1 : 0;
+    if (++k->matched == 1)
+        k->run_misses = pool->stats.misses;
+    return 1;
+}
+
+void om_pool_kept_catch_up(struct om_pool *pool, struct om_kept_plan *k)
+{
+    uint64_t n = match_needed(k), from = pool->ring_first;
+    if (pool->learnt - from > n)
+        from = pool->learnt - n;
+    for (uint64_t r = from; r < pool->learnt; r++)
+        follow_kept(pool, k, pool->ring[r % RING].token);
+}
+
 struct om_kept_plan *om_pool_match_kept(struct om_pool *pool, uint64_t token,
                                         const struct om_alloc_info *info)
 {
@@ -151,19 +181,9 @@ struct om_kept_plan *om_pool_match_kept(struct om_pool *pool, uint64_t token,
          * inside a step, planned before the whole step repeated enough): that period is
          * learnt instead. */
         uint64_t p = plan->unrolled ? plan->period / 2 : plan->period;
-        if (!plan->period || (info->periodic && info->period != p) || pool->kept_from == i + 1)
+        if (!plan->period || (info->periodic && info->period != p) || pool->kept_from == i + 1 ||
+            !follow_kept(pool, k, token))
             continue;
-        /* A slot without a token is a block that outlives the iteration: any request. */
-        uint64_t s = k->cursor, expected = plan->slots[s].token;
-        if (expected != token && expected) {
-            s = om_slot_index_find(&plan->index, plan->slots, token, k->cursor);
-            k->matched = 0;
-        }
-        if (s == UINT64_MAX)
-            continue;
-        k->cursor = s + 1 < plan->period ? s + 1 : 0;
-        if (++k->matched == 1)
-            k->run_misses = pool->stats.misses;
         /* While a plan serves, k replaces it only where it missed (a program that changed
          * phase), not where their requests are alike. */
         uint64_t missed = pool->stats.misses - k->run_misses;

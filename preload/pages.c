@@ -2,10 +2,14 @@
  * slots, or go back to the kernel, before a plan, as one is laid out and while it serves. */
 #include "pool_internal.h"
 
+#include "guard.h"
 #include "log.h"
 
 #include <errno.h>
+#include <pthread.h>
+#include <signal.h>
 #include <stdint.h>
+#include <string.h>
 #include <sys/mman.h>
 #include <time.h>
 
@@ -54,6 +58,8 @@ void om_pool_release_free_later(struct om_pool *pool, size_t from, size_t to)
     }
     pool->release_next = from + 1;
     pool->release_to = to;
+    if (from == 0 && to >= pool->arena.top)
+        pool->ndrops = 0; /* every freed block's pages go with the rest */
 }
 
 /* Best fit before a plan holds pages that no live block uses; once they exceed a small
@@ -253,6 +259,7 @@ void om_pool_lay_out_pages(struct om_pool *pool)
         return;
     }
     pool->layout_next = 1; /* the byte looked at next, + 1 */
+    pool->ndrops = 0;      /* the layout looks at every free page */
     pool->layout_run = (struct om_move_run){0, 0};
 }
 
@@ -322,14 +329,118 @@ void om_pool_release_slice(struct om_pool *pool)
     }
 }
 
-void om_pool_release_block(struct om_pool *pool, size_t off, size_t len, int move)
+/* A freed block's window [from, to) of pages, under the plan serving: moved onto the
+ * slots' (with move) or given back where no slot lies; with no plan serving (it was dropped
+ * since), given back like any free page. */
+static void drop_pages(struct om_pool *pool, size_t from, size_t to, int move)
 {
-    size_t page = pool->arena.page;
-    size_t from = off & ~(page - 1), to = (off + len + page - 1) & ~(page - 1);
+    if (pool->phase != SERVE && pool->phase != PROLOGUE) {
+        om_pool_release_free(pool, from, to);
+        return;
+    }
     if (move)
         pool->stats.moved_bytes +=
             om_arena_move_into(&pool->arena, from, to, &pool->covered, &pool->moves_left, NULL);
     om_pool_release_uncovered(pool, from, to);
+}
+
+void om_pool_release_block(struct om_pool *pool, size_t off, size_t len, int move)
+{
+    size_t page = pool->arena.page;
+    size_t from = off & ~(page - 1), to = (off + len + page - 1) & ~(page - 1);
+    if (!pool->host) { /* a device's requests are few and large: at once, as before */
+        drop_pages(pool, from, to, move);
+        return;
+    }
+    if (pool->ndrops == OM_DROPS) { /* merged into the newest: what lies between goes too */
+        struct om_page_drop *d = &pool->drops[(pool->drop_head + OM_DROPS - 1) % OM_DROPS];
+        size_t end = d->off + d->len > to ? d->off + d->len : to;
+        d->off = d->off < from ? d->off : from;
+        d->len = end - d->off;
+        d->move |= move;
+        return;
+    }
+    pool->drops[(pool->drop_head + pool->ndrops++) % OM_DROPS] =
+        (struct om_page_drop){from, to - from, move};
+}
+
+/* One slice of the freed blocks' pages: at most budget bytes of them looked at, oldest
+ * first. The pages of a block taken again meanwhile stay (only free pages go), and save a
+ * release and a refault. Returns whether any page went back or moved. */
+static int drop_slice(struct om_pool *pool, size_t budget)
+{
+    size_t before = pool->stats.released_bytes + pool->stats.moved_bytes;
+    budget = budget > pool->arena.page ? budget : pool->arena.page;
+    while (pool->ndrops && budget) {
+        struct om_page_drop *d = &pool->drops[pool->drop_head];
+        size_t n = d->len < budget ? d->len : budget;
+        drop_pages(pool, d->off, d->off + n, d->move);
+        budget -= n;
+        d->off += n;
+        d->len -= n;
+        if (!d->len) {
+            pool->drop_head = (pool->drop_head + 1) % OM_DROPS;
+            pool->ndrops--;
+        }
+    }
+    return pool->stats.released_bytes + pool->stats.moved_bytes != before;
+}
+
+/* Bytes of freed blocks' pages the optmem-pages thread gives back at a time under the pool's
+ * lock (a call into the pool waits for one at most), and its pause between two, in which a
+ * call waiting for the lock takes it. */
+#define DROP_CHUNK ((size_t)1 << 20)
+#define DROP_PAUSE_NS 50000
+
+/* optmem-pages: the freed blocks' pages that the calls' slices left, given back while the
+ * program computes, not in its calls (a 32 MiB block freed a slice a call kept its pages
+ * resident for sixteen calls, beside those the next blocks faulted in). It ends once none
+ * are left, as the optmem-plan thread ends with its search. */
+static void *drop_thread(void *arg)
+{
+    struct om_pool *pool = arg;
+    om_guard_enter(); /* what this thread allocates is none of the program's */
+    pthread_mutex_lock(&pool->lock);
+    while (pool->ndrops) {
+        drop_slice(pool, DROP_CHUNK);
+        pthread_mutex_unlock(&pool->lock);
+        struct timespec pause = {0, DROP_PAUSE_NS};
+        nanosleep(&pause, NULL);
+        pthread_mutex_lock(&pool->lock);
+    }
+    pool->drop_thread = 0;
+    pthread_mutex_unlock(&pool->lock);
+    return NULL;
+}
+
+/* Starts optmem-pages where it is not running (detached, every signal blocked); where no
+ * thread can be had, the calls' slices alone go on with the work. */
+static void start_drop_thread(struct om_pool *pool)
+{
+    pthread_attr_t attr;
+    pthread_t thread;
+    sigset_t all, old;
+    if (pool->drop_thread || pthread_attr_init(&attr) != 0)
+        return;
+    pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+    pthread_attr_setstacksize(&attr, (size_t)256 << 10);
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, &old);
+    int rc = pthread_create(&thread, &attr, drop_thread, pool);
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    pthread_attr_destroy(&attr);
+    if (rc != 0) {
+        om_debug("no optmem-pages thread (%s): freed blocks' pages go back in calls only",
+                 strerror(rc));
+        return;
+    }
+    pthread_setname_np(thread, "optmem-pages");
+    pool->drop_thread = 1;
+}
+
+void om_pool_pages_atfork_child(struct om_pool *pool)
+{
+    pool->drop_thread = 0; /* the thread did not come along: the next call starts one */
 }
 
 void om_pool_page_work(struct om_pool *pool)
@@ -338,6 +449,12 @@ void om_pool_page_work(struct om_pool *pool)
         om_pool_lay_out_slice(pool);
     if (pool->release_next)
         om_pool_release_slice(pool);
-    if (pool->idle_due && pool->phase != SERVE)
+    /* One release slice a call: the layout and a dropped plan's release sweep the freed
+     * blocks' pages too, and are done first. */
+    int dropped = pool->ndrops && !pool->layout_next && !pool->release_next &&
+                  drop_slice(pool, OM_RELEASE_SLICE);
+    if (pool->ndrops)
+        start_drop_thread(pool);
+    if (pool->idle_due && pool->phase != SERVE && !dropped)
         om_pool_release_idle(pool);
 }

@@ -194,7 +194,12 @@ static void keep_found(struct om_pool *pool)
     if (om_pool_plan_take(pool, 1) != 0)
         return;
     pool->stats.plans++;
-    om_pool_keep_plan(pool, &pool->next, 1);
+    /* The search may end after the program came back to its phase (a thread slow to get the
+     * CPU): learning, held while it ran, would plan that phase again at this very request,
+     * before the kept plan had followed the requests it needs to serve. */
+    struct om_kept_plan *k = om_pool_keep_plan(pool, &pool->next, 1);
+    if (k)
+        om_pool_kept_catch_up(pool, k);
     om_debug("plan: the program left the %llu-request iteration while its plan was searched: "
              "the plan is kept for when the iteration comes back",
              (unsigned long long)pool->next.period);

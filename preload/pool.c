@@ -480,5 +480,6 @@ void om_pool_atfork_child(struct om_pool *pool)
     fork_generation++;
     pool->plan_file[0] = '\0'; /* the parent saves the plan; a child's run is another */
     om_pool_plan_atfork_child(pool);
+    om_pool_pages_atfork_child(pool);
     pthread_mutex_unlock(&pool->lock);
 }

@@ -40,6 +40,17 @@
  * in one call (docs/serving.md). */
 #define OM_RELEASE_SLICE ((size_t)2 << 20)
 
+/* Large blocks freed while a plan serves whose pages are still to go back (or move onto the
+ * slots' first), oldest first; a burst of more merges into the newest. */
+#define OM_DROPS 64
+
+/* A freed block's pages waiting to go back: [off, off + len), page-aligned; move: they may
+ * first move onto the slots' pages that are not resident (a block the plan did not place). */
+struct om_page_drop {
+    size_t off, len;
+    int move;
+};
+
 /* A plan misses too often, the program having changed, where more than one request in
  * OM_MISS_SHARE of those judged missed: the test that drops a plan at the end of a window,
  * gives its pages back within one, and lets a kept plan replace the plan serving. */
@@ -180,6 +191,12 @@ struct om_pool {
     /* Free pages of a plan dropped or failing going back, a slice a call: the next byte to
      * look at + 1 (0 when none), the end. */
     size_t release_next, release_to;
+    /* Large blocks freed while a plan served: their pages go back a slice a call, from the
+     * free on (om_pool_release_block): a 12 MiB block's at once held its free for over a
+     * millisecond. */
+    struct om_page_drop drops[OM_DROPS];
+    unsigned drop_head, ndrops;
+    int drop_thread; /* the optmem-pages thread goes on with them between calls */
     uint64_t main_requests;
     /* The search under way on the optmem-plan thread. In PLAN, the program's requests are
      * followed on the iteration searched (next's slots hold its tokens meanwhile):
@@ -285,8 +302,15 @@ void om_plan_unmap(struct om_plan *plan);
 int om_plan_copy(struct om_plan *dst, const struct om_plan *src);
 
 /* A plan that served (the one serving), or one found for a phase the program left while it
- * was searched (next), is kept: a copy; unserved where it served no iteration. */
-void om_pool_keep_plan(struct om_pool *pool, const struct om_plan *plan, int unserved);
+ * was searched (next), is kept: a copy; unserved where it served no iteration. Its entry, or
+ * NULL where no memory could be had for the copy. */
+struct om_kept_plan *om_pool_keep_plan(struct om_pool *pool, const struct om_plan *plan,
+                                       int unserved);
+
+/* A plan kept just now follows the last requests the ring holds since its last gap (as many as
+ * its match needs): where its phase came back already, the next request may complete the match,
+ * as it would have if the plan had been kept before the phase came back. */
+void om_pool_kept_catch_up(struct om_pool *pool, struct om_kept_plan *k);
 
 /* The end of the highest region of a kept plan (only those unserved, unless all) that
  * [off, off + len) overlaps, or 0. */
@@ -358,11 +382,17 @@ void om_pool_release_uncovered(struct om_pool *pool, size_t from, size_t to);
 
 /* The free pages of [off, off + len), a block freed while serving, that no slot of the
  * iteration covers go back; with move, those that can first move onto the slots' pages that
- * are not resident, while moves are left. */
+ * are not resident, while moves are left. On the host a slice a call (om_pool_page_work),
+ * from this call on, and on the optmem-pages thread between calls; a device's at once. */
 void om_pool_release_block(struct om_pool *pool, size_t off, size_t len, int move);
 
-/* The page work under way, a bounded slice of each: the layout's, a dropped plan's release,
- * the idle holes'. Called once by every call into the pool. */
+/* In a fork child: the optmem-pages thread was the parent's; the calls' slices go on with
+ * the freed blocks' pages until it is started again. */
+void om_pool_pages_atfork_child(struct om_pool *pool);
+
+/* The page work under way, a bounded slice of it: the layout's, a dropped plan's release,
+ * the freed blocks' (om_pool_release_block), the idle holes'. Called once by every call
+ * into the pool. */
 void om_pool_page_work(struct om_pool *pool);
 
 /* The plan installed is to be laid over the arena's pages: the free pages no slot covers

@@ -3,6 +3,7 @@
  * given back in slices before a plan, frees of unknown pointers, calloc, alignment,
  * OPTMEM_PLAN_DUMP and the optmem-plan thread, with no two live blocks ever overlapping. */
 #include <dirent.h>
+#include <pthread.h>
 #include <errno.h>
 #include <sched.h>
 #include <setjmp.h>
@@ -12,6 +13,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <cmocka.h>
@@ -495,6 +498,101 @@ static void test_phase_comes_back(void **state)
     give(weights);
 }
 
+/* Pages of [p, p + len) that are resident. */
+static size_t resident_pages(const void *p, size_t len)
+{
+    size_t page = (size_t)sysconf(_SC_PAGESIZE), n = (len + page - 1) / page, resident = 0;
+    unsigned char vec[(64 * MIB) / 4096];
+    assert_true(n <= sizeof vec && (uintptr_t)p % page == 0);
+    assert_int_equal(mincore((void *)p, len, vec), 0);
+    for (size_t i = 0; i < n; i++)
+        resident += vec[i] & 1;
+    return resident;
+}
+
+/* Waits up to 10 s for the pool's released bytes to reach at least bytes. */
+static size_t released_at_least(size_t bytes)
+{
+    for (unsigned i = 0; i < 10000 && stats().released_bytes < bytes; i++) {
+        struct timespec ms = {0, 1000000};
+        nanosleep(&ms, NULL);
+    }
+    return stats().released_bytes;
+}
+
+/* Blocks taken on a thread of their own: not the iteration's requests, which would miss the
+ * plan serving and drop it. */
+struct other_takes {
+    unsigned id, n;
+    size_t size;
+    unsigned char **out;
+};
+
+static void *take_others(void *arg)
+{
+    struct other_takes *t = arg;
+    for (unsigned i = 0; i < t->n; i++)
+        t->out[i] = take(t->id + i, t->size, 0, 0);
+    return NULL;
+}
+
+static void take_on_other_thread(unsigned id, size_t size, unsigned n, unsigned char **out)
+{
+    struct other_takes t = {id, n, size, out};
+    pthread_t thread;
+    assert_int_equal(pthread_create(&thread, NULL, take_others, &t), 0);
+    assert_int_equal(pthread_join(thread, NULL), 0);
+}
+
+/* While a plan serves, a large block it did not place gives its pages back when freed, not
+ * all in the free: a slice in each call, and the rest on the optmem-pages thread, with no
+ * call into the pool. A burst of such frees, more than the pool keeps apart, goes back
+ * whole too, and a block taken again at the same offset in the meantime keeps its data. */
+static void test_freed_pages_go_back_later(void **state)
+{
+    const size_t big = 24 * MIB, small = 4 * MIB;
+    run_until_served(step_a, NOPS(step_a), STEP_A_REQUESTS, 40);
+    uint64_t replans = stats().replans;
+    unsigned char *a;
+    take_on_other_thread(200, big, 1, &a);
+    memset(a, 1, big);
+    assert_int_equal(resident_pages(a, big), big / 4096);
+    size_t before = stats().released_bytes;
+    give(a);
+    assert_true(released_at_least(before + big) >= before + big);
+    assert_int_equal(resident_pages(a, big), 0);
+    /* A burst: 80 blocks freed one after the other. */
+    enum { BURST = 80 };
+    unsigned char *b[BURST];
+    take_on_other_thread(300, small, BURST, b);
+    for (unsigned i = 0; i < BURST; i++)
+        memset(b[i], 1, small);
+    before = stats().released_bytes;
+    for (unsigned i = 0; i < BURST; i++)
+        give(b[i]);
+    assert_true(released_at_least(before + BURST * small) >= before + BURST * small);
+    for (unsigned i = 0; i < BURST; i++)
+        assert_int_equal(resident_pages(b[i], small), 0);
+    /* Freed and taken again at once: whatever went back of it meanwhile, the new block's
+     * bytes are its own from then on. */
+    for (unsigned k = 0; k < 8; k++) {
+        unsigned char *c, *d;
+        take_on_other_thread(400, big, 1, &c);
+        memset(c, 2, big);
+        give(c);
+        take_on_other_thread(400, big, 1, &d);
+        memset(d, 3, big);
+        for (unsigned i = 0; i < 50; i++) {
+            struct timespec us = {0, 100000};
+            nanosleep(&us, NULL);
+        }
+        for (size_t i = 0; i < big; i += 4096)
+            assert_int_equal(d[i], 3);
+        give(d);
+    }
+    assert_int_equal(stats().replans, replans); /* the plan served throughout */
+}
+
 /* (f) Frees of pointers that are no block are counted and ignored; usable_size says 0. */
 /* Before a plan, an idle hole's pages go back a slice a call (2 MiB, OM_RELEASE_SLICE in
  * pool_internal.h) where the resident pages exceed the peak of live bytes, and every later
@@ -704,6 +802,62 @@ static void test_plan_thread_phase_left(void **state)
     give(weights);
 }
 
+/* The searches for plans, held while the test says so: test_pool is linked with
+ * --wrap=om_rp_plan, so that a search on the optmem-plan thread ends when the test wants
+ * (a thread that a loaded machine gives the CPU late), not when the scheduler lets it. */
+static int hold_searches, searches_started, searches_ended;
+
+int __real_om_rp_plan(const om_rp_block *blocks, size_t n, const om_rp_options *opt,
+                      uint64_t *offsets, om_rp_result *res);
+int __wrap_om_rp_plan(const om_rp_block *blocks, size_t n, const om_rp_options *opt,
+                      uint64_t *offsets, om_rp_result *res);
+
+int __wrap_om_rp_plan(const om_rp_block *blocks, size_t n, const om_rp_options *opt,
+                      uint64_t *offsets, om_rp_result *res)
+{
+    __atomic_add_fetch(&searches_started, 1, __ATOMIC_SEQ_CST);
+    while (__atomic_load_n(&hold_searches, __ATOMIC_SEQ_CST))
+        usleep(100);
+    int rc = __real_om_rp_plan(blocks, n, opt, offsets, res);
+    __atomic_add_fetch(&searches_ended, 1, __ATOMIC_SEQ_CST);
+    return rc;
+}
+
+/* A search on the optmem-plan thread that ends only after the program left its phase
+ * (training, then evaluation) and came back to it: its plan, kept when it ends, serves
+ * training at once, as if it had ended before training came back; training is not searched
+ * again (learning, held while the search ran, knew training's period already). */
+static void test_plan_thread_ends_after_phase_came_back(void **state)
+{
+    start(1);
+    void *weights = take(100, MIB, 0, 0);
+    __atomic_store_n(&hold_searches, 1, __ATOMIC_SEQ_CST);
+    int started = __atomic_load_n(&searches_started, __ATOMIC_SEQ_CST);
+    unsigned steps = 0;
+    for (; steps < 40 && __atomic_load_n(&searches_started, __ATOMIC_SEQ_CST) == started; steps++)
+        run_step(step_a, NOPS(step_a), NULL);
+    assert_true(steps < 40);
+    /* Two whole steps followed the iteration searched; evaluation leaves it. */
+    for (unsigned k = 0; k < 2; k++)
+        run_step(step_a, NOPS(step_a), NULL);
+    run_step(step_b, NOPS(step_b), NULL);
+    run_step(step_b, NOPS(step_b), NULL);
+    for (unsigned k = 0; k < 4; k++)
+        run_step(step_a, NOPS(step_a), NULL);
+    assert_int_equal(stats().plans, 0);
+    int ended = __atomic_load_n(&searches_ended, __ATOMIC_SEQ_CST);
+    __atomic_store_n(&hold_searches, 0, __ATOMIC_SEQ_CST);
+    while (__atomic_load_n(&searches_ended, __ATOMIC_SEQ_CST) == ended)
+        usleep(100);
+    run_until_served(step_a, NOPS(step_a), STEP_A_REQUESTS, 3);
+    struct om_serving_stats s = stats();
+    assert_int_equal(s.plans, 1);
+    assert_int_equal(s.reused_plans, 1);
+    assert_int_equal(s.plan_on_thread, 1);
+    assert_int_equal(s.plan_lower_bound_bytes, step_lower_bound(step_a, NOPS(step_a)));
+    give(weights);
+}
+
 /* The first lines of the files in dir, joined, and the files removed with dir. */
 static void dumped_searches(const char *dir, char *out, size_t cap, unsigned *files)
 {
@@ -776,12 +930,14 @@ int main(void)
         cmocka_unit_test_setup(test_drift_drops_plan, setup_inline),
         cmocka_unit_test_setup(test_phase_comes_back, setup_inline),
         cmocka_unit_test_setup(test_idle_release_in_slices, setup_inline),
+        cmocka_unit_test_setup(test_freed_pages_go_back_later, setup_inline),
         cmocka_unit_test_setup(test_unknown_pointers, setup_inline),
         cmocka_unit_test_setup(test_calloc_in_reused_slot, setup_inline),
         cmocka_unit_test_setup(test_alignment, setup_inline),
         cmocka_unit_test(test_plan_dump),
         cmocka_unit_test(test_plan_thread),
         cmocka_unit_test(test_plan_thread_phase_left),
+        cmocka_unit_test(test_plan_thread_ends_after_phase_came_back),
         cmocka_unit_test(test_default_plans_off_thread),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
