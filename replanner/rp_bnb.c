@@ -884,8 +884,9 @@ static int solve_part(rp_search *s, const part *q)
     size_t mark = s->saved.top;
     int r;
 
-    /* Other keys do not change, nor does the order they give to a part's blocks. */
-    if (!strchr(s->rk->keys, 'T') && !strchr(s->rk->keys, 't')) {
+    /* Other keys do not change, nor does the order they give to a part's blocks; a ranking
+     * with keep (the first dives) keeps its order for the whole run. */
+    if (s->rk->keep || (!strchr(s->rk->keys, 'T') && !strchr(s->rk->keys, 't'))) {
         if (s->pn)
             ptree_build(s, q->first, q->first + q->count);
         return search(s, q, 0, 0);

@@ -205,12 +205,14 @@ void rp_rank(const rp_inst *in, const uint32_t *deg, const char *keys, const uin
 /*
  * The branch and bound's decision search (rp_bnb.c). A ranking orders the blocks that could
  * go to the same offset: rank[k] for movable block k, from the letters keys (rp_rank) and
- * the random scale factor of the first key (or NULL); each part is ranked afresh after a split.
+ * the random scale factor of the first key (or NULL); each part is ranked afresh after a split
+ * unless keep is set.
  */
 typedef struct rp_ranking {
     const char *keys;
     const double *factor;
     uint32_t *rank;
+    int keep; /* parts keep rank after a split (no ranking afresh): for the first dives */
 } rp_ranking;
 
 typedef struct rp_search rp_search;

@@ -118,6 +118,7 @@ int rp_bnb(const rp_inst *in, rp_mem *m, rp_best *best, rp_clock *clk, uint64_t 
     for (size_t h = 0; h < NRANKINGS; h++) {
         rk[h].keys = portfolio[h];
         rk[h].factor = NULL;
+        rk[h].keep = 0;
         if (!(rk[h].rank = rp_alloc(m, (size_t)in->nm + 1, sizeof(uint32_t))))
             return -ENOMEM;
         rp_search_rank(d.s, &rk[h], rk[h].rank);
@@ -125,15 +126,19 @@ int rp_bnb(const rp_inst *in, rp_mem *m, rp_best *best, rp_clock *clk, uint64_t 
     /*
      * First one dive per ranking at LB, with nodes for about one placement per block (as
      * MiniMalloc's first round; a quarter more for backtracks: a dive that needs more is
-     * left to the round robin, rather than eat the budget of the dives after it): lZ, by birth,
-     * places a training step's buffers at LB at once, where the round robin would come to it only
-     * after the others' limits. So dives start with the last ranking, lZ.
+     * left to the round robin, rather than eat the budget of the dives after it), in the
+     * portfolio's order: the round robin would come to a ranking that works at once only
+     * after the others' limits. A dive's parts keep their ranking's order: ranking each part
+     * afresh after a split sorts the part again at every split, which costs a long trace's
+     * dive more than its placements; the round robin's runs, which backtrack, rank afresh.
      */
     for (size_t x = 0; x < NRANKINGS && !d.lb_infeasible; x++) {
+        rp_ranking dive = rk[x];
+
         if (rp_now_ns() >= clk->deadline_ns)
             return 0;
-        rc = rp_search_run(d.s, &rk[(x + NRANKINGS - 1) % NRANKINGS], in->stop,
-                           (uint64_t)in->nm + in->nm / 4 + 64);
+        dive.keep = 1;
+        rc = rp_search_run(d.s, &dive, in->stop, (uint64_t)in->nm + in->nm / 4 + 64);
         if (rc < 0)
             return rc;
         if (rc == RP_NOTFOUND) {

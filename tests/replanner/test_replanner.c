@@ -736,6 +736,41 @@ static void test_auto_large_step(void **state)
     assert_int_equal(t_live_bytes(), 0);
 }
 
+/*
+ * A long trace whose greedy by size stays above LB (idealloc PanGu 2.6B, 18,692 buffers):
+ * the branch and bound's first dives reach LB within 2 n nodes. TWA's dive, whose parts
+ * keep its order, takes about 1.14 n; lZ's first, as before, failed after n + n/4 + 64.
+ */
+static void test_first_dives_trace(void **state)
+{
+    char path[1024], err[512];
+    om_rp_block *b;
+    size_t n;
+    om_rp_options opt = {0};
+    om_rp_result res;
+    uint64_t *off;
+    (void)state;
+
+    snprintf(path, sizeof(path), "%s/idealloc-pangu-2.6B.csv", OM_LIFETIMES_DIR);
+    if (om_rp_csv_read(path, &t_alloc, &b, &n, err, sizeof(err)) != 0)
+        fail_msg("%s", err);
+    off = malloc(n * sizeof(*off));
+    assert_non_null(off);
+    opt.alloc = t_alloc;
+    opt.budget_ms = 60000;
+    opt.max_nodes = 2 * n; /* the node limit ends it, never the clock */
+    opt.err = err;
+    opt.errlen = sizeof(err);
+    assert_int_equal(om_rp_plan(b, n, &opt, off, &res), 0);
+    assert_int_equal(om_rp_check(b, n, 0, off, &t_alloc, err, sizeof(err)), 0);
+    assert_true(res.greedy_peak > res.lower_bound);
+    assert_int_equal(res.peak, res.lower_bound);
+    assert_string_equal(res.stage, "bnb");
+    free(off);
+    om_rp_csv_free(&t_alloc, b, n);
+    assert_int_equal(t_live_bytes(), 0);
+}
+
 /* Where alignment puts LB out of reach, the search proves it: the gap is the bound's. */
 static void test_proven_bound(void **state)
 {
@@ -891,6 +926,7 @@ int main(void)
         cmocka_unit_test(test_sort_radix),
         cmocka_unit_test(test_setup_size),
         cmocka_unit_test(test_auto_large_step),
+        cmocka_unit_test(test_first_dives_trace),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
