@@ -395,8 +395,11 @@ static int complete_cut(const rp_inst *in, rp_mem *m, rp_best *best, rp_greedy_w
             best->peak = peak;
             memcpy(best->off, ws->off, in->nm * sizeof(uint64_t));
         }
-        memcpy(order + placed, sized + placed, (in->nm - placed) * sizeof(uint32_t));
-        try_order(in, best, ws, order);
+    }
+    memcpy(order + placed, sized + placed, (in->nm - placed) * sizeof(uint32_t));
+    try_order(in, best, ws, order);
+    /* (all of them longest first, with nothing placed, is the first plan) */
+    if (placed) {
         if (make_order(in, m, kv, 4, order) < 0)
             return -ENOMEM;
         try_order(in, best, ws, order);
