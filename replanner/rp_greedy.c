@@ -18,6 +18,7 @@ typedef struct rp_sky {
     uint64_t *mx;
     uint64_t *tg;
     uint32_t size;
+    int clean; /* all 0: as allocated, or reset and nothing placed since */
 } rp_sky;
 
 static int sky_init(rp_sky *t, rp_mem *m, uint32_t nsec)
@@ -27,13 +28,17 @@ static int sky_init(rp_sky *t, rp_mem *m, uint32_t nsec)
         t->size <<= 1;
     t->mx = rp_alloc(m, 2 * (size_t)t->size, sizeof(uint64_t));
     t->tg = rp_alloc(m, 2 * (size_t)t->size, sizeof(uint64_t));
+    t->clean = 1;
     return t->mx && t->tg ? 0 : -ENOMEM;
 }
 
 static void sky_reset(rp_sky *t)
 {
+    if (t->clean)
+        return;
     memset(t->mx, 0, 2 * (size_t)t->size * sizeof(uint64_t));
     memset(t->tg, 0, 2 * (size_t)t->size * sizeof(uint64_t));
+    t->clean = 1;
 }
 
 static uint64_t max64(uint64_t a, uint64_t b)
@@ -67,6 +72,7 @@ static void sky_set(rp_sky *t, uint32_t l, uint32_t r, uint64_t v)
 {
     if (l >= r)
         return;
+    t->clean = 0;
     l += t->size;
     r += t->size;
     for (uint32_t x = l >> 1, y = (r - 1) >> 1; x >= 1; x >>= 1, y >>= 1) {
