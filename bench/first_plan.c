@@ -40,14 +40,15 @@ static long minor_faults(void)
     return getrusage(RUSAGE_SELF, &ru) == 0 ? ru.ru_minflt : 0;
 }
 
-/* One run: rp_inst_core, then rp_greedy_first with no deadline; CPU ns of each in t[0..2). */
-static int run_once(const om_rp_block *b, size_t n, uint64_t period, uint64_t *t, long *faults,
-                    uint64_t *peak)
+/* One run: rp_inst_core, then rp_greedy_first with a deadline cut_ms after the start (0: none);
+ * CPU ns of each in t[0..2). */
+static int run_once(const om_rp_block *b, size_t n, uint64_t period, uint64_t cut_ms, uint64_t *t,
+                    long *faults, uint64_t *peak, int *cut)
 {
     rp_mem m = {&heap, NULL};
     rp_inst in;
     rp_best best = {0};
-    rp_clock clk = {UINT64_MAX, 0, 0, 0, 0};
+    rp_clock clk = {cut_ms ? rp_now_ns() + cut_ms * 1000000u : UINT64_MAX, 0, 0, 0, 0};
     rp_greedy_ws *ws;
     long f0 = minor_faults();
     uint64_t c0 = cpu_ns(), c1;
@@ -68,17 +69,19 @@ static int run_once(const om_rp_block *b, size_t n, uint64_t period, uint64_t *t
     t[1] = cpu_ns() - c1;
     *faults = minor_faults() - f0;
     *peak = best.peak;
+    *cut = best.greedy_cut;
 out:
     rp_mem_free_all(&m);
     return rc;
 }
 
-static int bench_file(const char *path, int runs)
+static int bench_file(const char *path, int runs, uint64_t cut_ms)
 {
     om_rp_block *b = NULL;
     size_t n = 0;
     uint64_t period = 0, best[2] = {UINT64_MAX, UINT64_MAX}, best_sum = UINT64_MAX, peak = 0;
     long faults = 0;
+    int cut = 0, cuts = 0;
     char err[256] = "";
     int rc = om_rp_csv_read_instance(path, &heap, &b, &n, &period, err, sizeof(err));
 
@@ -93,8 +96,9 @@ static int bench_file(const char *path, int runs)
         uint64_t t[2];
         long f;
 
-        if ((rc = run_once(b, n, period, t, &f, &peak)) < 0)
+        if ((rc = run_once(b, n, period, cut_ms, t, &f, &peak, &cut)) < 0)
             break;
+        cuts += cut;
         for (int s = 0; s < 2; s++)
             best[s] = t[s] < best[s] ? t[s] : best[s];
         if (t[0] + t[1] < best_sum) {
@@ -103,8 +107,8 @@ static int bench_file(const char *path, int runs)
         }
     }
     if (rc == 0)
-        printf("%s\t%zu\t%llu\t%.2f\t%.2f\t%.2f\t%ld\n", path, n, (unsigned long long)peak,
-               (double)best[0] / 1e6, (double)best[1] / 1e6, (double)best_sum / 1e6, faults);
+        printf("%s\t%zu\t%llu\t%.2f\t%.2f\t%.2f\t%ld\t%d\n", path, n, (unsigned long long)peak,
+               (double)best[0] / 1e6, (double)best[1] / 1e6, (double)best_sum / 1e6, faults, cuts);
     else
         fprintf(stderr, "first_plan: %s: %s\n", path, strerror(-rc));
     om_rp_csv_free(&heap, b, n);
@@ -114,28 +118,33 @@ static int bench_file(const char *path, int runs)
 int main(int argc, char **argv)
 {
     int runs = 5, first = 1, failed = 0;
+    uint64_t cut_ms = 0;
 
-    if (argc > 2 && strcmp(argv[1], "-r") == 0) {
+    while (first + 1 < argc && (strcmp(argv[first], "-r") == 0 || strcmp(argv[first], "-d") == 0)) {
         char *end;
-        long v = strtol(argv[2], &end, 10);
+        long v = strtol(argv[first + 1], &end, 10);
 
-        if (*end || v < 1 || v > 1000) {
-            fprintf(stderr, "first_plan: -r takes 1 to 1000 runs\n");
+        if (*end || v < 1 || v > 100000) {
+            fprintf(stderr, "first_plan: %s takes 1 to 100000\n", argv[first]);
             return 1;
         }
-        runs = (int)v;
-        first = 3;
+        if (argv[first][1] == 'r')
+            runs = (int)v;
+        else
+            cut_ms = (uint64_t)v;
+        first += 2;
     }
     if (first >= argc) {
-        fprintf(stderr, "usage: first_plan [-r RUNS] FILE.csv...\n"
-                        "prints file, buffers, the first plan's peak, the CPU ms of the setup "
-                        "(rp_inst_core), of the first plan (rp_greedy_first, no deadline) and of "
-                        "both (fastest of RUNS, default 5), and the minor page faults of the "
-                        "fastest run\n");
+        fprintf(stderr, "usage: first_plan [-r RUNS] [-d MS] FILE.csv...\n"
+                        "prints file, buffers, the first plan's peak (the last run's), the CPU ms "
+                        "of the setup (rp_inst_core), of the first plan (rp_greedy_first, with a "
+                        "deadline MS after the setup's start, default none) and of both (fastest "
+                        "of RUNS, default 5), the minor page faults of the fastest run, and in "
+                        "how many runs the deadline cut greedy by size\n");
         return 1;
     }
-    printf("file\tbuffers\tpeak\tsetup_cpu_ms\tfirst_cpu_ms\ttotal_cpu_ms\tminor_faults\n");
+    printf("file\tbuffers\tpeak\tsetup_cpu_ms\tfirst_cpu_ms\ttotal_cpu_ms\tminor_faults\tcut\n");
     for (int i = first; i < argc; i++)
-        failed |= bench_file(argv[i], runs) != 0;
+        failed |= bench_file(argv[i], runs, cut_ms) != 0;
     return failed;
 }
