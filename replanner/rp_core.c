@@ -423,46 +423,98 @@ static int build_fixed_lists(rp_inst *in, rp_mem *m, const rp_kv *by_off, uint32
     return build_reach(in, m);
 }
 
+/* A block's end as a point of the timeline: on a circle, an end past the period wraps. */
+static uint64_t end_point(const om_rp_block *b, uint64_t period)
+{
+    return period && b->upper >= period ? b->upper - period : b->upper;
+}
+
+/*
+ * Each end's point, its rank among the distinct ends (s0: the start's, s1: the end's, for
+ * now), in *npts their count. Where the ends span at most SPAN_PER_END values per end (a
+ * trace's event counter), a table over the span ranks them in O(n + span), in no more memory
+ * than the sort's records: the sort was most of the setup before greedy by size. Else the
+ * ends sorted, each point as the sorted ends come rather than a binary search per end.
+ */
+#define SPAN_PER_END 4
+
+static int rank_ends(rp_inst *in, rp_mem *m, const om_rp_block *blocks, size_t n, uint64_t period,
+                     uint32_t *npts)
+{
+    uint64_t lo = UINT64_MAX, hi = 0, last = 0;
+    rp_kv *kv;
+
+    *npts = 0;
+    for (size_t i = 0; i < n; i++) {
+        uint64_t a = blocks[i].lower, e = end_point(&blocks[i], period);
+
+        lo = a < lo ? a : lo;
+        lo = e < lo ? e : lo;
+        hi = a > hi ? a : hi;
+        hi = e > hi ? e : hi;
+    }
+    if (n && hi - lo < (uint64_t)SPAN_PER_END * 2 * n) {
+        uint32_t *rank = rp_alloc(m, (size_t)(hi - lo) + 2, sizeof(uint32_t));
+
+        if (!rank)
+            return -ENOMEM;
+        for (size_t i = 0; i < n; i++) {
+            rank[blocks[i].lower - lo] = 1;
+            rank[end_point(&blocks[i], period) - lo] = 1;
+        }
+        for (uint64_t x = 0; x <= hi - lo; x++) {
+            uint32_t seen = rank[x];
+            rank[x] = *npts;
+            *npts += seen;
+        }
+        for (size_t i = 0; i < n; i++) {
+            in->s0[i] = rank[blocks[i].lower - lo];
+            in->s1[i] = rank[end_point(&blocks[i], period) - lo];
+        }
+        return 0;
+    }
+    if (!(kv = rp_alloc(m, 2 * n + 1, sizeof(*kv))))
+        return -ENOMEM;
+    for (size_t i = 0; i < n; i++) {
+        kv[2 * i] = (rp_kv){blocks[i].lower, 0, 0, (uint32_t)(2 * i)};
+        kv[2 * i + 1] = (rp_kv){end_point(&blocks[i], period), 0, 0, (uint32_t)(2 * i + 1)};
+    }
+    if (rp_sort_kv_mem(kv, 2 * n, m) < 0)
+        return -ENOMEM;
+    for (size_t i = 0; i < 2 * n; i++) {
+        if (*npts == 0 || last != kv[i].k1)
+            (*npts)++;
+        last = kv[i].k1;
+        if (kv[i].v & 1)
+            in->s1[kv[i].v / 2] = *npts - 1;
+        else
+            in->s0[kv[i].v / 2] = *npts - 1;
+    }
+    return 0;
+}
+
 /* The sections, loads and lower bound; with lists, also what the placement needs. */
 static int inst_build(rp_inst *in, rp_mem *m, const om_rp_block *blocks, size_t n, uint64_t period,
                       int lists)
 {
     rp_kv *kv = NULL;
-    uint64_t *pts, *diff;
+    uint64_t *diff;
     uint32_t npts = 0, nf = 0, *fix;
 
     memset(in, 0, sizeof(*in));
     in->b = blocks;
     in->n = n;
     in->period = period;
-    kv = rp_alloc(m, 2 * n + 1, sizeof(*kv));
-    pts = rp_alloc(m, 2 * n + 1, sizeof(*pts));
     in->s0 = rp_alloc(m, n + 1, sizeof(uint32_t));
     in->s1 = rp_alloc(m, n + 1, sizeof(uint32_t));
     in->w0 = rp_alloc(m, n + 1, sizeof(uint32_t));
     in->w1 = rp_alloc(m, n + 1, sizeof(uint32_t));
     in->mov = rp_alloc(m, n + 1, sizeof(uint32_t));
     fix = rp_alloc(m, n + 1, sizeof(uint32_t));
-    if (!kv || !pts || !in->s0 || !in->s1 || !in->w0 || !in->w1 || !in->mov || !fix)
+    if (!in->s0 || !in->s1 || !in->w0 || !in->w1 || !in->mov || !fix)
         return -ENOMEM;
-    for (size_t i = 0; i < n; i++) {
-        uint64_t u = blocks[i].upper;
-        kv[2 * i] = (rp_kv){blocks[i].lower, 0, 0, (uint32_t)(2 * i)};
-        kv[2 * i + 1] =
-            (rp_kv){period && u >= period ? u - period : u, 0, 0, (uint32_t)(2 * i + 1)};
-    }
-    if (rp_sort_kv_mem(kv, 2 * n, m) < 0)
+    if (rank_ends(in, m, blocks, n, period, &npts) < 0)
         return -ENOMEM;
-    /* Each end's point as the sorted ends come (s0: the start's, s1: the end's, for now),
-     * rather than a binary search per end. */
-    for (size_t i = 0; i < 2 * n; i++) {
-        if (npts == 0 || pts[npts - 1] != kv[i].k1)
-            pts[npts++] = kv[i].k1;
-        if (kv[i].v & 1)
-            in->s1[kv[i].v / 2] = npts - 1;
-        else
-            in->s0[kv[i].v / 2] = npts - 1;
-    }
     /* A line of npts points has npts-1 sections; a circle has npts. */
     in->nsec = period ? npts : (npts ? npts - 1 : 0);
     diff = rp_alloc(m, (size_t)in->nsec + 1, sizeof(*diff));
@@ -505,6 +557,8 @@ static int inst_build(rp_inst *in, rp_mem *m, const om_rp_block *blocks, size_t 
     if (!lists)
         return 0;
     /* Fixed blocks by offset, so that one pass of rp_bump_fixed suffices. */
+    if (!(kv = rp_alloc(m, (size_t)nf + 1, sizeof(*kv))))
+        return -ENOMEM;
     for (uint32_t k = 0; k < nf; k++) {
         kv[k].k1 = blocks[fix[k]].offset;
         kv[k].k2 = 0;

@@ -18,6 +18,7 @@ typedef struct rp_sky {
     uint64_t *mx;
     uint64_t *tg;
     uint32_t size;
+    int clean; /* all 0: as allocated, or reset and nothing placed since */
 } rp_sky;
 
 static int sky_init(rp_sky *t, rp_mem *m, uint32_t nsec)
@@ -27,13 +28,17 @@ static int sky_init(rp_sky *t, rp_mem *m, uint32_t nsec)
         t->size <<= 1;
     t->mx = rp_alloc(m, 2 * (size_t)t->size, sizeof(uint64_t));
     t->tg = rp_alloc(m, 2 * (size_t)t->size, sizeof(uint64_t));
+    t->clean = 1;
     return t->mx && t->tg ? 0 : -ENOMEM;
 }
 
 static void sky_reset(rp_sky *t)
 {
+    if (t->clean)
+        return;
     memset(t->mx, 0, 2 * (size_t)t->size * sizeof(uint64_t));
     memset(t->tg, 0, 2 * (size_t)t->size * sizeof(uint64_t));
+    t->clean = 1;
 }
 
 static uint64_t max64(uint64_t a, uint64_t b)
@@ -67,6 +72,7 @@ static void sky_set(rp_sky *t, uint32_t l, uint32_t r, uint64_t v)
 {
     if (l >= r)
         return;
+    t->clean = 0;
     l += t->size;
     r += t->size;
     for (uint32_t x = l >> 1, y = (r - 1) >> 1; x >= 1; x >>= 1, y >>= 1) {
@@ -105,6 +111,17 @@ static uint64_t decode(const rp_inst *in, rp_sky *t, const uint32_t *order, uint
 
         if (clk && (x & 1023) == 1023 && rp_now_ns() >= clk->deadline_ns)
             return RP_NONE;
+        /* Orders jump around the blocks: the next one's record and runs are fetched while
+         * this one is placed. */
+        if (x + 1 < in->nm) {
+            uint32_t j = in->mov[order[x + 1]];
+
+            __builtin_prefetch(&in->b[j]);
+            __builtin_prefetch(&in->s0[j]);
+            __builtin_prefetch(&in->s1[j]);
+            __builtin_prefetch(&in->w0[j]);
+            __builtin_prefetch(&in->w1[j]);
+        }
         o = sky_max(t, in->s0[i], in->s1[i]);
         if (in->w0[i] < in->w1[i]) {
             uint64_t w = sky_max(t, in->w0[i], in->w1[i]);
@@ -142,8 +159,9 @@ static uint64_t area_of(const om_rp_block *b)
     return b->size > UINT64_MAX / len ? UINT64_MAX : b->size * len;
 }
 
-/* Orders worth a try: by size, by the load around the block, by area, by birth, by length. */
-static void make_order(const rp_inst *in, rp_kv *kv, int which, uint32_t *order)
+/* Orders worth a try: by size, by the load around the block, by area, by birth, by length.
+ * With m, by the radix sort (one more array of records); without, in place. */
+static int make_order(const rp_inst *in, rp_mem *m, rp_kv *kv, int which, uint32_t *order)
 {
     for (uint32_t k = 0; k < in->nm; k++) {
         const om_rp_block *b = &in->b[in->mov[k]];
@@ -171,9 +189,13 @@ static void make_order(const rp_inst *in, rp_kv *kv, int which, uint32_t *order)
             break;
         }
     }
-    rp_sort_kv(kv, in->nm);
+    if (!m)
+        rp_sort_kv(kv, in->nm);
+    else if (rp_sort_kv_mem(kv, in->nm, m) < 0)
+        return -ENOMEM;
     for (uint32_t k = 0; k < in->nm; k++)
         order[k] = kv[k].v;
+    return 0;
 }
 
 /*
@@ -248,10 +270,10 @@ void rp_take_spare(const rp_inst *in, rp_best *best)
  * in their order, all above the placed ones and the fixed blocks. On top of what each meets
  * (the plan decode() gives) a small block lands above the largest ones around it, and
  * those stacks add up.
- * Returns the peak, the plan in to.
+ * Returns the peak, the plan in to, or RP_NONE as soon as a top exceeds cutoff.
  */
 static uint64_t rest_apart(const rp_inst *in, rp_sky *t, const uint32_t *order, uint32_t placed,
-                           const uint64_t *from, uint64_t *to)
+                           const uint64_t *from, uint64_t *to, uint64_t cutoff)
 {
     uint64_t base = in->fixed_top, peak;
 
@@ -273,6 +295,8 @@ static uint64_t rest_apart(const rp_inst *in, rp_sky *t, const uint32_t *order, 
         }
         o = rp_align_up(o > base ? o : base, in->b[i].align);
         top = o + in->b[i].size;
+        if (top > cutoff)
+            return RP_NONE;
         sky_set(t, in->s0[i], in->s1[i], top);
         sky_set(t, in->w0[i], in->w1[i], top);
         to[k] = o;
@@ -286,84 +310,152 @@ struct rp_greedy_ws {
     rp_kv *kv;
     uint32_t *order;
     uint64_t *off;
+    int pending; /* greedy by size's plan has not been through the skyline yet */
 };
 
-int rp_greedy_first(const rp_inst *in, rp_mem *m, rp_best *best, const rp_clock *clk,
-                    rp_greedy_ws **out)
+/* The skyline and the keys' records, after greedy by size: its tree's memory is given back
+ * by then, and a plan that ends at greedy by size does not need them. */
+static int ws_ready(const rp_inst *in, rp_mem *m, rp_greedy_ws *ws)
 {
-    rp_greedy_ws *ws = rp_alloc(m, 1, sizeof(*ws));
-    rp_kv *kv = rp_alloc(m, (size_t)in->nm + 1, sizeof(*kv));
-    uint32_t *order = rp_alloc(m, (size_t)in->nm + 1, sizeof(uint32_t));
-    uint64_t *off = rp_alloc(m, (size_t)in->nm + 1, sizeof(uint64_t));
-    uint32_t *sized = rp_alloc(m, (size_t)in->nm + 1, sizeof(uint32_t));
-    uint32_t crit = 0, placed;
-    int rc;
-
-    best->stage = "greedy";
-    best->spare_peak = RP_NONE;
-    if (!ws || !kv || !order || !off || !sized || sky_init(&ws->t, m, in->nsec ? in->nsec : 1) < 0)
+    if (ws->kv)
+        return 0;
+    if (sky_init(&ws->t, m, in->nsec ? in->nsec : 1) < 0 ||
+        !(ws->kv = rp_alloc(m, (size_t)in->nm + 1, sizeof(*ws->kv))))
         return -ENOMEM;
-    *ws = (rp_greedy_ws){ws->t, kv, order, off};
-    *out = ws;
-    if ((rc = rp_greedy_size(in, m, clk, order, off, &best->greedy_peak, &placed)) < 0)
-        return rc;
-    /*
-     * Its blocks by offset through the skyline: each lands at or below its offset (the
-     * blocks placed before it that meet it in time end at or below that offset), so the
-     * plan is never higher and the local search gets an order that yields it. If the
-     * deadline stopped it, the blocks it did not place follow, each on top of what it
-     * meets: a valid plan in O(n log n), whatever the budget.
-     */
+    return 0;
+}
+
+/* The first `placed` blocks of order (positions in mov) by their offset in off, in order. */
+static int by_offset(rp_mem *m, rp_kv *kv, uint32_t *order, uint32_t placed, const uint64_t *off)
+{
     for (uint32_t x = 0; x < placed; x++)
         kv[x] = (rp_kv){off[order[x]], 0, 0, order[x]};
     if (rp_sort_kv_mem(kv, placed, m) < 0)
         return -ENOMEM;
     for (uint32_t x = 0; x < placed; x++)
         order[x] = kv[x].v;
-    /* The blocks it did not place, its smallest, follow in its order, on top of what each
-     * meets or packed apart above the placed ones, or longest first, where a long-lived
-     * block low leaves the short ones to stack only where they live; and all the blocks
-     * longest first, where a few large ones placed first leave the rest worse off. Each
-     * wins somewhere (docs/replanner.md, Algorithms 2); the lowest is kept, a decode
-     * stopping as soon as it is no lower. */
-    memcpy(sized, order, in->nm * sizeof(uint32_t));
-    best->peak = decode(in, &ws->t, order, best->off, RP_NONE - 1, &crit, NULL);
-    memcpy(best->order, order, in->nm * sizeof(uint32_t));
-    if (placed < in->nm) {
-        /* (apart, with nothing placed, is the plan on top with the fixed blocks lower) */
-        uint64_t peak = placed ? rest_apart(in, &ws->t, sized, placed, best->off, off) : RP_NONE;
+    return 0;
+}
 
-        if (peak < best->peak) {
-            best->peak = peak;
-            memcpy(best->off, off, in->nm * sizeof(uint64_t));
-        }
-        for (int v = 0; v < 2; v++) {
-            if (v == 0) {
-                for (uint32_t x = placed; x < in->nm; x++) {
-                    const om_rp_block *b = &in->b[in->mov[sized[x]]];
-                    kv[x - placed] = (rp_kv){desc(length_of(b)), desc(b->size), 0, sized[x]};
-                }
-                if (rp_sort_kv_mem(kv, in->nm - placed, m) < 0)
-                    return -ENOMEM;
-                for (uint32_t x = placed; x < in->nm; x++)
-                    order[x] = kv[x - placed].v;
-            } else if (placed > 0) {
-                make_order(in, kv, 4, order);
-            } else {
-                break; /* the same order */
-            }
-            peak = decode(in, &ws->t, order, off, best->peak - 1, &crit, NULL);
-            if (peak != RP_NONE) {
-                best->peak = peak;
-                memcpy(best->off, off, in->nm * sizeof(uint64_t));
-                memcpy(best->order, order, in->nm * sizeof(uint32_t));
-            }
-        }
-        best->greedy_cut = 1;
-        best->greedy_peak = best->peak;
-    }
+/*
+ * Greedy by size's blocks by offset through the skyline: each lands at or below its offset
+ * (the blocks placed before it that meet it in time end at or below that offset), so the
+ * plan is never higher and the local search gets an order that yields it.
+ */
+static int through_skyline(const rp_inst *in, rp_mem *m, rp_best *best, rp_greedy_ws *ws)
+{
+    uint32_t crit = 0;
+
+    ws->pending = 0;
+    if (ws_ready(in, m, ws) < 0 || by_offset(m, ws->kv, ws->order, in->nm, ws->off) < 0)
+        return -ENOMEM;
+    best->peak = decode(in, &ws->t, ws->order, best->off, RP_NONE - 1, &crit, NULL);
+    memcpy(best->order, ws->order, in->nm * sizeof(uint32_t));
     if (in->nm == 0)
         best->peak = in->fixed_top;
+    return 0;
+}
+
+/* Decodes order and keeps the plan if it is below best's peak. */
+static void try_order(const rp_inst *in, rp_best *best, rp_greedy_ws *ws, const uint32_t *order)
+{
+    uint32_t crit = 0;
+    uint64_t peak = decode(in, &ws->t, order, ws->off, best->peak - 1, &crit, NULL);
+
+    if (peak == RP_NONE)
+        return;
+    best->peak = peak;
+    memcpy(best->off, ws->off, in->nm * sizeof(uint64_t));
+    memcpy(best->order, order, in->nm * sizeof(uint32_t));
+}
+
+/*
+ * When the deadline stopped greedy by size: a plan from the blocks it placed (the first
+ * `placed` of ws->order, at their offsets in ws->off) by offset through the skyline, in
+ * O(n log n) whatever the budget. The blocks it did not place, its smallest, follow longest
+ * first on top of what each meets (a long-lived block low leaves the short ones to stack
+ * only where they live); or packed apart above the placed ones; or in its order on top of
+ * what each meets, where a small block lands above the large ones around it; and, where it
+ * placed some, all the blocks go longest first as well (where a few large ones placed first
+ * leave the rest worse off). Each wins somewhere (docs/replanner.md, Algorithms 2); the
+ * lowest is kept. Every plan after the first stops as soon as it is no lower, so the one
+ * that wins most often comes first.
+ */
+static int complete_cut(const rp_inst *in, rp_mem *m, rp_best *best, rp_greedy_ws *ws,
+                        uint32_t placed, uint32_t *sized)
+{
+    uint32_t crit = 0, *order = ws->order;
+    rp_kv *kv;
+
+    if (ws_ready(in, m, ws) < 0)
+        return -ENOMEM;
+    kv = ws->kv;
+    memcpy(sized, order, in->nm * sizeof(uint32_t));
+    if (by_offset(m, kv, order, placed, ws->off) < 0)
+        return -ENOMEM;
+    for (uint32_t x = placed; x < in->nm; x++) {
+        const om_rp_block *b = &in->b[in->mov[sized[x]]];
+        kv[x - placed] = (rp_kv){desc(length_of(b)), desc(b->size), 0, sized[x]};
+    }
+    if (rp_sort_kv_mem(kv, in->nm - placed, m) < 0)
+        return -ENOMEM;
+    for (uint32_t x = placed; x < in->nm; x++)
+        order[x] = kv[x - placed].v;
+    best->peak = decode(in, &ws->t, order, best->off, RP_NONE - 1, &crit, NULL);
+    memcpy(best->order, order, in->nm * sizeof(uint32_t));
+    /* (apart, with nothing placed, is the plan on top with the fixed blocks lower; the
+     * placed blocks' offsets are the same in every plan whose order starts with them) */
+    if (placed) {
+        uint64_t peak = rest_apart(in, &ws->t, sized, placed, best->off, ws->off, best->peak - 1);
+
+        if (peak != RP_NONE) {
+            best->peak = peak;
+            memcpy(best->off, ws->off, in->nm * sizeof(uint64_t));
+        }
+    }
+    memcpy(order + placed, sized + placed, (in->nm - placed) * sizeof(uint32_t));
+    try_order(in, best, ws, order);
+    /* (all of them longest first, with nothing placed, is the first plan) */
+    if (placed) {
+        if (make_order(in, m, kv, 4, order) < 0)
+            return -ENOMEM;
+        try_order(in, best, ws, order);
+    }
+    return 0;
+}
+
+int rp_greedy_first(const rp_inst *in, rp_mem *m, rp_best *best, const rp_clock *clk,
+                    rp_greedy_ws **out)
+{
+    rp_greedy_ws *ws = rp_alloc(m, 1, sizeof(*ws));
+    uint32_t *order = rp_alloc(m, (size_t)in->nm + 1, sizeof(uint32_t));
+    uint64_t *off = rp_alloc(m, (size_t)in->nm + 1, sizeof(uint64_t));
+    uint32_t placed, *sized;
+
+    best->stage = "greedy";
+    best->spare_peak = RP_NONE;
+    if (!ws || !order || !off)
+        return -ENOMEM;
+    ws->order = order;
+    ws->off = off;
+    *out = ws;
+    if (rp_greedy_size(in, m, clk, order, off, &best->greedy_peak, &placed) < 0)
+        return -ENOMEM;
+    if (placed == in->nm) {
+        /* Its plan is the first answer: through the skyline (through_skyline) when the
+         * search goes on, where it may only come out lower. */
+        for (uint32_t k = 0; k < in->nm; k++)
+            best->off[k] = off[k];
+        memcpy(best->order, order, in->nm * sizeof(uint32_t));
+        best->peak = in->nm ? best->greedy_peak : in->fixed_top;
+        ws->pending = 1;
+        return 0;
+    }
+    if (!(sized = rp_alloc(m, (size_t)in->nm + 1, sizeof(uint32_t))) ||
+        complete_cut(in, m, best, ws, placed, sized) < 0)
+        return -ENOMEM;
+    best->greedy_cut = 1;
+    best->greedy_peak = best->peak;
     return 0;
 }
 
@@ -373,12 +465,14 @@ int rp_greedy(const rp_inst *in, rp_mem *m, rp_best *best, const rp_clock *clk, 
     uint64_t now, *off = ws->off;
     int rc;
 
+    if (ws->pending && (rc = through_skyline(in, m, best, ws)) < 0)
+        return rc;
     for (int which = 0; which < 5 && best->peak > in->stop; which++) {
         uint64_t peak;
 
         if (rp_now_ns() >= clk->deadline_ns)
             break;
-        make_order(in, ws->kv, which, order);
+        make_order(in, NULL, ws->kv, which, order);
         peak = decode(in, &ws->t, order, off, best->peak - 1, &crit, clk);
         if (peak == RP_NONE)
             continue;

@@ -177,7 +177,8 @@ int rp_dive(const rp_inst *in, rp_mem *m, const uint32_t *rank, uint32_t *order,
 int rp_tile(const rp_inst *in, rp_mem *m, rp_best *best, rp_clock *clk, uint64_t deadline_ns);
 
 /* rp_greedy.c: greedy by size as the first plan (rp_greedy_first, which needs rp_inst_core
- * only), then other orders through the skyline, then dives (their plan kept aside, see
+ * only: its own plan where it finished, else a plan completed from what it placed), then
+ * that plan through the skyline, other orders, then dives (their plan kept aside, see
  * rp_best): rp_greedy, after rp_inst_complete. ws carries the scratch from one to the
  * other. */
 typedef struct rp_greedy_ws rp_greedy_ws;

@@ -1063,6 +1063,47 @@ static void test_greedy_size_matches_reference(void **state)
     }
 }
 
+/*
+ * The sections whether the ends are ranked by a table over their span or sorted (a span
+ * over four values per end): the same instance, its times stretched past that span, has
+ * the same sections and loads, on lines and circles.
+ */
+static void test_sections_either_way(void **state)
+{
+    static om_rp_block b[400], wide[400];
+    uint64_t seed = 2026;
+    (void)state;
+
+    for (int round = 0; round < 16; round++) {
+        int cyclic = round & 1;
+        size_t n = 1 + t_rand(&seed) % 400;
+        uint64_t horizon = 2 + t_rand(&seed) % (4 * n), stretch = 8 * n + 3;
+        rp_mem m = {&t_alloc, NULL};
+        rp_inst a, w;
+
+        t_random_blocks(b, n, horizon, cyclic, round & 2, &seed);
+        for (size_t i = 0; i < n; i++) {
+            wide[i] = b[i];
+            wide[i].lower = b[i].lower * stretch;
+            wide[i].upper = b[i].upper * stretch;
+        }
+        assert_int_equal(rp_inst_core(&a, &m, b, n, cyclic ? horizon : 0), 0);
+        assert_int_equal(rp_inst_core(&w, &m, wide, n, cyclic ? horizon * stretch : 0), 0);
+        assert_int_equal(a.nsec, w.nsec);
+        assert_int_equal(a.lb, w.lb);
+        assert_int_equal(a.nm, w.nm);
+        for (size_t i = 0; i < n; i++) {
+            assert_int_equal(a.s0[i], w.s0[i]);
+            assert_int_equal(a.s1[i], w.s1[i]);
+            assert_int_equal(a.w0[i], w.w0[i]);
+            assert_int_equal(a.w1[i], w.w1[i]);
+        }
+        for (uint32_t x = 0; x < a.nsec; x++)
+            assert_int_equal(a.load[x], w.load[x]);
+        rp_mem_free_all(&m);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1084,6 +1125,7 @@ int main(void)
         cmocka_unit_test(test_in_program_not_behind),
         cmocka_unit_test(test_first_plan_tiny_budget),
         cmocka_unit_test(test_greedy_size_matches_reference),
+        cmocka_unit_test(test_sections_either_way),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
