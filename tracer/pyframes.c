@@ -390,14 +390,40 @@ struct code_rec {
     unsigned char table[];
 };
 
+/* Under py_lock: *table with room for one more entry (mapped at the first, grown by
+ * doubling while below max slots and half used); NULL when full or out of memory. Its
+ * entries are immutable once published, so the copy needs no reconciling. */
+static struct om_table *py_room(struct om_table **table, size_t entry, uint32_t first, uint32_t max,
+                                unsigned probes, uint32_t (*home)(const void *))
+{
+    struct om_table *tab = *table, *fresh;
+    if (!tab)
+        fresh = om_table_new(first, entry);
+    else if (tab->used < (tab->mask + 1) / 2)
+        return tab;
+    else if (tab->mask + 1 >= max)
+        return NULL;
+    else
+        fresh = om_table_grow(tab, entry, probes, home);
+    if (fresh)
+        __atomic_store_n(table, fresh, __ATOMIC_RELEASE);
+    return fresh;
+}
+
+/* Grows by doubling (om_table) from CODE_FIRST slots up to CODE_SLOTS, at most half used. */
+#define CODE_FIRST (1u << 8)
 #define CODE_SLOTS (1u << 14)
 #define CODE_PROBES 8
-static struct code_rec **codes; /* open addressing by code address; slots set once */
-static uint32_t codes_used;
+static struct om_table *codes; /* open addressing by code address; slots set once */
 
 static uint32_t code_hash(uintptr_t code)
 {
-    return (uint32_t)((((uint64_t)code >> 4) * 0x9e3779b97f4a7c15ull) >> 50) & (CODE_SLOTS - 1);
+    return (uint32_t)((((uint64_t)code >> 4) * 0x9e3779b97f4a7c15ull) >> 32);
+}
+
+static uint32_t code_home(const void *entry)
+{
+    return code_hash((*(struct code_rec *const *)entry)->code);
 }
 
 /* The record of the code object at code, NULL when there is none. Its stamp is read only
@@ -407,14 +433,14 @@ static uint32_t code_hash(uintptr_t code)
 static const struct code_rec *code_find(uintptr_t code, uintptr_t stamp_at, int in_place,
                                         uintptr_t *stamp)
 {
-    struct code_rec **tab = __atomic_load_n(&codes, __ATOMIC_ACQUIRE);
+    const struct om_table *tab = __atomic_load_n(&codes, __ATOMIC_ACQUIRE);
     if (!tab)
         return NULL;
+    struct code_rec **slots = OM_TABLE_SLOTS(struct code_rec *, tab);
     uint32_t h = code_hash(code);
     int have = 0;
     for (uint32_t i = 0; i < CODE_PROBES; i++) {
-        const struct code_rec *c =
-            __atomic_load_n(&tab[(h + i) & (CODE_SLOTS - 1)], __ATOMIC_ACQUIRE);
+        const struct code_rec *c = __atomic_load_n(&slots[(h + i) & tab->mask], __ATOMIC_ACQUIRE);
         if (!c)
             return NULL;
         if (c->code != code)
@@ -436,19 +462,20 @@ static const struct code_rec *code_find(uintptr_t code, uintptr_t stamp_at, int 
  * only used by the walk that read it, and read again next time). 0 when kept. */
 static int code_add(struct code_rec *c)
 {
-    if (!codes)
-        __atomic_store_n(&codes, om_sys_alloc(CODE_SLOTS * sizeof *codes), __ATOMIC_RELEASE);
-    if (!codes || codes_used >= CODE_SLOTS / 2)
+    struct om_table *tab =
+        py_room(&codes, sizeof c, CODE_FIRST, CODE_SLOTS, CODE_PROBES, code_home);
+    if (!tab)
         return -1;
+    struct code_rec **slots = OM_TABLE_SLOTS(struct code_rec *, tab);
     uint32_t h = code_hash(c->code);
     for (uint32_t i = 0; i < CODE_PROBES; i++) {
-        struct code_rec **slot = &codes[(h + i) & (CODE_SLOTS - 1)];
+        struct code_rec **slot = &slots[(h + i) & tab->mask];
         if (*slot && (*slot)->code == c->code && (*slot)->stamp == c->stamp)
             return -1; /* another thread read it too */
         if (*slot)
             continue;
         __atomic_store_n(slot, c, __ATOMIC_RELEASE);
-        codes_used++;
+        tab->used++;
         return 0;
     }
     return -1;
@@ -561,6 +588,7 @@ static uint32_t resolve(const struct py_layout *L, uintptr_t code, int32_t instr
 /* Entries are immutable once published (code is stored last, with release); the stamp is
  * the code object's location table, so that another code object at a freed one's address
  * is not taken for it. */
+#define CACHE_FIRST (1u << 10)
 #define CACHE_SLOTS (1u << 16)
 #define CACHE_PROBES 8
 
@@ -570,13 +598,18 @@ struct cache_entry {
     uint32_t id;
 };
 
-static struct cache_entry *cache;
-static uint32_t cache_used;
+static struct om_table *cache; /* grows as the table of code objects does */
 
 static uint32_t cache_hash(uintptr_t code, int32_t instr)
 {
     uint64_t h = ((uint64_t)code >> 4) ^ ((uint64_t)(uint32_t)instr << 40);
-    return (uint32_t)((h * 0x9e3779b97f4a7c15ull) >> 48) & (CACHE_SLOTS - 1);
+    return (uint32_t)((h * 0x9e3779b97f4a7c15ull) >> 32);
+}
+
+static uint32_t cache_home(const void *entry)
+{
+    const struct cache_entry *e = entry;
+    return cache_hash(e->code, e->instr);
 }
 
 /* The id cached for code at instr, OM_PY_NONE when there is none. The stamp is read only
@@ -584,14 +617,15 @@ static uint32_t cache_hash(uintptr_t code, int32_t instr)
  * that held a code object when it was resolved: a garbage pointer is never read here. */
 static uint32_t cache_find(uintptr_t code, int32_t instr, uintptr_t stamp_at, int in_place)
 {
-    const struct cache_entry *tab = __atomic_load_n(&cache, __ATOMIC_ACQUIRE);
+    const struct om_table *tab = __atomic_load_n(&cache, __ATOMIC_ACQUIRE);
     if (!tab)
         return OM_PY_NONE;
+    const struct cache_entry *slots = OM_TABLE_SLOTS(const struct cache_entry, tab);
     uint32_t h = cache_hash(code, instr);
     uintptr_t stamp = 0;
     int have = 0;
     for (uint32_t i = 0; i < CACHE_PROBES; i++) {
-        const struct cache_entry *e = &tab[(h + i) & (CACHE_SLOTS - 1)];
+        const struct cache_entry *e = &slots[(h + i) & tab->mask];
         uintptr_t at = __atomic_load_n(&e->code, __ATOMIC_ACQUIRE);
         if (at == 0)
             return OM_PY_NONE;
@@ -613,12 +647,13 @@ static uint32_t cache_find(uintptr_t code, int32_t instr, uintptr_t stamp_at, in
 static void cache_add(uintptr_t code, int32_t instr, uintptr_t stamp, uint32_t id)
 {
     pthread_mutex_lock(&py_lock);
-    if (!cache)
-        __atomic_store_n(&cache, om_sys_alloc(CACHE_SLOTS * sizeof *cache), __ATOMIC_RELEASE);
-    if (cache && cache_used < CACHE_SLOTS / 2) {
+    struct om_table *tab = py_room(&cache, sizeof(struct cache_entry), CACHE_FIRST, CACHE_SLOTS,
+                                   CACHE_PROBES, cache_home);
+    if (tab) {
+        struct cache_entry *slots = OM_TABLE_SLOTS(struct cache_entry, tab);
         uint32_t h = cache_hash(code, instr);
         for (uint32_t i = 0; i < CACHE_PROBES; i++) {
-            struct cache_entry *e = &cache[(h + i) & (CACHE_SLOTS - 1)];
+            struct cache_entry *e = &slots[(h + i) & tab->mask];
             if (e->code == code && e->instr == instr && e->stamp == stamp)
                 break; /* another thread added it */
             if (e->code)
@@ -627,7 +662,7 @@ static void cache_add(uintptr_t code, int32_t instr, uintptr_t stamp, uint32_t i
             e->instr = instr;
             e->id = id;
             __atomic_store_n(&e->code, code, __ATOMIC_RELEASE);
-            cache_used++;
+            tab->used++;
             break;
         }
     }

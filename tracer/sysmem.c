@@ -127,6 +127,45 @@ void om_sys_free(void *ptr, size_t size)
     pthread_mutex_unlock(&sys_lock);
 }
 
+struct om_table *om_table_new(uint32_t slots, size_t entry)
+{
+    struct om_table *t = om_sys_alloc(sizeof *t + (size_t)slots * entry);
+    if (t)
+        t->mask = slots - 1;
+    return t;
+}
+
+struct om_table *om_table_grow(const struct om_table *t, size_t entry, unsigned probes,
+                               uint32_t (*home)(const void *entry))
+{
+    uint64_t word[8];
+    size_t words = entry / sizeof *word;
+    if (words == 0 || words > sizeof word / sizeof *word || entry % sizeof *word)
+        return NULL; /* the tables' entries are 8 to 64 bytes */
+    struct om_table *fresh = om_table_new((t->mask + 1) * 2, entry);
+    if (!fresh)
+        return NULL;
+    const char *from = (const char *)(t + 1);
+    char *to = (char *)(fresh + 1);
+    for (uint32_t i = 0; i <= t->mask; i++) {
+        const uint64_t *src = (const uint64_t *)(const void *)(from + (size_t)i * entry);
+        for (size_t w = 0; w < words; w++)
+            word[w] = __atomic_load_n(&src[w], __ATOMIC_RELAXED);
+        if (word[0] == 0)
+            continue;
+        uint32_t h = home(word);
+        for (unsigned k = 0; k < probes; k++) {
+            char *slot = to + (size_t)((h + k) & fresh->mask) * entry;
+            if (*(const uint64_t *)(const void *)slot)
+                continue;
+            memcpy(slot, word, entry);
+            fresh->used++;
+            break;
+        }
+    }
+    return fresh;
+}
+
 int om_sys_open(const char *path, int flags, mode_t mode)
 {
     int fd = open(path, flags | O_CLOEXEC, mode);

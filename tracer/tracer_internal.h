@@ -47,6 +47,28 @@ void om_sys_free(void *ptr, size_t size);
 void om_sys_lock(void);
 void om_sys_unlock(void);
 void om_sys_reset_lock(void);
+/* Open-addressing tables that readers probe without a lock (caches of what the stack walks
+ * learnt): a table starts small and is replaced, under its owner's lock, by one of twice the
+ * slots, published whole with its mask, so a short program maps what it uses. A replaced
+ * table is never unmapped, since a reader may still be probing it: together the old ones are
+ * smaller than the current one. A slot is empty while its first word is 0; the entries
+ * follow the header, 8-byte aligned. */
+struct om_table {
+    uint32_t mask; /* slots - 1 */
+    uint32_t used; /* entries kept, maintained by the owner */
+};
+#define OM_TABLE_SLOTS(type, table) ((type *)(void *)((struct om_table *)(table) + 1))
+/* A table of slots (a power of two) entries of entry bytes, a multiple of 8; NULL when out
+ * of memory. */
+struct om_table *om_table_new(uint32_t slots, size_t entry);
+/* A table of twice t's slots holding t's entries, each at the first free slot of the probes
+ * from home(entry) (masked): NULL when out of memory. An entry that finds no free slot among
+ * its probes is left out (a cache can always learn it again); used counts those kept. The
+ * entries are read a word at a time with relaxed atomic loads, so that a word another
+ * thread changes without the owner's lock is read whole (the caller then publishes the
+ * table and reconciles such changes). */
+struct om_table *om_table_grow(const struct om_table *t, size_t entry, unsigned probes,
+                               uint32_t (*home)(const void *entry));
 /* open(2), close-on-exec, the descriptor moved near the top of the process's range so that
  * it never takes a number the program is about to get. The descriptor or -errno. */
 int om_sys_open(const char *path, int flags, mode_t mode);
