@@ -444,8 +444,8 @@ static int grow_ids(struct om_sites *sites)
     return 0;
 }
 
-/* The sites table's hash: one multiply a word, where uthash's own hashes the key byte by
- * byte (a deep stack's key is 136 bytes, and every request looks its site up). */
+/* The sites index's hash: one multiply a word (a deep stack's key is 136 bytes, and every
+ * request looks its site up). */
 static unsigned site_hash(void *const *key, unsigned n)
 {
     uint64_t h = n;
@@ -454,6 +454,34 @@ static unsigned site_hash(void *const *key, unsigned n)
     h ^= h >> 32;
     h *= 0x9e3779b97f4a7c15ull;
     return (unsigned)(h >> 32);
+}
+
+#define INDEX_FIRST 1024u
+
+static void index_put(uint64_t *index, uint32_t slots, uint64_t entry)
+{
+    uint32_t i = (uint32_t)(entry >> 32) & (slots - 1);
+    while (index[i])
+        i = (i + 1) & (slots - 1);
+    index[i] = entry;
+}
+
+/* Room in the index for one more site: 0, or -1 when out of memory. */
+static int grow_index(struct om_sites *sites)
+{
+    if (sites->index && (sites->count + 1) * 2 <= sites->index_slots)
+        return 0;
+    uint32_t slots = sites->index ? sites->index_slots * 2 : INDEX_FIRST;
+    uint64_t *fresh = om_sys_alloc(slots * sizeof *fresh);
+    if (!fresh)
+        return -1;
+    for (uint32_t i = 0; sites->index && i < sites->index_slots; i++)
+        if (sites->index[i])
+            index_put(fresh, slots, sites->index[i]);
+    om_sys_free(sites->index, sites->index_slots * sizeof *sites->index);
+    sites->index = fresh;
+    sites->index_slots = slots;
+    return 0;
 }
 
 struct om_site *om_sites_intern(struct om_sites *sites, const struct om_stack *stack)
@@ -466,11 +494,18 @@ struct om_site *om_sites_intern(struct om_sites *sites, const struct om_stack *s
     memcpy(key, stack->frames, depth * sizeof(void *));
     key[depth] = (void *)(uintptr_t)stack->py_stack;
     size_t keylen = (depth + 1) * sizeof(void *);
-    unsigned hashv = site_hash(key, depth + 1);
-    HASH_FIND_BYHASHVALUE(hh, sites->hash, key, keylen, hashv, s);
-    if (s)
-        return s;
-    if (sites->count == sites->capacity && grow_ids(sites) != 0)
+    uint32_t hashv = site_hash(key, depth + 1);
+    for (uint32_t i = hashv & (sites->index_slots - 1); sites->index && sites->index[i];
+         i = (i + 1) & (sites->index_slots - 1)) {
+        uint64_t v = sites->index[i];
+        if ((uint32_t)(v >> 32) != hashv)
+            continue;
+        s = sites->by_id[(uint32_t)v - 1];
+        if (s->depth == depth && s->py_stack == stack->py_stack &&
+            memcmp(s->frames, key, depth * sizeof(void *)) == 0)
+            return s;
+    }
+    if ((sites->count == sites->capacity && grow_ids(sites) != 0) || grow_index(sites) != 0)
         return NULL;
     s = om_sys_alloc(sizeof *s);
     void **frames = om_sys_alloc(keylen);
@@ -487,7 +522,7 @@ struct om_site *om_sites_intern(struct om_sites *sites, const struct om_stack *s
     s->life_req_min = UINT64_MAX;
     s->life_ns_min = UINT64_MAX;
     s->min_size = UINT64_MAX;
-    HASH_ADD_KEYPTR_BYHASHVALUE(hh, sites->hash, s->frames, keylen, hashv, s);
+    index_put(sites->index, sites->index_slots, (uint64_t)hashv << 32 | (s->id + 1));
     sites->by_id[s->id] = s;
     __atomic_store_n(&sites->count, s->id + 1, __ATOMIC_RELEASE);
     return s;

@@ -117,15 +117,16 @@ struct om_site {
     uint64_t freed; /* completed lifetimes behind the sums below */
     uint64_t life_req_min, life_req_max, life_req_sum;
     uint64_t life_ns_min, life_ns_max, life_ns_sum;
-    uint64_t cat_bytes[OM_CAT_COUNT];      /* completed lifetimes by category */
-    uint64_t live_cat_bytes[OM_CAT_COUNT]; /* live blocks by category, while reporting */
+    uint64_t cat_bytes[OM_CAT_COUNT]; /* completed lifetimes by category */
     /* The live bytes at the peak, kept lazily: see om_site_touch. */
     uint64_t mod_event, snap_for, snap_bytes, snap_blocks;
-    UT_hash_handle hh;
 };
 
 struct om_sites {
-    struct om_site *hash;   /* uthash head, keyed by the frames */
+    /* Open addressing by the frames' hash: (hash << 32) | (id + 1), 0 for an empty slot, so
+     * that a lookup compares hashes in one array and reads only the site that matches. */
+    uint64_t *index;
+    uint32_t index_slots;   /* a power of two, at most half used */
     struct om_site **by_id; /* append-only */
     uint32_t count, capacity;
 };

@@ -386,7 +386,7 @@ static void test_interning(void **state)
     assert_int_equal(sa->id, 0);
     assert_int_equal(sb->id, 1);
     assert_int_equal(sc->id, 2);
-    /* Enough sites for uthash to grow its table several times, from the tracer's memory. */
+    /* Enough sites for the index to grow several times, from the tracer's memory. */
     for (uintptr_t i = 0; i < 20000; i++) {
         struct om_stack s = {.depth = 2, .frames = {(void *)(i * 16), (void *)0x42}};
         struct om_site *site = om_sites_intern(&sites, &s);
