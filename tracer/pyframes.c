@@ -481,10 +481,15 @@ static int code_add(struct code_rec *c)
     return -1;
 }
 
+/* Bytes read at first from the code object's file name, name and location table: their
+ * headers and, for most, their characters and bytes too, so that no third read is needed. */
+#define OBJECT_SPAN 512
+
 /* Reads the code object at code: its record (kept in the table, or to be freed by the
  * caller when *kept is 0), NULL when code is not a readable code object or memory ran out.
- * Three reads: the code object; the headers of its file name, name and location table;
- * their characters and bytes. */
+ * Up to three reads: the code object; the first OBJECT_SPAN bytes of its file name, name
+ * and location table (their headers only where a span cannot be read whole, past the end
+ * of a mapping); what of their characters and bytes those did not cover. */
 static const struct code_rec *read_code(const struct py_layout *L, uintptr_t code, int *kept)
 {
     unsigned char head[CODE_HEADER];
@@ -493,20 +498,22 @@ static const struct code_rec *read_code(const struct py_layout *L, uintptr_t cod
         return NULL;
     uintptr_t obj[3] = {word(head, L->co_filename), word(head, L->co_name),
                         word(head, L->co_linetable)};
-    unsigned char heads[3][64] = {{0}};
+    unsigned char heads[3][OBJECT_SPAN] = {{0}};
     struct iovec local[3], remote[3];
     for (int k = 0; k < 3; k++) {
-        size_t n = k < 2 ? (size_t)L->str_ascii : BYTES_DATA;
-        local[k] = (struct iovec){heads[k], n};
-        remote[k] = (struct iovec){(void *)obj[k], n};
+        local[k] = (struct iovec){heads[k], OBJECT_SPAN};
+        remote[k] = (struct iovec){(void *)obj[k], OBJECT_SPAN};
     }
+    int spans = safe_readv(local, remote, 3) == 0;
+    for (int k = 0; k < 3 && !spans; k++)
+        local[k].iov_len = remote[k].iov_len = k < 2 ? (size_t)L->str_ascii : BYTES_DATA;
     char text[2][1024];
     strcpy(text[0], "?");
     strcpy(text[1], "?");
     unsigned kind[2] = {1, 1};
     size_t length[2] = {0, 0}, at[2] = {0, 0}, table_size = 0;
     int strs_ok = 0, table_ok = 0;
-    if (safe_readv(local, remote, 3) == 0) {
+    if (spans || safe_readv(local, remote, 3) == 0) {
         strs_ok = str_shape(L, heads[0], &kind[0], &length[0], &at[0]) == 0 &&
                   str_shape(L, heads[1], &kind[1], &length[1], &at[1]) == 0;
         table_ok = word(heads[2], OB_TYPE) == bytes_type && word(heads[2], VAR_SIZE) < (1u << 24);
@@ -519,14 +526,19 @@ static const struct code_rec *read_code(const struct py_layout *L, uintptr_t cod
         return NULL;
     c->bytes = bytes;
     unsigned char chars[2][255 * 4] = {{0}};
-    for (int k = 0; k < 2; k++) {
-        size_t n = strs_ok ? length[k] * kind[k] : 0;
-        local[k] = (struct iovec){chars[k], n};
-        remote[k] = (struct iovec){(void *)(obj[k] + at[k]), n};
+    unsigned more = 0; /* ranges the spans did not cover */
+    for (int k = 0; k < 3; k++) {
+        unsigned char *to = k < 2 ? chars[k] : c->table;
+        size_t from = k < 2 ? at[k] : BYTES_DATA;
+        size_t n = k < 2 ? (strs_ok ? length[k] * kind[k] : 0) : table_size;
+        if (spans && from + n <= OBJECT_SPAN) {
+            memcpy(to, heads[k] + from, n);
+        } else if (n) {
+            local[more] = (struct iovec){to, n};
+            remote[more++] = (struct iovec){(void *)(obj[k] + from), n};
+        }
     }
-    local[2] = (struct iovec){c->table, table_size};
-    remote[2] = (struct iovec){(void *)(obj[2] + BYTES_DATA), table_size};
-    if ((strs_ok || table_ok) && safe_readv(local, remote, 3) == 0) {
+    if ((strs_ok || table_ok) && (more == 0 || safe_readv(local, remote, more) == 0)) {
         for (int k = 0; k < 2 && strs_ok; k++)
             decode(chars[k], kind[k], length[k], text[k], sizeof text[k]);
     } else {
