@@ -205,23 +205,22 @@ struct py_key {
 struct py_rec {
     struct py_key key;
     uint32_t id;
-    UT_hash_handle hh;
 };
 
 static pthread_mutex_t py_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct om_text *strs;
-static struct py_rec *recs;
-static struct py_rec **by_id; /* append-only; old copies are kept for readers */
+static struct om_id_index recs; /* by the hash of the key */
+static struct py_rec **by_id;   /* append-only; old copies are kept for readers */
 static uint32_t nrecs, caprecs;
 
 /* Under py_lock, file and function interned. OM_PY_NONE when out of memory. */
 static uint32_t intern_frame(const char *file, const char *function, uint32_t line)
 {
     struct py_key key = {file, function, line};
-    struct py_rec *r = NULL;
-    HASH_FIND(hh, recs, &key, sizeof key, r);
-    if (r)
-        return r->id;
+    uint32_t hash = om_hash_bytes(&key, sizeof key);
+    for (uint32_t pos = 0, id; (id = om_id_index_next(&recs, hash, &pos));)
+        if (memcmp(&by_id[id - 1]->key, &key, sizeof key) == 0)
+            return id - 1;
     if (nrecs == caprecs) {
         uint32_t cap = caprecs ? caprecs * 2 : 256;
         struct py_rec **fresh = om_sys_alloc(cap * sizeof *fresh);
@@ -232,12 +231,13 @@ static uint32_t intern_frame(const char *file, const char *function, uint32_t li
         __atomic_store_n(&by_id, fresh, __ATOMIC_RELEASE);
         caprecs = cap;
     }
-    r = om_sys_alloc(sizeof *r);
-    if (!r)
+    struct py_rec *r = om_sys_alloc(sizeof *r);
+    if (!r || om_id_index_add(&recs, hash, nrecs) != 0) {
+        om_sys_free(r, sizeof *r);
         return OM_PY_NONE;
+    }
     r->key = key;
     r->id = nrecs;
-    HASH_ADD(hh, recs, key, sizeof r->key, r);
     by_id[r->id] = r;
     __atomic_store_n(&nrecs, r->id + 1, __ATOMIC_RELEASE);
     return r->id;

@@ -456,34 +456,6 @@ static unsigned site_hash(void *const *key, unsigned n)
     return (unsigned)(h >> 32);
 }
 
-#define INDEX_FIRST 1024u
-
-static void index_put(uint64_t *index, uint32_t slots, uint64_t entry)
-{
-    uint32_t i = (uint32_t)(entry >> 32) & (slots - 1);
-    while (index[i])
-        i = (i + 1) & (slots - 1);
-    index[i] = entry;
-}
-
-/* Room in the index for one more site: 0, or -1 when out of memory. */
-static int grow_index(struct om_sites *sites)
-{
-    if (sites->index && (sites->count + 1) * 2 <= sites->index_slots)
-        return 0;
-    uint32_t slots = sites->index ? sites->index_slots * 2 : INDEX_FIRST;
-    uint64_t *fresh = om_sys_alloc(slots * sizeof *fresh);
-    if (!fresh)
-        return -1;
-    for (uint32_t i = 0; sites->index && i < sites->index_slots; i++)
-        if (sites->index[i])
-            index_put(fresh, slots, sites->index[i]);
-    om_sys_free(sites->index, sites->index_slots * sizeof *sites->index);
-    sites->index = fresh;
-    sites->index_slots = slots;
-    return 0;
-}
-
 struct om_site *om_sites_intern(struct om_sites *sites, const struct om_stack *stack)
 {
     struct om_site *s = NULL;
@@ -495,21 +467,17 @@ struct om_site *om_sites_intern(struct om_sites *sites, const struct om_stack *s
     key[depth] = (void *)(uintptr_t)stack->py_stack;
     size_t keylen = (depth + 1) * sizeof(void *);
     uint32_t hashv = site_hash(key, depth + 1);
-    for (uint32_t i = hashv & (sites->index_slots - 1); sites->index && sites->index[i];
-         i = (i + 1) & (sites->index_slots - 1)) {
-        uint64_t v = sites->index[i];
-        if ((uint32_t)(v >> 32) != hashv)
-            continue;
-        s = sites->by_id[(uint32_t)v - 1];
+    for (uint32_t pos = 0, id; (id = om_id_index_next(&sites->index, hashv, &pos));) {
+        s = sites->by_id[id - 1];
         if (s->depth == depth && s->py_stack == stack->py_stack &&
             memcmp(s->frames, key, depth * sizeof(void *)) == 0)
             return s;
     }
-    if ((sites->count == sites->capacity && grow_ids(sites) != 0) || grow_index(sites) != 0)
+    if (sites->count == sites->capacity && grow_ids(sites) != 0)
         return NULL;
     s = om_sys_alloc(sizeof *s);
     void **frames = om_sys_alloc(keylen);
-    if (!s || !frames) {
+    if (!s || !frames || om_id_index_add(&sites->index, hashv, sites->count) != 0) {
         om_sys_free(s, sizeof *s);
         om_sys_free(frames, keylen);
         return NULL;
@@ -522,7 +490,6 @@ struct om_site *om_sites_intern(struct om_sites *sites, const struct om_stack *s
     s->life_req_min = UINT64_MAX;
     s->life_ns_min = UINT64_MAX;
     s->min_size = UINT64_MAX;
-    index_put(sites->index, sites->index_slots, (uint64_t)hashv << 32 | (s->id + 1));
     sites->by_id[s->id] = s;
     __atomic_store_n(&sites->count, s->id + 1, __ATOMIC_RELEASE);
     return s;

@@ -166,6 +166,35 @@ struct om_table *om_table_grow(const struct om_table *t, size_t entry, unsigned 
     return fresh;
 }
 
+#define ID_INDEX_FIRST 1024u
+
+static void id_index_put(uint64_t *slots, uint32_t nslots, uint64_t entry)
+{
+    uint32_t i = (uint32_t)(entry >> 32) & (nslots - 1);
+    while (slots[i])
+        i = (i + 1) & (nslots - 1);
+    slots[i] = entry;
+}
+
+int om_id_index_add(struct om_id_index *ix, uint32_t hash, uint32_t id)
+{
+    if (!ix->slots || (ix->used + 1) * 2 > ix->nslots) {
+        uint32_t n = ix->slots ? ix->nslots * 2 : ID_INDEX_FIRST;
+        uint64_t *fresh = om_sys_alloc(n * sizeof *fresh);
+        if (!fresh)
+            return -ENOMEM;
+        for (uint32_t i = 0; ix->slots && i < ix->nslots; i++)
+            if (ix->slots[i])
+                id_index_put(fresh, n, ix->slots[i]);
+        om_sys_free(ix->slots, ix->nslots * sizeof *ix->slots);
+        ix->slots = fresh;
+        ix->nslots = n;
+    }
+    id_index_put(ix->slots, ix->nslots, (uint64_t)hash << 32 | (id + 1));
+    ix->used++;
+    return 0;
+}
+
 int om_sys_open(const char *path, int flags, mode_t mode)
 {
     int fd = open(path, flags | O_CLOEXEC, mode);

@@ -69,6 +69,31 @@ struct om_table *om_table_new(uint32_t slots, size_t entry);
  * table and reconciles such changes). */
 struct om_table *om_table_grow(const struct om_table *t, size_t entry, unsigned probes,
                                uint32_t (*home)(const void *entry));
+/* An index of ids by a 32-bit hash of what each names, for tables looked up under their
+ * owner's lock: open addressing over 64-bit slots, (hash << 32) | (id + 1), 0 for an empty
+ * slot, from 1024 slots doubled whenever half used. A lookup compares hashes in that one
+ * array and reads only the entries whose hash matches, where uthash's chains read every
+ * entry of a bucket, each in a cache line of its own. Zeroed: empty. */
+struct om_id_index {
+    uint64_t *slots;
+    uint32_t nslots, used;
+};
+/* Records id under hash: 0, or -ENOMEM. */
+int om_id_index_add(struct om_id_index *ix, uint32_t hash, uint32_t id);
+/* The ids recorded under hash, one a call, *pos starting at 0: id + 1, 0 when no more. */
+static inline uint32_t om_id_index_next(const struct om_id_index *ix, uint32_t hash, uint32_t *pos)
+{
+    for (; ix->slots; (*pos)++) {
+        uint64_t v = ix->slots[(hash + *pos) & (ix->nslots - 1)];
+        if (v == 0)
+            return 0;
+        if ((uint32_t)(v >> 32) == hash) {
+            (*pos)++;
+            return (uint32_t)v;
+        }
+    }
+    return 0;
+}
 /* open(2), close-on-exec, the descriptor moved near the top of the process's range so that
  * it never takes a number the program is about to get. The descriptor or -errno. */
 int om_sys_open(const char *path, int flags, mode_t mode);
@@ -123,11 +148,8 @@ struct om_site {
 };
 
 struct om_sites {
-    /* Open addressing by the frames' hash: (hash << 32) | (id + 1), 0 for an empty slot, so
-     * that a lookup compares hashes in one array and reads only the site that matches. */
-    uint64_t *index;
-    uint32_t index_slots;   /* a power of two, at most half used */
-    struct om_site **by_id; /* append-only */
+    struct om_id_index index; /* by the hash of the frames */
+    struct om_site **by_id;   /* append-only */
     uint32_t count, capacity;
 };
 
