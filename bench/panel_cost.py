@@ -7,6 +7,11 @@ of interleaved runs. Usage:
 
     /usr/bin/python3 bench/panel_cost.py [--programs sklearn,xgboost,...] [--allocators glibc,tcmalloc,optmem]
         [--runs N] [--build-dir DIR] [--optmem-lib PATH] [--optmem-env KEY=VAL ...]
+        [--also-optmem LABEL=PATH ...]
+
+--also-optmem adds a row "optmem@LABEL" that preloads another build of liboptmem.so (an
+earlier commit's, say) in plan mode, interleaved with the others, so that two builds are
+compared on the same machine at the same time.
 """
 
 import argparse
@@ -39,13 +44,18 @@ def run_once(argv, env, cwd):
     return proc.returncode, wall, ru.ru_utime + ru.ru_stime, ru.ru_maxrss * 1024
 
 
+def spec_of(alloc):
+    """The bench/peers.py entry of an allocator; optmem@LABEL is optmem's."""
+    return ALLOCATORS["optmem" if alloc.startswith("optmem@") else alloc]
+
+
 def environment(alloc, preload, extra):
     env = base_env()
     env["OMP_NUM_THREADS"] = "1"
     if preload:
         env["LD_PRELOAD"] = preload
-    env.update(ALLOCATORS[alloc]["env"])
-    if ALLOCATORS[alloc].get("optmem"):
+    env.update(spec_of(alloc)["env"])
+    if spec_of(alloc).get("optmem"):
         env.update(extra)
     return env
 
@@ -62,6 +72,8 @@ def main():
     ap.add_argument("--build-dir", default="build")
     ap.add_argument("--optmem-lib")
     ap.add_argument("--optmem-env", nargs="*", default=[])
+    ap.add_argument("--also-optmem", action="append", default=[], metavar="LABEL=PATH",
+                    help="another liboptmem.so, measured as the row optmem@LABEL")
     args = ap.parse_args()
     programs = args.programs.split(",")
     allocs = args.allocators.split(",")
@@ -74,8 +86,15 @@ def main():
     if "glibc" not in allocs:
         allocs.insert(0, "glibc")
     optmem_lib = args.optmem_lib or os.path.join(args.build_dir, "preload", "liboptmem.so")
+    also = {}
+    for item in args.also_optmem:
+        label, sep, path = item.partition("=")
+        if not sep or not label or not path:
+            ap.error(f"--also-optmem takes LABEL=PATH, not {item!r}")
+        also["optmem@" + label] = path
+        allocs.append("optmem@" + label)
     try:
-        preloads = {a: resolve_preload(a, ALLOCATORS[a], optmem_lib) for a in allocs}
+        preloads = {a: resolve_preload(a, spec_of(a), also.get(a, optmem_lib)) for a in allocs}
     except FileNotFoundError as e:
         sys.exit(f"panel.py: {e}")
     extra = parse_env_pairs(args.optmem_env)

@@ -24,7 +24,7 @@ static struct om_block *map_table(size_t cap)
 
 int om_blockmap_init(struct om_blockmap *m)
 {
-    m->cap = 1u << 12;
+    m->cap = 1u << 8; /* grows by doubling */
     m->used = 0;
     m->slots = map_table(m->cap);
     return m->slots ? 0 : -ENOMEM;

@@ -205,23 +205,22 @@ struct py_key {
 struct py_rec {
     struct py_key key;
     uint32_t id;
-    UT_hash_handle hh;
 };
 
 static pthread_mutex_t py_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct om_text *strs;
-static struct py_rec *recs;
-static struct py_rec **by_id; /* append-only; old copies are kept for readers */
+static struct om_id_index recs; /* by the hash of the key */
+static struct py_rec **by_id;   /* append-only; old copies are kept for readers */
 static uint32_t nrecs, caprecs;
 
 /* Under py_lock, file and function interned. OM_PY_NONE when out of memory. */
 static uint32_t intern_frame(const char *file, const char *function, uint32_t line)
 {
     struct py_key key = {file, function, line};
-    struct py_rec *r = NULL;
-    HASH_FIND(hh, recs, &key, sizeof key, r);
-    if (r)
-        return r->id;
+    uint32_t hash = om_hash_bytes(&key, sizeof key);
+    for (uint32_t pos = 0, id; (id = om_id_index_next(&recs, hash, &pos));)
+        if (memcmp(&by_id[id - 1]->key, &key, sizeof key) == 0)
+            return id - 1;
     if (nrecs == caprecs) {
         uint32_t cap = caprecs ? caprecs * 2 : 256;
         struct py_rec **fresh = om_sys_alloc(cap * sizeof *fresh);
@@ -232,12 +231,13 @@ static uint32_t intern_frame(const char *file, const char *function, uint32_t li
         __atomic_store_n(&by_id, fresh, __ATOMIC_RELEASE);
         caprecs = cap;
     }
-    r = om_sys_alloc(sizeof *r);
-    if (!r)
+    struct py_rec *r = om_sys_alloc(sizeof *r);
+    if (!r || om_id_index_add(&recs, hash, nrecs) != 0) {
+        om_sys_free(r, sizeof *r);
         return OM_PY_NONE;
+    }
     r->key = key;
     r->id = nrecs;
-    HASH_ADD(hh, recs, key, sizeof r->key, r);
     by_id[r->id] = r;
     __atomic_store_n(&nrecs, r->id + 1, __ATOMIC_RELEASE);
     return r->id;
@@ -390,14 +390,40 @@ struct code_rec {
     unsigned char table[];
 };
 
+/* Under py_lock: *table with room for one more entry (mapped at the first, grown by
+ * doubling while below max slots and half used); NULL when full or out of memory. Its
+ * entries are immutable once published, so the copy needs no reconciling. */
+static struct om_table *py_room(struct om_table **table, size_t entry, uint32_t first, uint32_t max,
+                                unsigned probes, uint32_t (*home)(const void *))
+{
+    struct om_table *tab = *table, *fresh;
+    if (!tab)
+        fresh = om_table_new(first, entry);
+    else if (tab->used < (tab->mask + 1) / 2)
+        return tab;
+    else if (tab->mask + 1 >= max)
+        return NULL;
+    else
+        fresh = om_table_grow(tab, entry, probes, home);
+    if (fresh)
+        __atomic_store_n(table, fresh, __ATOMIC_RELEASE);
+    return fresh;
+}
+
+/* Grows by doubling (om_table) from CODE_FIRST slots up to CODE_SLOTS, at most half used. */
+#define CODE_FIRST (1u << 8)
 #define CODE_SLOTS (1u << 14)
 #define CODE_PROBES 8
-static struct code_rec **codes; /* open addressing by code address; slots set once */
-static uint32_t codes_used;
+static struct om_table *codes; /* open addressing by code address; slots set once */
 
 static uint32_t code_hash(uintptr_t code)
 {
-    return (uint32_t)((((uint64_t)code >> 4) * 0x9e3779b97f4a7c15ull) >> 50) & (CODE_SLOTS - 1);
+    return (uint32_t)((((uint64_t)code >> 4) * 0x9e3779b97f4a7c15ull) >> 32);
+}
+
+static uint32_t code_home(const void *entry)
+{
+    return code_hash((*(struct code_rec *const *)entry)->code);
 }
 
 /* The record of the code object at code, NULL when there is none. Its stamp is read only
@@ -407,14 +433,14 @@ static uint32_t code_hash(uintptr_t code)
 static const struct code_rec *code_find(uintptr_t code, uintptr_t stamp_at, int in_place,
                                         uintptr_t *stamp)
 {
-    struct code_rec **tab = __atomic_load_n(&codes, __ATOMIC_ACQUIRE);
+    const struct om_table *tab = __atomic_load_n(&codes, __ATOMIC_ACQUIRE);
     if (!tab)
         return NULL;
+    struct code_rec **slots = OM_TABLE_SLOTS(struct code_rec *, tab);
     uint32_t h = code_hash(code);
     int have = 0;
     for (uint32_t i = 0; i < CODE_PROBES; i++) {
-        const struct code_rec *c =
-            __atomic_load_n(&tab[(h + i) & (CODE_SLOTS - 1)], __ATOMIC_ACQUIRE);
+        const struct code_rec *c = __atomic_load_n(&slots[(h + i) & tab->mask], __ATOMIC_ACQUIRE);
         if (!c)
             return NULL;
         if (c->code != code)
@@ -436,28 +462,34 @@ static const struct code_rec *code_find(uintptr_t code, uintptr_t stamp_at, int 
  * only used by the walk that read it, and read again next time). 0 when kept. */
 static int code_add(struct code_rec *c)
 {
-    if (!codes)
-        __atomic_store_n(&codes, om_sys_alloc(CODE_SLOTS * sizeof *codes), __ATOMIC_RELEASE);
-    if (!codes || codes_used >= CODE_SLOTS / 2)
+    struct om_table *tab =
+        py_room(&codes, sizeof c, CODE_FIRST, CODE_SLOTS, CODE_PROBES, code_home);
+    if (!tab)
         return -1;
+    struct code_rec **slots = OM_TABLE_SLOTS(struct code_rec *, tab);
     uint32_t h = code_hash(c->code);
     for (uint32_t i = 0; i < CODE_PROBES; i++) {
-        struct code_rec **slot = &codes[(h + i) & (CODE_SLOTS - 1)];
+        struct code_rec **slot = &slots[(h + i) & tab->mask];
         if (*slot && (*slot)->code == c->code && (*slot)->stamp == c->stamp)
             return -1; /* another thread read it too */
         if (*slot)
             continue;
         __atomic_store_n(slot, c, __ATOMIC_RELEASE);
-        codes_used++;
+        tab->used++;
         return 0;
     }
     return -1;
 }
 
+/* Bytes read at first from the code object's file name, name and location table: their
+ * headers and, for most, their characters and bytes too, so that no third read is needed. */
+#define OBJECT_SPAN 512
+
 /* Reads the code object at code: its record (kept in the table, or to be freed by the
  * caller when *kept is 0), NULL when code is not a readable code object or memory ran out.
- * Three reads: the code object; the headers of its file name, name and location table;
- * their characters and bytes. */
+ * Up to three reads: the code object; the first OBJECT_SPAN bytes of its file name, name
+ * and location table (their headers only where a span cannot be read whole, past the end
+ * of a mapping); what of their characters and bytes those did not cover. */
 static const struct code_rec *read_code(const struct py_layout *L, uintptr_t code, int *kept)
 {
     unsigned char head[CODE_HEADER];
@@ -466,20 +498,22 @@ static const struct code_rec *read_code(const struct py_layout *L, uintptr_t cod
         return NULL;
     uintptr_t obj[3] = {word(head, L->co_filename), word(head, L->co_name),
                         word(head, L->co_linetable)};
-    unsigned char heads[3][64] = {{0}};
+    unsigned char heads[3][OBJECT_SPAN] = {{0}};
     struct iovec local[3], remote[3];
     for (int k = 0; k < 3; k++) {
-        size_t n = k < 2 ? (size_t)L->str_ascii : BYTES_DATA;
-        local[k] = (struct iovec){heads[k], n};
-        remote[k] = (struct iovec){(void *)obj[k], n};
+        local[k] = (struct iovec){heads[k], OBJECT_SPAN};
+        remote[k] = (struct iovec){(void *)obj[k], OBJECT_SPAN};
     }
+    int spans = safe_readv(local, remote, 3) == 0;
+    for (int k = 0; k < 3 && !spans; k++)
+        local[k].iov_len = remote[k].iov_len = k < 2 ? (size_t)L->str_ascii : BYTES_DATA;
     char text[2][1024];
     strcpy(text[0], "?");
     strcpy(text[1], "?");
     unsigned kind[2] = {1, 1};
     size_t length[2] = {0, 0}, at[2] = {0, 0}, table_size = 0;
     int strs_ok = 0, table_ok = 0;
-    if (safe_readv(local, remote, 3) == 0) {
+    if (spans || safe_readv(local, remote, 3) == 0) {
         strs_ok = str_shape(L, heads[0], &kind[0], &length[0], &at[0]) == 0 &&
                   str_shape(L, heads[1], &kind[1], &length[1], &at[1]) == 0;
         table_ok = word(heads[2], OB_TYPE) == bytes_type && word(heads[2], VAR_SIZE) < (1u << 24);
@@ -492,14 +526,19 @@ static const struct code_rec *read_code(const struct py_layout *L, uintptr_t cod
         return NULL;
     c->bytes = bytes;
     unsigned char chars[2][255 * 4] = {{0}};
-    for (int k = 0; k < 2; k++) {
-        size_t n = strs_ok ? length[k] * kind[k] : 0;
-        local[k] = (struct iovec){chars[k], n};
-        remote[k] = (struct iovec){(void *)(obj[k] + at[k]), n};
+    unsigned more = 0; /* ranges the spans did not cover */
+    for (int k = 0; k < 3; k++) {
+        unsigned char *to = k < 2 ? chars[k] : c->table;
+        size_t from = k < 2 ? at[k] : BYTES_DATA;
+        size_t n = k < 2 ? (strs_ok ? length[k] * kind[k] : 0) : table_size;
+        if (spans && from + n <= OBJECT_SPAN) {
+            memcpy(to, heads[k] + from, n);
+        } else if (n) {
+            local[more] = (struct iovec){to, n};
+            remote[more++] = (struct iovec){(void *)(obj[k] + from), n};
+        }
     }
-    local[2] = (struct iovec){c->table, table_size};
-    remote[2] = (struct iovec){(void *)(obj[2] + BYTES_DATA), table_size};
-    if ((strs_ok || table_ok) && safe_readv(local, remote, 3) == 0) {
+    if ((strs_ok || table_ok) && (more == 0 || safe_readv(local, remote, more) == 0)) {
         for (int k = 0; k < 2 && strs_ok; k++)
             decode(chars[k], kind[k], length[k], text[k], sizeof text[k]);
     } else {
@@ -561,6 +600,7 @@ static uint32_t resolve(const struct py_layout *L, uintptr_t code, int32_t instr
 /* Entries are immutable once published (code is stored last, with release); the stamp is
  * the code object's location table, so that another code object at a freed one's address
  * is not taken for it. */
+#define CACHE_FIRST (1u << 10)
 #define CACHE_SLOTS (1u << 16)
 #define CACHE_PROBES 8
 
@@ -570,13 +610,18 @@ struct cache_entry {
     uint32_t id;
 };
 
-static struct cache_entry *cache;
-static uint32_t cache_used;
+static struct om_table *cache; /* grows as the table of code objects does */
 
 static uint32_t cache_hash(uintptr_t code, int32_t instr)
 {
     uint64_t h = ((uint64_t)code >> 4) ^ ((uint64_t)(uint32_t)instr << 40);
-    return (uint32_t)((h * 0x9e3779b97f4a7c15ull) >> 48) & (CACHE_SLOTS - 1);
+    return (uint32_t)((h * 0x9e3779b97f4a7c15ull) >> 32);
+}
+
+static uint32_t cache_home(const void *entry)
+{
+    const struct cache_entry *e = entry;
+    return cache_hash(e->code, e->instr);
 }
 
 /* The id cached for code at instr, OM_PY_NONE when there is none. The stamp is read only
@@ -584,14 +629,15 @@ static uint32_t cache_hash(uintptr_t code, int32_t instr)
  * that held a code object when it was resolved: a garbage pointer is never read here. */
 static uint32_t cache_find(uintptr_t code, int32_t instr, uintptr_t stamp_at, int in_place)
 {
-    const struct cache_entry *tab = __atomic_load_n(&cache, __ATOMIC_ACQUIRE);
+    const struct om_table *tab = __atomic_load_n(&cache, __ATOMIC_ACQUIRE);
     if (!tab)
         return OM_PY_NONE;
+    const struct cache_entry *slots = OM_TABLE_SLOTS(const struct cache_entry, tab);
     uint32_t h = cache_hash(code, instr);
     uintptr_t stamp = 0;
     int have = 0;
     for (uint32_t i = 0; i < CACHE_PROBES; i++) {
-        const struct cache_entry *e = &tab[(h + i) & (CACHE_SLOTS - 1)];
+        const struct cache_entry *e = &slots[(h + i) & tab->mask];
         uintptr_t at = __atomic_load_n(&e->code, __ATOMIC_ACQUIRE);
         if (at == 0)
             return OM_PY_NONE;
@@ -613,12 +659,13 @@ static uint32_t cache_find(uintptr_t code, int32_t instr, uintptr_t stamp_at, in
 static void cache_add(uintptr_t code, int32_t instr, uintptr_t stamp, uint32_t id)
 {
     pthread_mutex_lock(&py_lock);
-    if (!cache)
-        __atomic_store_n(&cache, om_sys_alloc(CACHE_SLOTS * sizeof *cache), __ATOMIC_RELEASE);
-    if (cache && cache_used < CACHE_SLOTS / 2) {
+    struct om_table *tab = py_room(&cache, sizeof(struct cache_entry), CACHE_FIRST, CACHE_SLOTS,
+                                   CACHE_PROBES, cache_home);
+    if (tab) {
+        struct cache_entry *slots = OM_TABLE_SLOTS(struct cache_entry, tab);
         uint32_t h = cache_hash(code, instr);
         for (uint32_t i = 0; i < CACHE_PROBES; i++) {
-            struct cache_entry *e = &cache[(h + i) & (CACHE_SLOTS - 1)];
+            struct cache_entry *e = &slots[(h + i) & tab->mask];
             if (e->code == code && e->instr == instr && e->stamp == stamp)
                 break; /* another thread added it */
             if (e->code)
@@ -627,7 +674,7 @@ static void cache_add(uintptr_t code, int32_t instr, uintptr_t stamp, uint32_t i
             e->instr = instr;
             e->id = id;
             __atomic_store_n(&e->code, code, __ATOMIC_RELEASE);
-            cache_used++;
+            tab->used++;
             break;
         }
     }

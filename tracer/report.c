@@ -845,7 +845,7 @@ static int snap_domain(struct snap **slot, const struct om_domain *d)
     sn->nsites = nsites;
     sn->pid = pid;
     sn->d = *d;
-    sn->d.sites = (struct om_sites){NULL, NULL, 0, 0};
+    sn->d.sites = (struct om_sites){0};
     /* A live block that has crossed two boundaries is persistent already; one that crossed
      * one is taken as an arc over the boundary; a younger one is not classified yet. */
     if (d->acct.iter_no > 0) {

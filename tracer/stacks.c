@@ -65,7 +65,9 @@ static int find_self_cb(struct dl_phdr_info *info, size_t size, void *data)
  * address where the unwind tables said it is, inside the thread's stack; at the first
  * return address it does not know, the full walk takes over. */
 
-/* Learnt distances: return address -> CFA minus the frame's stack pointer. */
+/* Learnt distances: return address -> CFA minus the frame's stack pointer. The table grows
+ * by doubling (om_table) from STEP_FIRST slots up to STEP_SLOTS, at most half used. */
+#define STEP_FIRST (1u << 10)
 #define STEP_SLOTS (1u << 16)
 #define STEP_PROBES 8
 #define STEP_MAX (1u << 20)             /* a larger frame is taken as a wrong guess */
@@ -77,20 +79,25 @@ struct step {
     uint32_t dist; /* atomic: set once, may become STEP_VARIES */
 };
 
-static struct step *steps;
+static struct om_table *steps;
 static pthread_mutex_t steps_lock = PTHREAD_MUTEX_INITIALIZER;
-static uint32_t steps_used;
 
 static uint32_t step_hash(uintptr_t ip)
 {
-    return (uint32_t)(((uint64_t)ip * 0x9e3779b97f4a7c15ull) >> 48) & (STEP_SLOTS - 1);
+    return (uint32_t)(((uint64_t)ip * 0x9e3779b97f4a7c15ull) >> 32);
 }
 
-static struct step *step_find(struct step *tab, uintptr_t ip)
+static uint32_t step_home(const void *entry)
 {
+    return step_hash(((const struct step *)entry)->ip);
+}
+
+static struct step *step_find(const struct om_table *tab, uintptr_t ip)
+{
+    struct step *slots = OM_TABLE_SLOTS(struct step, tab);
     uint32_t h = step_hash(ip);
     for (uint32_t i = 0; i < STEP_PROBES; i++) {
-        struct step *e = &tab[(h + i) & (STEP_SLOTS - 1)];
+        struct step *e = &slots[(h + i) & tab->mask];
         uintptr_t at = __atomic_load_n(&e->ip, __ATOMIC_ACQUIRE);
         if (at == ip)
             return e;
@@ -100,35 +107,72 @@ static struct step *step_find(struct step *tab, uintptr_t ip)
     return NULL;
 }
 
+/* Under steps_lock: the table with room for one more entry, NULL when full or out of
+ * memory. A distance found to vary while the entries were copied is marked again in the new
+ * table once it is published; step_learn, which marks without the lock, looks for the
+ * entry again in whatever table is current after its mark (each side fences between its
+ * store and its load, so one of them sees the other's). */
+static struct om_table *step_room(void)
+{
+    struct om_table *tab = steps;
+    if (!tab) {
+        tab = om_table_new(STEP_FIRST, sizeof(struct step));
+        __atomic_store_n(&steps, tab, __ATOMIC_RELEASE);
+        return tab;
+    }
+    if (tab->used < (tab->mask + 1) / 2)
+        return tab;
+    if (tab->mask + 1 >= STEP_SLOTS)
+        return NULL;
+    struct om_table *fresh = om_table_grow(tab, sizeof(struct step), STEP_PROBES, step_home);
+    if (!fresh)
+        return NULL;
+    __atomic_store_n(&steps, fresh, __ATOMIC_SEQ_CST);
+    __atomic_thread_fence(__ATOMIC_SEQ_CST);
+    const struct step *old = OM_TABLE_SLOTS(struct step, tab);
+    for (uint32_t i = 0; i <= tab->mask; i++) {
+        struct step *e;
+        if (__atomic_load_n(&old[i].dist, __ATOMIC_RELAXED) == STEP_VARIES && old[i].ip &&
+            (e = step_find(fresh, old[i].ip)))
+            __atomic_store_n(&e->dist, STEP_VARIES, __ATOMIC_RELAXED);
+    }
+    return fresh;
+}
+
 /* Records one observation; returns 1 when it was news (a return address not seen before,
  * or one seen with another distance). Never waits: with the lock taken (another thread
  * learning, or a fork child whose parent forked meanwhile) the observation is dropped. */
 static int step_learn(uintptr_t ip, uint32_t dist)
 {
-    struct step *tab = __atomic_load_n(&steps, __ATOMIC_ACQUIRE);
+    struct om_table *tab = __atomic_load_n(&steps, __ATOMIC_ACQUIRE);
     struct step *e = tab ? step_find(tab, ip) : NULL;
     if (e) {
         uint32_t had = __atomic_load_n(&e->dist, __ATOMIC_RELAXED);
         if (had == dist || had == STEP_VARIES)
             return 0;
-        __atomic_store_n(&e->dist, STEP_VARIES, __ATOMIC_RELAXED);
-        return 1;
+        for (;;) {
+            __atomic_store_n(&e->dist, STEP_VARIES, __ATOMIC_RELAXED);
+            __atomic_thread_fence(__ATOMIC_SEQ_CST);
+            struct om_table *now = __atomic_load_n(&steps, __ATOMIC_SEQ_CST);
+            if (now == tab || !(e = step_find(now, ip)))
+                return 1;
+            tab = now; /* the table grew meanwhile: the copy is marked too */
+        }
     }
     int news = 0;
     if (pthread_mutex_trylock(&steps_lock) != 0)
         return 0;
-    if (!steps)
-        __atomic_store_n(&steps, om_sys_alloc(STEP_SLOTS * sizeof *steps), __ATOMIC_RELEASE);
-    tab = steps;
-    if (tab && steps_used < STEP_SLOTS / 2 && !step_find(tab, ip)) {
+    tab = step_room();
+    if (tab && !step_find(tab, ip)) {
+        struct step *slots = OM_TABLE_SLOTS(struct step, tab);
         uint32_t h = step_hash(ip);
         for (uint32_t i = 0; i < STEP_PROBES; i++) {
-            struct step *slot = &tab[(h + i) & (STEP_SLOTS - 1)];
+            struct step *slot = &slots[(h + i) & tab->mask];
             if (slot->ip)
                 continue;
             __atomic_store_n(&slot->dist, dist, __ATOMIC_RELAXED);
             __atomic_store_n(&slot->ip, ip, __ATOMIC_RELEASE);
-            steps_used++;
+            tab->used++;
             news = 1;
             break;
         }
@@ -331,7 +375,7 @@ size_t om_stack_room(void)
  * where the full walk must take over. */
 static int fast_walk(struct om_stack *stack, unsigned depth, uintptr_t ip, uintptr_t sp)
 {
-    const struct step *tab = __atomic_load_n(&steps, __ATOMIC_ACQUIRE);
+    const struct om_table *tab = __atomic_load_n(&steps, __ATOMIC_ACQUIRE);
     if (__builtin_expect(tls_stack_hi == 0, 0))
         find_stack();
     uintptr_t top = tls_stack_hi;
@@ -341,7 +385,7 @@ static int fast_walk(struct om_stack *stack, unsigned depth, uintptr_t ip, uintp
     unsigned n = 0;
     while (n < depth) {
         stack->frames[n++] = (void *)ip;
-        const struct step *e = step_find((struct step *)tab, ip);
+        const struct step *e = step_find(tab, ip);
         uint32_t dist = e ? __atomic_load_n(&e->dist, __ATOMIC_RELAXED) : STEP_VARIES;
         if (dist == STEP_OUTERMOST)
             break;
@@ -400,8 +444,8 @@ static int grow_ids(struct om_sites *sites)
     return 0;
 }
 
-/* The sites table's hash: one multiply a word, where uthash's own hashes the key byte by
- * byte (a deep stack's key is 136 bytes, and every request looks its site up). */
+/* The sites index's hash: one multiply a word (a deep stack's key is 136 bytes, and every
+ * request looks its site up). */
 static unsigned site_hash(void *const *key, unsigned n)
 {
     uint64_t h = n;
@@ -422,15 +466,18 @@ struct om_site *om_sites_intern(struct om_sites *sites, const struct om_stack *s
     memcpy(key, stack->frames, depth * sizeof(void *));
     key[depth] = (void *)(uintptr_t)stack->py_stack;
     size_t keylen = (depth + 1) * sizeof(void *);
-    unsigned hashv = site_hash(key, depth + 1);
-    HASH_FIND_BYHASHVALUE(hh, sites->hash, key, keylen, hashv, s);
-    if (s)
-        return s;
+    uint32_t hashv = site_hash(key, depth + 1);
+    for (uint32_t pos = 0, id; (id = om_id_index_next(&sites->index, hashv, &pos));) {
+        s = sites->by_id[id - 1];
+        if (s->depth == depth && s->py_stack == stack->py_stack &&
+            memcmp(s->frames, key, depth * sizeof(void *)) == 0)
+            return s;
+    }
     if (sites->count == sites->capacity && grow_ids(sites) != 0)
         return NULL;
     s = om_sys_alloc(sizeof *s);
     void **frames = om_sys_alloc(keylen);
-    if (!s || !frames) {
+    if (!s || !frames || om_id_index_add(&sites->index, hashv, sites->count) != 0) {
         om_sys_free(s, sizeof *s);
         om_sys_free(frames, keylen);
         return NULL;
@@ -443,7 +490,6 @@ struct om_site *om_sites_intern(struct om_sites *sites, const struct om_stack *s
     s->life_req_min = UINT64_MAX;
     s->life_ns_min = UINT64_MAX;
     s->min_size = UINT64_MAX;
-    HASH_ADD_KEYPTR_BYHASHVALUE(hh, sites->hash, s->frames, keylen, hashv, s);
     sites->by_id[s->id] = s;
     __atomic_store_n(&sites->count, s->id + 1, __ATOMIC_RELEASE);
     return s;

@@ -127,6 +127,74 @@ void om_sys_free(void *ptr, size_t size)
     pthread_mutex_unlock(&sys_lock);
 }
 
+struct om_table *om_table_new(uint32_t slots, size_t entry)
+{
+    struct om_table *t = om_sys_alloc(sizeof *t + (size_t)slots * entry);
+    if (t)
+        t->mask = slots - 1;
+    return t;
+}
+
+struct om_table *om_table_grow(const struct om_table *t, size_t entry, unsigned probes,
+                               uint32_t (*home)(const void *entry))
+{
+    uint64_t word[8];
+    size_t words = entry / sizeof *word;
+    if (words == 0 || words > sizeof word / sizeof *word || entry % sizeof *word)
+        return NULL; /* the tables' entries are 8 to 64 bytes */
+    struct om_table *fresh = om_table_new((t->mask + 1) * 2, entry);
+    if (!fresh)
+        return NULL;
+    const char *from = (const char *)(t + 1);
+    char *to = (char *)(fresh + 1);
+    for (uint32_t i = 0; i <= t->mask; i++) {
+        const uint64_t *src = (const uint64_t *)(const void *)(from + (size_t)i * entry);
+        for (size_t w = 0; w < words; w++)
+            word[w] = __atomic_load_n(&src[w], __ATOMIC_RELAXED);
+        if (word[0] == 0)
+            continue;
+        uint32_t h = home(word);
+        for (unsigned k = 0; k < probes; k++) {
+            char *slot = to + (size_t)((h + k) & fresh->mask) * entry;
+            if (*(const uint64_t *)(const void *)slot)
+                continue;
+            memcpy(slot, word, entry);
+            fresh->used++;
+            break;
+        }
+    }
+    return fresh;
+}
+
+#define ID_INDEX_FIRST 1024u
+
+static void id_index_put(uint64_t *slots, uint32_t nslots, uint64_t entry)
+{
+    uint32_t i = (uint32_t)(entry >> 32) & (nslots - 1);
+    while (slots[i])
+        i = (i + 1) & (nslots - 1);
+    slots[i] = entry;
+}
+
+int om_id_index_add(struct om_id_index *ix, uint32_t hash, uint32_t id)
+{
+    if (!ix->slots || (ix->used + 1) * 2 > ix->nslots) {
+        uint32_t n = ix->slots ? ix->nslots * 2 : ID_INDEX_FIRST;
+        uint64_t *fresh = om_sys_alloc(n * sizeof *fresh);
+        if (!fresh)
+            return -ENOMEM;
+        for (uint32_t i = 0; ix->slots && i < ix->nslots; i++)
+            if (ix->slots[i])
+                id_index_put(fresh, n, ix->slots[i]);
+        om_sys_free(ix->slots, ix->nslots * sizeof *ix->slots);
+        ix->slots = fresh;
+        ix->nslots = n;
+    }
+    id_index_put(ix->slots, ix->nslots, (uint64_t)hash << 32 | (id + 1));
+    ix->used++;
+    return 0;
+}
+
 int om_sys_open(const char *path, int flags, mode_t mode)
 {
     int fd = open(path, flags | O_CLOEXEC, mode);

@@ -265,7 +265,7 @@ static int domain_new(const char *name, size_t len, struct om_domain **out)
         return -ENOMEM;
     memcpy(d->name, name, len);
     d->name[len] = '\0';
-    d->live_cap = 1u << 12; /* grows by doubling: most programs keep few blocks live */
+    d->live_cap = 1u << 8; /* grows by doubling: most programs keep few blocks live */
     d->live = om_sys_map(d->live_cap * sizeof *d->live);
     d->records = om_sys_map(OM_SAMPLE_RECORDS * sizeof *d->records);
     d->old_deaths = om_sys_map(OM_OLD_DEATHS * sizeof *d->old_deaths);

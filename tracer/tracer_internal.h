@@ -47,6 +47,53 @@ void om_sys_free(void *ptr, size_t size);
 void om_sys_lock(void);
 void om_sys_unlock(void);
 void om_sys_reset_lock(void);
+/* Open-addressing tables that readers probe without a lock (caches of what the stack walks
+ * learnt): a table starts small and is replaced, under its owner's lock, by one of twice the
+ * slots, published whole with its mask, so a short program maps what it uses. A replaced
+ * table is never unmapped, since a reader may still be probing it: together the old ones are
+ * smaller than the current one. A slot is empty while its first word is 0; the entries
+ * follow the header, 8-byte aligned. */
+struct om_table {
+    uint32_t mask; /* slots - 1 */
+    uint32_t used; /* entries kept, maintained by the owner */
+};
+#define OM_TABLE_SLOTS(type, table) ((type *)(void *)((struct om_table *)(table) + 1))
+/* A table of slots (a power of two) entries of entry bytes, a multiple of 8; NULL when out
+ * of memory. */
+struct om_table *om_table_new(uint32_t slots, size_t entry);
+/* A table of twice t's slots holding t's entries, each at the first free slot of the probes
+ * from home(entry) (masked): NULL when out of memory. An entry that finds no free slot among
+ * its probes is left out (a cache can always learn it again); used counts those kept. The
+ * entries are read a word at a time with relaxed atomic loads, so that a word another
+ * thread changes without the owner's lock is read whole (the caller then publishes the
+ * table and reconciles such changes). */
+struct om_table *om_table_grow(const struct om_table *t, size_t entry, unsigned probes,
+                               uint32_t (*home)(const void *entry));
+/* An index of ids by a 32-bit hash of what each names, for tables looked up under their
+ * owner's lock: open addressing over 64-bit slots, (hash << 32) | (id + 1), 0 for an empty
+ * slot, from 1024 slots doubled whenever half used. A lookup compares hashes in that one
+ * array and reads only the entries whose hash matches, where uthash's chains read every
+ * entry of a bucket, each in a cache line of its own. Zeroed: empty. */
+struct om_id_index {
+    uint64_t *slots;
+    uint32_t nslots, used;
+};
+/* Records id under hash: 0, or -ENOMEM. */
+int om_id_index_add(struct om_id_index *ix, uint32_t hash, uint32_t id);
+/* The ids recorded under hash, one a call, *pos starting at 0: id + 1, 0 when no more. */
+static inline uint32_t om_id_index_next(const struct om_id_index *ix, uint32_t hash, uint32_t *pos)
+{
+    for (; ix->slots; (*pos)++) {
+        uint64_t v = ix->slots[(hash + *pos) & (ix->nslots - 1)];
+        if (v == 0)
+            return 0;
+        if ((uint32_t)(v >> 32) == hash) {
+            (*pos)++;
+            return (uint32_t)v;
+        }
+    }
+    return 0;
+}
 /* open(2), close-on-exec, the descriptor moved near the top of the process's range so that
  * it never takes a number the program is about to get. The descriptor or -errno. */
 int om_sys_open(const char *path, int flags, mode_t mode);
@@ -95,16 +142,14 @@ struct om_site {
     uint64_t freed; /* completed lifetimes behind the sums below */
     uint64_t life_req_min, life_req_max, life_req_sum;
     uint64_t life_ns_min, life_ns_max, life_ns_sum;
-    uint64_t cat_bytes[OM_CAT_COUNT];      /* completed lifetimes by category */
-    uint64_t live_cat_bytes[OM_CAT_COUNT]; /* live blocks by category, while reporting */
+    uint64_t cat_bytes[OM_CAT_COUNT]; /* completed lifetimes by category */
     /* The live bytes at the peak, kept lazily: see om_site_touch. */
     uint64_t mod_event, snap_for, snap_bytes, snap_blocks;
-    UT_hash_handle hh;
 };
 
 struct om_sites {
-    struct om_site *hash;   /* uthash head, keyed by the frames */
-    struct om_site **by_id; /* append-only */
+    struct om_id_index index; /* by the hash of the frames */
+    struct om_site **by_id;   /* append-only */
     uint32_t count, capacity;
 };
 

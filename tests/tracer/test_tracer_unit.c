@@ -386,7 +386,7 @@ static void test_interning(void **state)
     assert_int_equal(sa->id, 0);
     assert_int_equal(sb->id, 1);
     assert_int_equal(sc->id, 2);
-    /* Enough sites for uthash to grow its table several times, from the tracer's memory. */
+    /* Enough sites for the index to grow several times, from the tracer's memory. */
     for (uintptr_t i = 0; i < 20000; i++) {
         struct om_stack s = {.depth = 2, .frames = {(void *)(i * 16), (void *)0x42}};
         struct om_site *site = om_sites_intern(&sites, &s);
@@ -420,6 +420,81 @@ static void test_sysmem(void **state)
     for (int k = 0; k < 100; k++)
         assert_int_equal(q[k], 0);
     om_sys_free(q, 100);
+}
+
+/* ---- tables grown by doubling ---- */
+
+struct test_entry {
+    uint64_t key, value, spare;
+};
+
+static uint32_t test_home(const void *entry)
+{
+    return (uint32_t)((((const struct test_entry *)entry)->key * 0x9e3779b97f4a7c15ull) >> 32);
+}
+
+static const struct test_entry *test_find(const struct om_table *t, uint64_t key)
+{
+    const struct test_entry *slots = OM_TABLE_SLOTS(const struct test_entry, t);
+    struct test_entry probe = {key, 0, 0};
+    uint32_t h = test_home(&probe);
+    for (uint32_t i = 0; i < 8; i++) {
+        const struct test_entry *e = &slots[(h + i) & t->mask];
+        if (e->key == key)
+            return e;
+        if (e->key == 0)
+            return NULL;
+    }
+    return NULL;
+}
+
+/* Fills each table to half its slots, then grows it: every entry so far is found in the
+ * grown table with its value, and the table it replaced still holds its own. */
+static void test_table_grow(void **state)
+{
+    struct om_table *t = om_table_new(16, sizeof(struct test_entry)), *old[8];
+    assert_non_null(t);
+    assert_int_equal(t->mask, 15);
+    uint64_t next = 1;
+    for (int round = 0; round < 8; round++) {
+        struct test_entry *slots = OM_TABLE_SLOTS(struct test_entry, t);
+        while (t->used < (t->mask + 1) / 2) {
+            uint32_t h = test_home(&(struct test_entry){next, 0, 0});
+            for (uint32_t i = 0; i < 8; i++) {
+                struct test_entry *e = &slots[(h + i) & t->mask];
+                if (e->key == 0) {
+                    *e = (struct test_entry){next, next * 3, 0};
+                    t->used++;
+                    break;
+                }
+            }
+            next++;
+        }
+        old[round] = t;
+        t = om_table_grow(old[round], sizeof(struct test_entry), 8, test_home);
+        assert_non_null(t);
+        assert_int_equal(t->mask + 1, 2 * (old[round]->mask + 1));
+        assert_int_equal(t->used, old[round]->used);
+    }
+    assert_int_equal(t->mask + 1, 16 << 8);
+    for (int round = 0; round < 8; round++) {
+        const struct test_entry *slots = OM_TABLE_SLOTS(const struct test_entry, old[round]);
+        for (uint32_t i = 0; i <= old[round]->mask; i++) {
+            if (slots[i].key == 0)
+                continue;
+            const struct test_entry *e = test_find(t, slots[i].key);
+            assert_non_null(e);
+            assert_int_equal(e->value, slots[i].key * 3);
+            assert_ptr_equal(test_find(old[round], slots[i].key), &slots[i]);
+        }
+    }
+    uint32_t found = 0;
+    for (uint64_t key = 1; key < next; key++)
+        found += test_find(t, key) != NULL;
+    assert_int_equal(found, t->used);
+    assert_null(test_find(t, next));
+    /* An entry that is not a whole number of words is refused. */
+    assert_null(om_table_grow(t, 12, 8, test_home));
 }
 
 /* ---- JSON ---- */
@@ -590,6 +665,7 @@ int main(void)
         cmocka_unit_test(test_threads_switch_to_majority),
         cmocka_unit_test(test_interning),
         cmocka_unit_test(test_sysmem),
+        cmocka_unit_test(test_table_grow),
         cmocka_unit_test(test_json_escaping),
         cmocka_unit_test(test_json_values),
         cmocka_unit_test(test_path_expand),
