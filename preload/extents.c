@@ -88,7 +88,9 @@ long om_extents_remove_at(struct om_extents *s, ptrdiff_t first, size_t off, siz
     size_t i = first < 0 ? 0 : (size_t)first;
     if (i < s->n && s->v[i].off + s->v[i].len <= off)
         i++; /* ends before the range */
-    if (i < s->n && s->v[i].off < off && s->v[i].off + s->v[i].len > end) {
+    if (i >= s->n || s->v[i].off >= end)
+        return 0; /* in a gap between extents (a served slot's resident pages) */
+    if (s->v[i].off < off && s->v[i].off + s->v[i].len > end) {
         /* Strictly inside one extent: it splits in two. */
         if (om_extents_reserve(s, 1) != 0)
             return -ENOMEM;
@@ -106,7 +108,8 @@ long om_extents_remove_at(struct om_extents *s, ptrdiff_t first, size_t off, siz
     size_t whole = i;
     while (whole < s->n && s->v[whole].off + s->v[whole].len <= end)
         removed += s->v[whole++].len;
-    remove_at(s, i, whole - i);
+    if (whole > i)
+        remove_at(s, i, whole - i);
     if (i < s->n && s->v[i].off < end) { /* keeps its tail */
         removed += end - s->v[i].off;
         s->v[i].len -= end - s->v[i].off;

@@ -268,7 +268,8 @@ static void *alloc_locked(struct om_pool *pool, size_t size, size_t len, size_t 
             b.log = om_request_log_add(&pool->log, token, len, alignment);
         pool->main_requests++;
     }
-    if (om_blockmap_put(&pool->blocks, &b) != 0) {
+    struct om_block *placed;
+    if (om_blockmap_put(&pool->blocks, &b, &placed) != 0) {
         om_arena_give(&pool->arena, off, len);
         return NULL;
     }
@@ -285,8 +286,7 @@ static void *alloc_locked(struct om_pool *pool, size_t size, size_t len, size_t 
     if (expected != UINT64_MAX && pool->generation == generation)
         cheap_note(pool, &pool->plan.slots[expected], key, token, info.site);
     if (cycle_thread)
-        om_pool_after_cycle_request(pool, om_blockmap_get(&pool->blocks, off), token, alignment,
-                                    &info);
+        om_pool_after_cycle_request(pool, placed, token, alignment, &info);
     om_pool_page_work(pool);
     return p;
 }

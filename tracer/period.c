@@ -107,11 +107,17 @@ static void drop(struct om_period *d, unsigned k)
     d->cand[k] = d->cand[--d->ncand];
 }
 
-static void propose(struct om_period *d, uint64_t p, uint64_t created)
+static int is_candidate(const struct om_period *d, uint64_t p)
 {
     for (unsigned k = 0; k < d->ncand; k++)
         if (d->cand[k].p == p)
-            return;
+            return 1;
+    return 0;
+}
+
+/* p, not a candidate yet. */
+static void propose(struct om_period *d, uint64_t p, uint64_t created)
+{
     unsigned slot = d->ncand;
     if (slot == OM_PERIOD_CANDIDATES) {
         /* Evict the youngest candidate that is not locked: age is the evidence. */
@@ -215,7 +221,10 @@ void om_period_push(struct om_period *d, uint64_t token, uint64_t tag, uint64_t 
         *slot = i + 1;
         if (prev) {
             uint64_t p = i - (prev - 1);
-            int same = p >= 1 && p <= MAX_PERIOD && i + 1 >= p + OM_PERIOD_KGRAM;
+            /* A candidate already (the locked period, every request while it holds): it
+             * is proposed no second time, so the k-gram need not be compared. */
+            int same =
+                p >= 1 && p <= MAX_PERIOD && i + 1 >= p + OM_PERIOD_KGRAM && !is_candidate(d, p);
             for (unsigned j = 0; same && j < OM_PERIOD_KGRAM; j++)
                 same = at(d, i - j) == at(d, i - j - p);
             if (same)
