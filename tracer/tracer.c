@@ -35,14 +35,18 @@ static uint64_t mono_ns(void)
     return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
-/* gettid is a system call: it is asked once per thread (and again after fork). */
+/* gettid is a system call: it is asked once per thread (and again after fork), out of line
+ * so that the callers on every request keep no registers for it. */
+__attribute__((noinline)) static uint32_t ask_tid(void)
+{
+    tls_tid = (uint32_t)syscall(SYS_gettid);
+    tls_gen = fork_gen;
+    return tls_tid;
+}
+
 static uint32_t current_tid(void)
 {
-    if (tls_gen != fork_gen) {
-        tls_tid = (uint32_t)syscall(SYS_gettid);
-        tls_gen = fork_gen;
-    }
-    return tls_tid;
+    return tls_gen == fork_gen ? tls_tid : ask_tid();
 }
 
 /* Whose requests a domain's iterations are found in. A device orders work by its streams,
