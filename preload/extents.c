@@ -74,7 +74,11 @@ long om_extents_remove(struct om_extents *s, size_t off, size_t len)
     if (len == 0 || s->n == 0 || end <= s->v[0].off ||
         off >= s->v[s->n - 1].off + s->v[s->n - 1].len)
         return 0;
-    return om_extents_remove_at(s, om_extents_at_or_below(s, off), off, len);
+    ptrdiff_t at = om_extents_at_or_below(s, off);
+    /* In a gap between two extents (again a served slot's resident pages): no removal. */
+    if (at >= 0 && s->v[at].off + s->v[at].len <= off && s->v[at + 1].off >= end)
+        return 0;
+    return om_extents_remove_at(s, at, off, len);
 }
 
 long om_extents_remove_at(struct om_extents *s, ptrdiff_t first, size_t off, size_t len)
