@@ -1,11 +1,14 @@
 /* Definitions the library, the tracer, the command line tool and the tests share: the hash
- * of tokens, keys and checksums, the death of a block that never died, and a whole write. */
+ * of tokens, keys and checksums, the death of a block that never died, a whole write, and
+ * the lock of the pool and the tracer. */
 #ifndef OPTMEM_COMMON_OM_COMMON_H
 #define OPTMEM_COMMON_OM_COMMON_H
 
 #include <errno.h>
+#include <linux/futex.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 /* A request's death where the block is still live (or outlived what was recorded). */
@@ -54,6 +57,47 @@ static inline int om_write_all(int fd, const void *data, size_t n)
         n -= (size_t)w;
     }
     return 0;
+}
+
+/* A mutex for the locks every managed request takes (the pool's, the tracer's): a futex
+ * word, 0 free, 1 held, 2 held with waiters (Drepper, "Futexes Are Tricky", mutex3). It
+ * blocks as pthread's default mutex does and is not recursive, but the uncontended lock and
+ * unlock are one atomic instruction each, without pthread's checks of the mutex's kind. */
+struct om_lock {
+    int word; /* zero: free */
+};
+
+/* The waits leave errno as it was: malloc and free do not set it on success. */
+__attribute__((noinline, unused)) static void om_lock_wait(struct om_lock *l, int c)
+{
+    int saved = errno;
+    if (c != 2)
+        c = __atomic_exchange_n(&l->word, 2, __ATOMIC_ACQUIRE);
+    while (c != 0) {
+        syscall(SYS_futex, &l->word, FUTEX_WAIT_PRIVATE, 2, NULL, NULL, 0);
+        c = __atomic_exchange_n(&l->word, 2, __ATOMIC_ACQUIRE);
+    }
+    errno = saved;
+}
+
+__attribute__((noinline, unused)) static void om_lock_wake(struct om_lock *l)
+{
+    int saved = errno;
+    syscall(SYS_futex, &l->word, FUTEX_WAKE_PRIVATE, 1, NULL, NULL, 0);
+    errno = saved;
+}
+
+static inline void om_lock(struct om_lock *l)
+{
+    int c = 0;
+    if (!__atomic_compare_exchange_n(&l->word, &c, 1, 0, __ATOMIC_ACQUIRE, __ATOMIC_RELAXED))
+        om_lock_wait(l, c);
+}
+
+static inline void om_unlock(struct om_lock *l)
+{
+    if (__atomic_exchange_n(&l->word, 0, __ATOMIC_RELEASE) == 2)
+        om_lock_wake(l);
 }
 
 #endif

@@ -30,13 +30,14 @@ int om_blockmap_init(struct om_blockmap *m)
     return m->slots ? 0 : -ENOMEM;
 }
 
-static void insert(struct om_blockmap *m, const struct om_block *b)
+static struct om_block *insert(struct om_blockmap *m, const struct om_block *b)
 {
     size_t i = home(m, b->off);
     while (m->slots[i].off != SIZE_MAX)
         i = (i + 1) & (m->cap - 1);
     m->slots[i] = *b;
     m->used++;
+    return &m->slots[i];
 }
 
 static int grow(struct om_blockmap *m)
@@ -52,11 +53,11 @@ static int grow(struct om_blockmap *m)
     return 0;
 }
 
-int om_blockmap_put(struct om_blockmap *m, const struct om_block *b)
+int om_blockmap_put(struct om_blockmap *m, const struct om_block *b, struct om_block **at)
 {
     if ((m->used + 1) * 2 > m->cap && grow(m) != 0)
         return -ENOMEM;
-    insert(m, b);
+    *at = insert(m, b);
     return 0;
 }
 

@@ -29,8 +29,9 @@ struct om_blockmap {
 };
 
 int om_blockmap_init(struct om_blockmap *m);
-/* Inserts a block whose offset is not in the map. 0 or -ENOMEM. */
-int om_blockmap_put(struct om_blockmap *m, const struct om_block *b);
+/* Inserts a block whose offset is not in the map; *at: where it lies until the map next
+ * changes. 0 or -ENOMEM. */
+int om_blockmap_put(struct om_blockmap *m, const struct om_block *b, struct om_block **at);
 struct om_block *om_blockmap_get(struct om_blockmap *m, size_t off);
 void om_blockmap_remove(struct om_blockmap *m, struct om_block *b);
 

@@ -400,16 +400,16 @@ static void *drop_thread(void *arg)
 {
     struct om_pool *pool = arg;
     om_guard_enter(); /* what this thread allocates is none of the program's */
-    pthread_mutex_lock(&pool->lock);
+    om_lock(&pool->lock);
     while (pool->ndrops) {
         drop_slice(pool, DROP_CHUNK);
-        pthread_mutex_unlock(&pool->lock);
+        om_unlock(&pool->lock);
         struct timespec pause = {0, DROP_PAUSE_NS};
         nanosleep(&pause, NULL);
-        pthread_mutex_lock(&pool->lock);
+        om_lock(&pool->lock);
     }
     pool->drop_thread = 0;
-    pthread_mutex_unlock(&pool->lock);
+    om_unlock(&pool->lock);
     return NULL;
 }
 

@@ -32,7 +32,7 @@ int om_pool_create(struct om_pool **out, const struct om_backend *backend, unsig
     struct om_pool *pool = om_sys_map(sizeof *pool);
     if (!pool)
         return -ENOMEM;
-    pthread_mutex_init(&pool->lock, NULL);
+    pool->lock = (struct om_lock){0};
     int rc = om_arena_init(&pool->arena, backend, reserve);
     if (rc == 0)
         rc = om_blockmap_init(&pool->blocks);
@@ -268,7 +268,8 @@ static void *alloc_locked(struct om_pool *pool, size_t size, size_t len, size_t 
             b.log = om_request_log_add(&pool->log, token, len, alignment);
         pool->main_requests++;
     }
-    if (om_blockmap_put(&pool->blocks, &b) != 0) {
+    struct om_block *placed;
+    if (om_blockmap_put(&pool->blocks, &b, &placed) != 0) {
         om_arena_give(&pool->arena, off, len);
         return NULL;
     }
@@ -285,8 +286,7 @@ static void *alloc_locked(struct om_pool *pool, size_t size, size_t len, size_t 
     if (expected != UINT64_MAX && pool->generation == generation)
         cheap_note(pool, &pool->plan.slots[expected], key, token, info.site);
     if (cycle_thread)
-        om_pool_after_cycle_request(pool, om_blockmap_get(&pool->blocks, off), token, alignment,
-                                    &info);
+        om_pool_after_cycle_request(pool, placed, token, alignment, &info);
     om_pool_page_work(pool);
     return p;
 }
@@ -311,10 +311,10 @@ void *om_pool_alloc_keyed(struct om_pool *pool, size_t size, size_t alignment, i
         return NULL;
     uint64_t token = om_token_of(stack, size);
     int cycle_thread = om_tracer_on_cycle_thread(pool->domain), main_thread = on_main_thread();
-    pthread_mutex_lock(&pool->lock);
+    om_lock(&pool->lock);
     void *p = alloc_locked(pool, size, len, alignment, zero, stream, token, stack, 0, key,
                            cycle_thread, main_thread);
-    pthread_mutex_unlock(&pool->lock);
+    om_unlock(&pool->lock);
     return p;
 }
 
@@ -333,7 +333,7 @@ void *om_pool_alloc_cheap(struct om_pool *pool, size_t size, size_t alignment, i
         !om_tracer_on_cycle_thread(pool->domain))
         return NULL;
     void *p = NULL;
-    pthread_mutex_lock(&pool->lock);
+    om_lock(&pool->lock);
     struct om_slot *sl =
         pool->phase == SERVE && !pool->grace ? &pool->plan.slots[pool->cursor] : NULL;
     if (sl && sl->cheap == key && !sl->ambiguous && sl->confirmed >= CHEAP_CONFIRM &&
@@ -344,7 +344,7 @@ void *om_pool_alloc_cheap(struct om_pool *pool, size_t size, size_t alignment, i
         p = alloc_locked(pool, size, len, alignment, zero, OM_STREAM_NONE, sl->token, NULL,
                          sl->site, key, 1, on_main_thread());
     }
-    pthread_mutex_unlock(&pool->lock);
+    om_unlock(&pool->lock);
     return p;
 }
 
@@ -410,7 +410,7 @@ static int free_in_stream_order(struct om_pool *pool, const struct om_block *b, 
 void om_pool_free(struct om_pool *pool, void *p, uintptr_t stream)
 {
     int found;
-    pthread_mutex_lock(&pool->lock);
+    om_lock(&pool->lock);
     struct om_block gone = take_block(pool, p, &found);
     if (!found)
         goto out;
@@ -427,52 +427,52 @@ void om_pool_free(struct om_pool *pool, void *p, uintptr_t stream)
         om_warn("verify: the arena's free extents are inconsistent");
     }
 out:
-    pthread_mutex_unlock(&pool->lock);
+    om_unlock(&pool->lock);
 }
 
 void om_pool_retire(struct om_pool *pool, void *p)
 {
     int found;
-    pthread_mutex_lock(&pool->lock);
+    om_lock(&pool->lock);
     take_block(pool, p, &found);
     pool->stats.retired_blocks += found;
-    pthread_mutex_unlock(&pool->lock);
+    om_unlock(&pool->lock);
 }
 
 size_t om_pool_usable_size(struct om_pool *pool, const void *p)
 {
     size_t off = (size_t)((const unsigned char *)p - pool->arena.base);
-    pthread_mutex_lock(&pool->lock);
+    om_lock(&pool->lock);
     struct om_block *b = om_blockmap_get(&pool->blocks, off);
     size_t usable = b ? round16(b->size) : 0;
-    pthread_mutex_unlock(&pool->lock);
+    om_unlock(&pool->lock);
     return usable;
 }
 
 void om_pool_publish(struct om_pool *pool)
 {
-    pthread_mutex_lock(&pool->lock);
+    om_lock(&pool->lock);
     pool->stats.arena_top_bytes = pool->arena.top;
     om_tracer_set_serving(pool->domain, &pool->stats);
-    pthread_mutex_unlock(&pool->lock);
+    om_unlock(&pool->lock);
 }
 
 void om_pool_stats(struct om_pool *pool, struct om_serving_stats *out)
 {
-    pthread_mutex_lock(&pool->lock);
+    om_lock(&pool->lock);
     *out = pool->stats;
     out->arena_top_bytes = pool->arena.top;
-    pthread_mutex_unlock(&pool->lock);
+    om_unlock(&pool->lock);
 }
 
 void om_pool_lock(struct om_pool *pool)
 {
-    pthread_mutex_lock(&pool->lock);
+    om_lock(&pool->lock);
 }
 
 void om_pool_unlock(struct om_pool *pool)
 {
-    pthread_mutex_unlock(&pool->lock);
+    om_unlock(&pool->lock);
 }
 
 void om_pool_atfork_child(struct om_pool *pool)
@@ -481,5 +481,5 @@ void om_pool_atfork_child(struct om_pool *pool)
     pool->plan_file[0] = '\0'; /* the parent saves the plan; a child's run is another */
     om_pool_plan_atfork_child(pool);
     om_pool_pages_atfork_child(pool);
-    pthread_mutex_unlock(&pool->lock);
+    om_unlock(&pool->lock);
 }

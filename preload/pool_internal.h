@@ -120,7 +120,7 @@ struct om_kept_plan {
 };
 
 struct om_pool {
-    pthread_mutex_t lock;
+    struct om_lock lock;
     struct om_arena arena;
     struct om_blockmap blocks;
     struct om_pending pending; /* stream-ordered frees; empty on the host */

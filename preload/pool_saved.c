@@ -111,7 +111,7 @@ void om_pool_save_plan(struct om_pool *pool)
 {
     if (!pool->plan_file[0] || !pool->log.entries)
         return;
-    pthread_mutex_lock(&pool->lock);
+    om_lock(&pool->lock);
     const struct om_plan *served = &pool->plan;
     uint64_t n0 = served->log_cycle_start;
     struct om_cycle_arc *arcs = NULL;
@@ -152,5 +152,5 @@ out:
         om_warn("no plan saved to %s: %s", pool->plan_file, err);
     om_saved_plan_free(&plan);
     om_sys_unmap(arcs, bytes);
-    pthread_mutex_unlock(&pool->lock);
+    om_unlock(&pool->lock);
 }

@@ -89,6 +89,16 @@ static int unbalanced(const struct om_period *d, uint64_t i, uint64_t p)
     return moved > requested / BALANCE_SLACK;
 }
 
+/* Comparisons where live bytes moved, over the indices a candidate's counts cover: those
+ * since it was created, the last p at most. */
+static uint64_t unbalanced_window(const struct om_period *d, uint64_t p, uint64_t created)
+{
+    uint64_t count = 0;
+    for (uint64_t j = d->n - created > p ? d->n - p : created; j < d->n; j++)
+        count += unbalanced(d, j, p);
+    return count;
+}
+
 /* Balance is judged over the whole last period, as mismatches are: at the end of a run of
  * layers, the one point that compares the next part of the step with the last layer may
  * well balance. */
@@ -107,11 +117,17 @@ static void drop(struct om_period *d, unsigned k)
     d->cand[k] = d->cand[--d->ncand];
 }
 
-static void propose(struct om_period *d, uint64_t p, uint64_t created)
+static int is_candidate(const struct om_period *d, uint64_t p)
 {
     for (unsigned k = 0; k < d->ncand; k++)
         if (d->cand[k].p == p)
-            return;
+            return 1;
+    return 0;
+}
+
+/* p, not a candidate yet. */
+static void propose(struct om_period *d, uint64_t p, uint64_t created)
+{
     unsigned slot = d->ncand;
     if (slot == OM_PERIOD_CANDIDATES) {
         /* Evict the youngest candidate that is not locked: age is the evidence. */
@@ -143,9 +159,7 @@ static void propose(struct om_period *d, uint64_t p, uint64_t created)
     d->cand[slot].p = p;
     d->cand[slot].created = created;
     d->cand[slot].mismatch = 0; /* the k-gram matched, and so did the comparisons before it */
-    d->cand[slot].unbalanced = 0;
-    for (uint64_t j = d->n - created > p ? d->n - p : created; j < d->n; j++)
-        d->cand[slot].unbalanced += unbalanced(d, j, p);
+    d->cand[slot].unbalanced = unbalanced_window(d, p, created);
 }
 
 /* The repeat is extended backwards over exact matches: the first steady iteration starts
@@ -157,6 +171,11 @@ static void lock(struct om_period *d, const struct om_period_candidate *c, om_pe
     uint64_t oldest = d->n > H ? d->n - H : 0;
     while (j >= p + oldest + 1 && at(d, j - 1) == at(d, j - 1 - p))
         j--;
+    /* The period locked so far counted no balance while it held (om_period_push): it is
+     * a candidate like the others from now on. */
+    for (unsigned k = 0; d->p && k < d->ncand; k++)
+        if (d->cand[k].p == d->p)
+            d->cand[k].unbalanced = unbalanced_window(d, d->p, d->cand[k].created);
     d->p = p;
     d->s0 = j - p;
     d->locks++;
@@ -189,11 +208,16 @@ void om_period_push(struct om_period *d, uint64_t token, uint64_t tag, uint64_t 
     for (unsigned k = 0; k < d->ncand;) {
         struct om_period_candidate *c = &d->cand[k];
         uint64_t p = c->p;
+        /* The locked period's balance is read only once another is locked (lock() counts
+         * it then): while it holds, every request would pay for two comparisons of it. */
+        int balance = p != d->p;
         c->mismatch += at(d, i) != at(d, i - p);
-        c->unbalanced += unbalanced(d, i, p);
+        if (balance)
+            c->unbalanced += unbalanced(d, i, p);
         if (i - p >= c->created) {
             c->mismatch -= at(d, i - p) != at(d, i - 2 * p);
-            c->unbalanced -= unbalanced(d, i - p, p);
+            if (balance)
+                c->unbalanced -= unbalanced(d, i - p, p);
         }
         if (c->mismatch > tolerance(p)) {
             if (p == d->p)
@@ -215,7 +239,10 @@ void om_period_push(struct om_period *d, uint64_t token, uint64_t tag, uint64_t 
         *slot = i + 1;
         if (prev) {
             uint64_t p = i - (prev - 1);
-            int same = p >= 1 && p <= MAX_PERIOD && i + 1 >= p + OM_PERIOD_KGRAM;
+            /* A candidate already (the locked period, every request while it holds): it
+             * is proposed no second time, so the k-gram need not be compared. */
+            int same =
+                p >= 1 && p <= MAX_PERIOD && i + 1 >= p + OM_PERIOD_KGRAM && !is_candidate(d, p);
             for (unsigned j = 0; same && j < OM_PERIOD_KGRAM; j++)
                 same = at(d, i - j) == at(d, i - j - p);
             if (same)

@@ -17,7 +17,7 @@ static struct om_domain *doms[OM_TRACER_DOMAINS];
 static unsigned ndoms;
 static int tracer_on;
 /* Order: dump_lock, then lock, then the sysmem lock (fork takes all three). */
-static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+static struct om_lock lock;
 static pthread_mutex_t dump_lock = PTHREAD_MUTEX_INITIALIZER;
 static unsigned fork_gen = 1;
 /* Set by the report written at exit: no checkpoint replaces it afterwards. */
@@ -35,14 +35,18 @@ static uint64_t mono_ns(void)
     return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
-/* gettid is a system call: it is asked once per thread (and again after fork). */
+/* gettid is a system call: it is asked once per thread (and again after fork), out of line
+ * so that the callers on every request keep no registers for it. */
+__attribute__((noinline)) static uint32_t ask_tid(void)
+{
+    tls_tid = (uint32_t)syscall(SYS_gettid);
+    tls_gen = fork_gen;
+    return tls_tid;
+}
+
 static uint32_t current_tid(void)
 {
-    if (tls_gen != fork_gen) {
-        tls_tid = (uint32_t)syscall(SYS_gettid);
-        tls_gen = fork_gen;
-    }
-    return tls_tid;
+    return tls_gen == fork_gen ? tls_tid : ask_tid();
 }
 
 /* Whose requests a domain's iterations are found in. A device orders work by its streams,
@@ -343,11 +347,11 @@ int om_tracer_domain_open(const char *name)
         return rc;
     if (!tracer_on)
         return -ENOTSUP;
-    pthread_mutex_lock(&lock);
+    om_lock(&lock);
     unsigned n = ndoms;
     for (unsigned i = 0; i < n; i++) {
         if (strcmp(doms[i]->name, name) == 0) {
-            pthread_mutex_unlock(&lock);
+            om_unlock(&lock);
             return (int)i;
         }
     }
@@ -358,7 +362,7 @@ int om_tracer_domain_open(const char *name)
         __atomic_store_n(&ndoms, n + 1, __ATOMIC_RELEASE);
         rc = (int)n;
     }
-    pthread_mutex_unlock(&lock);
+    om_unlock(&lock);
     if (rc >= 0)
         om_debug("tracer: domain %s is %d", name, rc);
     return rc;
@@ -380,10 +384,10 @@ void om_tracer_set_serving(unsigned domain, const struct om_serving_stats *stats
     struct om_domain *d = domain_at(domain);
     if (!d)
         return;
-    pthread_mutex_lock(&lock);
+    om_lock(&lock);
     d->serving = *stats;
     d->have_serving = 1;
-    pthread_mutex_unlock(&lock);
+    om_unlock(&lock);
 }
 
 void om_tracer_set_arena(unsigned domain, const void *base, size_t size)
@@ -391,10 +395,10 @@ void om_tracer_set_arena(unsigned domain, const void *base, size_t size)
     struct om_domain *d = domain_at(domain);
     if (!d)
         return;
-    pthread_mutex_lock(&lock);
+    om_lock(&lock);
     d->arena_base = (uintptr_t)base;
     d->arena_size = size;
-    pthread_mutex_unlock(&lock);
+    om_unlock(&lock);
 }
 
 /* Under the lock: the birth of a block from site. 0, or -ENOMEM (not recorded). */
@@ -484,7 +488,7 @@ static void on_alloc(unsigned domain, void *ptr, size_t size, size_t usable, siz
     uint32_t tid = current_tid(), seq_tid = sequence_of(domain);
     int new_site = 0;
     struct om_site *site = NULL;
-    pthread_mutex_lock(&lock);
+    om_lock(&lock);
     if (stack) {
         uint32_t known_sites = d->sites.count;
         site = om_sites_intern(&d->sites, stack);
@@ -495,7 +499,7 @@ static void on_alloc(unsigned domain, void *ptr, size_t size, size_t usable, siz
     }
     if (site)
         birth(d, site, ptr, size, usable, alignment, now, tid, seq_tid, info);
-    pthread_mutex_unlock(&lock);
+    om_unlock(&lock);
     /* A new site found by the fast walk (a known native stack under other Python frames)
      * read no unwind tables: nothing to give back. */
     if (stack && ((new_site && stack->full) || stack->walked))
@@ -520,10 +524,10 @@ int om_tracer_on_free(unsigned domain, void *ptr)
     if (!d)
         return 0;
     uint64_t now = mono_ns() - cfg.t0_ns;
-    pthread_mutex_lock(&lock);
+    om_lock(&lock);
     struct om_live *e = live_find(d, (uintptr_t)ptr);
     if (!e) {
-        pthread_mutex_unlock(&lock);
+        om_unlock(&lock);
         return 0;
     }
     struct om_live b = *e;
@@ -562,7 +566,7 @@ int om_tracer_on_free(unsigned domain, void *ptr)
         d->old_deaths[d->nold_deaths++ % OM_OLD_DEATHS] =
             (struct om_old_death){b.birth_seq, d->seq, b.size, s->id};
     }
-    pthread_mutex_unlock(&lock);
+    om_unlock(&lock);
     return 1;
 }
 
@@ -571,10 +575,10 @@ size_t om_tracer_block_size(unsigned domain, const void *ptr)
     struct om_domain *d = domain_at(domain);
     if (!d)
         return 0;
-    pthread_mutex_lock(&lock);
+    om_lock(&lock);
     struct om_live *e = live_find(d, (uintptr_t)ptr);
     size_t size = e ? e->size : 0;
-    pthread_mutex_unlock(&lock);
+    om_unlock(&lock);
     return size;
 }
 
@@ -598,10 +602,10 @@ void om_tracer_step(void)
 {
     if (!tracer_on)
         return;
-    pthread_mutex_lock(&lock);
+    om_lock(&lock);
     for (unsigned i = 0; i < ndoms; i++)
         step_domain(doms[i]);
-    pthread_mutex_unlock(&lock);
+    om_unlock(&lock);
 }
 
 static uint64_t plans_made(void)
@@ -630,10 +634,10 @@ static int dump_locked(const char *tmpl, enum dump_kind kind, char *expanded, si
     int rc = om_path_expand(tmpl, (long)getpid(), om_env_rank(), expanded, len);
     if (rc != 0)
         return rc;
-    pthread_mutex_lock(&lock);
+    om_lock(&lock);
     uint64_t requests = om_report_requests(doms, ndoms);
     int iterations = om_report_iterations(doms, ndoms);
-    pthread_mutex_unlock(&lock);
+    om_unlock(&lock);
     if (kind != DUMP_ASKED && requests == 0)
         return -ENODATA;
     /* A device or a pipe (/dev/null, /dev/stderr, a FIFO) gets one report, at the end or
@@ -650,13 +654,13 @@ static int dump_locked(const char *tmpl, enum dump_kind kind, char *expanded, si
         memcpy(expanded, path, strlen(path) + 1);
     }
     struct om_domain *copies[OM_TRACER_DOMAINS];
-    pthread_mutex_lock(&lock);
+    om_lock(&lock);
     unsigned n = ndoms;
     rc = om_report_snapshot(doms, n, copies);
     ckpt_events = events_seen();
     ckpt_plans = plans_made();
     ckpt_ns = mono_ns();
-    pthread_mutex_unlock(&lock);
+    om_unlock(&lock);
     /* Frames are resolved as the report is written, outside the tracer's lock. */
     return rc == 0 ? om_report_write(&cfg, copies, n, expanded, kind != DUMP_CHECKPOINT) : rc;
 }
@@ -701,10 +705,10 @@ int om_tracer_checkpoint(uint64_t interval_ns)
 {
     if (!tracer_on || !cfg.report_template[0])
         return 0;
-    pthread_mutex_lock(&lock);
+    om_lock(&lock);
     int due = plans_made() != ckpt_plans ||
               (events_seen() != ckpt_events && mono_ns() - ckpt_ns >= interval_ns);
-    pthread_mutex_unlock(&lock);
+    om_unlock(&lock);
     return due ? dump(cfg.report_template, DUMP_CHECKPOINT) : 0;
 }
 
@@ -713,7 +717,7 @@ void om_tracer_atfork_prepare(void)
     if (!tracer_on)
         return;
     pthread_mutex_lock(&dump_lock);
-    pthread_mutex_lock(&lock);
+    om_lock(&lock);
     om_py_atfork_prepare();
     om_sys_lock();
 }
@@ -724,7 +728,7 @@ void om_tracer_atfork_parent(void)
         return;
     om_sys_unlock();
     om_py_atfork_parent();
-    pthread_mutex_unlock(&lock);
+    om_unlock(&lock);
     pthread_mutex_unlock(&dump_lock);
 }
 
@@ -736,7 +740,7 @@ void om_tracer_atfork_child(void)
         return;
     om_sys_reset_lock();
     om_py_atfork_child();
-    pthread_mutex_init(&lock, NULL);
+    lock = (struct om_lock){0};
     pthread_mutex_init(&dump_lock, NULL);
     fork_gen++;
     for (unsigned i = 0; i < ndoms; i++)
