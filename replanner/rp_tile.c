@@ -60,6 +60,9 @@ typedef struct tile {
     int32_t *cross0; /* the same with nothing placed */
     uint32_t *sx, *ng, *pg, *stk; /* survey's stretches of the skyline */
     uint32_t *cprev; /* the block before it in its class (same run and size), by index */
+    uint32_t *rs, *re, *rn, *rof; /* runs [rs, re) by start then end, from rs[rbs[x]];
+                                   * rn: their unplaced blocks; rof: each block's run */
+    uint32_t *rbs;
     unsigned char *placed, *can;
     uint32_t *trail; /* the blocks placed, in order */
     struct frame *frames;
@@ -153,6 +156,30 @@ static int step_ok(tile *t, uint32_t x, uint32_t r, uint32_t g, uint32_t f, uint
                     return 1;
                 reach[t->a[y]] = 1;
             }
+        }
+    }
+    return 0;
+}
+
+/*
+ * Whether unplaced blocks lying within [p, q) can tile it end to end, each run (start and
+ * end) once however many blocks share it.
+ */
+static int basin_ok(tile *t, uint32_t p, uint32_t q)
+{
+    unsigned char *reach = t->can;
+
+    memset(reach + p, 0, (size_t)(q - p + 1));
+    reach[p] = 1;
+    for (uint32_t x = p; x < q; x++) {
+        if (!reach[x])
+            continue;
+        for (uint32_t k = t->rbs[x]; k < t->rbs[x + 1] && t->re[k] <= q; k++) {
+            if (!t->rn[k])
+                continue;
+            if (t->re[k] == q)
+                return 1;
+            reach[t->re[k]] = 1;
         }
     }
     return 0;
@@ -266,7 +293,26 @@ static int survey(tile *t, uint32_t lo, uint32_t hi, uint32_t *va, uint32_t *vb,
             }
         }
     }
-    return best != UINT32_MAX;
+    if (best == UINT32_MAX)
+        return 0;
+    /* the basin of each level: the stretches around it no higher, between higher ones; its
+     * cells at that level are each a block's that lies within it (the sections beside it
+     * are filled higher), so unplaced blocks within it tile it end to end (a valley's floor
+     * is the lowest of them, checked above; the part as a whole always passes) */
+    sp = 0;
+    for (uint32_t i = 0; i < m; i++) {
+        uint32_t p = pg[i] == UINT32_MAX ? lo : sx[pg[i] + 1], q = sx[ng[i]], pe;
+        while (sp && sky[sx[t->stk[sp - 1]]] < sky[sx[i]])
+            sp--;
+        pe = sp ? t->stk[sp - 1] : UINT32_MAX; /* the stretch before at least as high */
+        t->stk[sp++] = i;
+        if (sky[sx[i]] >= t->lb || (pe != UINT32_MAX && sky[sx[pe]] == sky[sx[i]]) ||
+            (p == sx[i] && q == sx[i + 1]) || (p == lo && q == hi))
+            continue;
+        if (!basin_ok(t, p, q))
+            return 0;
+    }
+    return 1;
 }
 
 static void lift(tile *t, uint32_t y, int dir)
@@ -277,6 +323,7 @@ static void lift(tile *t, uint32_t y, int dir)
         t->sky[x] = dir > 0 ? t->sky[x] + t->sz[y] : t->sky[x] - t->sz[y];
     for (uint32_t x = t->a[y] + 1; x < t->e[y]; x++)
         t->cross[x] -= dir;
+    t->rn[t->rof[y]] -= dir;
     t->placed[y] = dir > 0;
 }
 
@@ -393,6 +440,9 @@ static int tile_run(tile *t, rp_clock *c, uint64_t limit)
 
     memset(t->sky, 0, t->nsec * sizeof(uint64_t));
     memset(t->placed, 0, t->nm);
+    memset(t->rn, 0, t->nm * sizeof(uint32_t));
+    for (uint32_t k = 0; k < t->nm; k++)
+        t->rn[t->rof[k]]++;
     memcpy(t->cross, t->cross0, (t->nsec + 1) * sizeof(int32_t));
     t->h[0] = t->h[1] = UINT64_C(0x9e3779b97f4a7c15); /* the empty set's: not 0, an empty slot */
     fs[0] = (frame){SPLIT, 0, t->nsec, 0, 0, 0, 0, 0};
@@ -573,6 +623,11 @@ int rp_tile(const rp_inst *in, rp_mem *m, rp_best *best, rp_clock *clk, uint64_t
     t.pg = rp_alloc(&own, (size_t)nsec + 1, sizeof(uint32_t));
     t.stk = rp_alloc(&own, (size_t)nsec + 1, sizeof(uint32_t));
     t.cprev = rp_alloc(&own, (size_t)nm + 1, sizeof(uint32_t));
+    t.rs = rp_alloc(&own, (size_t)nm + 1, sizeof(uint32_t));
+    t.re = rp_alloc(&own, (size_t)nm + 1, sizeof(uint32_t));
+    t.rn = rp_alloc(&own, (size_t)nm + 1, sizeof(uint32_t));
+    t.rof = rp_alloc(&own, (size_t)nm + 1, sizeof(uint32_t));
+    t.rbs = rp_alloc(&own, (size_t)nsec + 2, sizeof(uint32_t));
     t.can = rp_alloc(&own, (size_t)nsec + 1, 1);
     t.placed = rp_alloc(&own, (size_t)nm + 1, 1);
     t.trail = rp_alloc(&own, (size_t)nm + 1, sizeof(uint32_t));
@@ -585,7 +640,8 @@ int rp_tile(const rp_inst *in, rp_mem *m, rp_best *best, rp_clock *clk, uint64_t
     t.dead = rp_alloc(&own, 2 * ((size_t)t.dmask + 1), sizeof(uint64_t));
     if (!t.zob || !t.dead || !t.kv || !t.a || !t.e || !t.sz || !t.bs || !t.be || !t.byst ||
         !t.byend || !t.sky || !t.cross || !t.cross0 || !t.sx || !t.ng || !t.pg || !t.cprev ||
-        !t.stk || !t.can || !t.placed || !t.trail || !t.frames || !t.off)
+        !t.rs || !t.re || !t.rn || !t.rof || !t.rbs || !t.stk || !t.can || !t.placed || !t.trail ||
+        !t.frames || !t.off)
         goto out;
     rc = 0;
     if (!cut_line(in, &t, t.stk))
@@ -612,10 +668,22 @@ int rp_tile(const rp_inst *in, rp_mem *m, rp_best *best, rp_clock *clk, uint64_t
     for (uint32_t k = 0; k < nm; k++)
         t.kv[k] = (rp_kv){((uint64_t)t.a[k] << 32) | t.e[k], t.sz[k], 0, k};
     rp_sort_kv(t.kv, nm); /* classes together, each by index */
-    for (uint32_t k = 0; k < nm; k++) {
+    memset(t.rbs, 0, ((size_t)nsec + 2) * sizeof(uint32_t));
+    for (uint32_t k = 0, nr = 0; k < nm; k++) {
         const rp_kv *p = k ? &t.kv[k - 1] : NULL;
-        t.cprev[t.kv[k].v] = p && p->k1 == t.kv[k].k1 && p->k2 == t.kv[k].k2 ? p->v : UINT32_MAX;
+        uint32_t y = t.kv[k].v;
+        t.cprev[y] = p && p->k1 == t.kv[k].k1 && p->k2 == t.kv[k].k2 ? p->v : UINT32_MAX;
+        if (!p || p->k1 != t.kv[k].k1) { /* a new run */
+            t.rs[nr] = t.a[y];
+            t.re[nr] = t.e[y];
+            t.rn[nr++] = 0;
+            t.rbs[t.a[y] + 1]++;
+        }
+        t.rof[y] = nr - 1;
+        t.rn[nr - 1]++;
     }
+    for (uint32_t x = 0; x < nsec; x++)
+        t.rbs[x + 1] += t.rbs[x];
     for (uint32_t k = 0; k < nm; k++)
         t.kv[k] = (rp_kv){t.e[k], 0, 0, k};
     rp_sort_kv(t.kv, nm); /* by end, for the right corners */
