@@ -212,7 +212,8 @@ static int right_forced(const tile *t, uint32_t g, uint32_t x, uint32_t r, uint6
  * goes in stretches of one level (sx: their starts, sx[m] = hi); ng/pg: the next and
  * the previous higher stretch (m and UINT32_MAX if none).
  */
-static int survey(tile *t, uint32_t lo, uint32_t hi, uint32_t *va, uint32_t *vb, int *st)
+static int survey(tile *t, uint32_t lo, uint32_t hi, const uint32_t *win, uint32_t *va,
+                  uint32_t *vb, int *st)
 {
     const uint64_t *sky = t->sky;
     uint32_t m = 0, sp = 0, best = UINT32_MAX, *sx = t->sx, *ng = t->ng, *pg = t->pg;
@@ -309,6 +310,12 @@ static int survey(tile *t, uint32_t lo, uint32_t hi, uint32_t *va, uint32_t *vb,
         if (sky[sx[i]] >= t->lb || (pe != UINT32_MAX && sky[sx[pe]] == sky[sx[i]]) ||
             (p == sx[i] && q == sx[i + 1]) || (p == lo && q == hi))
             continue;
+        /* one that ends at no new end of the part, neither meeting the block placed last
+         * nor beside it, was the same before it and passed then; one around it did too,
+         * and still does where a block of its run is left to take its place */
+        if ((p != lo || lo == win[2]) && (q != hi || hi == win[3]) &&
+            (p > win[1] || q < win[0] || (p <= win[0] && q >= win[1] && win[4])))
+            continue;
         if (!basin_ok(t, p, q))
             return 0;
     }
@@ -391,6 +398,9 @@ typedef struct frame {
     uint32_t lo, hi, trail0;
     uint32_t va, vb, pos; /* BRANCH: the stretch, its corner's candidates from pos */
     int step;             /* which corner (CORNER_*) */
+    /* the sections of the block placed last (all of them at first), the part where it
+     * was placed and its run's unplaced blocks: which basins a survey checks again */
+    uint32_t win[5];
 } frame;
 
 static void undo_to(tile *t, uint32_t *tl, uint32_t trail0)
@@ -445,7 +455,7 @@ static int tile_run(tile *t, rp_clock *c, uint64_t limit)
         t->rn[t->rof[k]]++;
     memcpy(t->cross, t->cross0, (t->nsec + 1) * sizeof(int32_t));
     t->h[0] = t->h[1] = UINT64_C(0x9e3779b97f4a7c15); /* the empty set's: not 0, an empty slot */
-    fs[0] = (frame){SPLIT, 0, t->nsec, 0, 0, 0, 0, 0};
+    fs[0] = (frame){SPLIT, 0, t->nsec, 0, 0, 0, 0, 0, {0, t->nsec, UINT32_MAX, UINT32_MAX, 0}};
     for (;;) {
         frame *f = &fs[top];
 
@@ -458,7 +468,8 @@ static int tile_run(tile *t, rp_clock *c, uint64_t limit)
                 ret = RP_FOUND;
             } else {
                 f->lo = p1;
-                fs[++top] = (frame){BRANCH, p0, p1, tl, 0, 0, 0, 0};
+                fs[top + 1] = (frame){BRANCH, p0, p1, tl, 0, 0, 0, 0, {0}};
+                memcpy(fs[++top].win, f->win, sizeof(f->win));
                 ret = -1;
                 continue;
             }
@@ -476,7 +487,7 @@ static int tile_run(tile *t, rp_clock *c, uint64_t limit)
                 t->st_hits++;
 #endif
                 ret = RP_NOTFOUND;
-            } else if (!survey(t, f->lo, f->hi, &f->va, &f->vb, &f->step)) {
+            } else if (!survey(t, f->lo, f->hi, f->win, &f->va, &f->vb, &f->step)) {
 #ifdef RP_TILE_STATS
                 t->st_fails++;
 #endif
@@ -493,7 +504,10 @@ static int tile_run(tile *t, rp_clock *c, uint64_t limit)
             ret = branch_next(t, f, &tl) ? -2 : RP_NOTFOUND;
         }
         if (ret == -2) { /* placed: its part next */
-            fs[top + 1] = (frame){SPLIT, f->lo, f->hi, tl, 0, 0, 0, 0};
+            uint32_t z = t->trail[tl - 1];
+            fs[top + 1] = (frame){SPLIT, f->lo, f->hi,
+                                  tl,    0,     0,
+                                  0,     0,     {t->a[z], t->e[z], f->lo, f->hi, t->rn[t->rof[z]]}};
             top++;
             ret = -1;
             continue;
