@@ -27,10 +27,12 @@
  * Pruning, at every node, all necessary for a plan at LB: each valley's floor must be
  * covered exactly by a chain of unplaced blocks end to end from a to b, each fitting below
  * LB; the floor of each step (a stretch higher on one side only) by a chain from its high
- * side past its low one. Blocks with the same run and size are interchangeable: only the
- * first unplaced one of them is tried, so the placed ones are always a prefix of their
- * class. Where no unplaced block crosses a section boundary, the two sides are solved one
- * after the other, and a failure of one does not try the other's other tilings. A set of
+ * side past its low one; each basin (the sections around a level no higher than it, between
+ * higher ones) crossed at that level by a chain of unplaced blocks within it, whose bytes
+ * fill it up to the lower of the sections beside it. Blocks with the same run and size are
+ * interchangeable: only the first unplaced one of them is tried, so the placed ones are always a
+ * prefix of their class. Where no unplaced block crosses a section boundary, the two sides are
+ * solved one after the other, and a failure of one does not try the other's other tilings. A set of
  * placed blocks from which the search failed is remembered (is_dead), so that no other
  * order of the same placements, in this run or a later one, searches it again.
  *
@@ -63,6 +65,7 @@ typedef struct tile {
     uint32_t *rs, *re, *rn, *rof; /* runs [rs, re) by start then end, from rs[rbs[x]];
                                    * rn: their unplaced blocks; rof: each block's run */
     uint32_t *rbs;
+    uint64_t *rsz, *dif; /* the runs' unplaced bytes; a basin's, by section */
     unsigned char *placed, *can;
     uint32_t *trail; /* the blocks placed, in order */
     struct frame *frames;
@@ -159,6 +162,29 @@ static int step_ok(tile *t, uint32_t x, uint32_t r, uint32_t g, uint32_t f, uint
         }
     }
     return 0;
+}
+
+/*
+ * Whether the unplaced blocks lying within [p, q) have, in each of its sections, the bytes
+ * up to h (where the sections beside it are filled): blocks reaching beyond it lie above h.
+ */
+static int basin_full(tile *t, uint32_t p, uint32_t q, uint64_t h)
+{
+    uint64_t *d = t->dif, c = 0;
+
+    memset(d + p, 0, (size_t)(q - p + 1) * sizeof(uint64_t));
+    for (uint32_t k = t->rbs[p]; k < t->rbs[q]; k++) {
+        if (t->re[k] <= q && t->rn[k]) {
+            d[t->rs[k]] += t->rsz[k];
+            d[t->re[k]] -= t->rsz[k];
+        }
+    }
+    for (uint32_t x = p; x < q; x++) {
+        c += d[x];
+        if (t->sky[x] < h && c < h - t->sky[x])
+            return 0;
+    }
+    return 1;
 }
 
 /*
@@ -297,27 +323,35 @@ static int survey(tile *t, uint32_t lo, uint32_t hi, const uint32_t *win, uint32
     if (best == UINT32_MAX)
         return 0;
     /* the basin of each level: the stretches around it no higher, between higher ones; its
-     * cells at that level are each a block's that lies within it (the sections beside it
-     * are filled higher), so unplaced blocks within it tile it end to end (a valley's floor
-     * is the lowest of them, checked above; the part as a whole always passes) */
+     * cells at that level, and every cell below the lower of the sections beside it, are
+     * blocks' that lie within it (those sections are filled to their level), so unplaced
+     * blocks within it tile it end to end and fill it that high (a valley's floor chain is
+     * stricter, checked above; the part as a whole nearly always passes) */
     sp = 0;
     for (uint32_t i = 0; i < m; i++) {
         uint32_t p = pg[i] == UINT32_MAX ? lo : sx[pg[i] + 1], q = sx[ng[i]], pe;
+        int same;
         while (sp && sky[sx[t->stk[sp - 1]]] < sky[sx[i]])
             sp--;
         pe = sp ? t->stk[sp - 1] : UINT32_MAX; /* the stretch before at least as high */
         t->stk[sp++] = i;
         if (sky[sx[i]] >= t->lb || (pe != UINT32_MAX && sky[sx[pe]] == sky[sx[i]]) ||
-            (p == sx[i] && q == sx[i + 1]) || (p == lo && q == hi))
+            (p == lo && q == hi))
             continue;
         /* one that ends at no new end of the part, neither meeting the block placed last
          * nor beside it, was the same before it and passed then; one around it did too,
-         * and still does where a block of its run is left to take its place */
-        if ((p != lo || lo == win[2]) && (q != hi || hi == win[3]) &&
-            (p > win[1] || q < win[0] || (p <= win[0] && q >= win[1] && win[4])))
+         * its bytes as full as before, and its chain is left where a block of the placed
+         * one's run is left to take its place */
+        same = (p != lo || lo == win[2]) && (q != hi || hi == win[3]);
+        if (same && (p > win[1] || q < win[0] || (p <= win[0] && q >= win[1] && win[4])))
             continue;
-        if (!basin_ok(t, p, q))
+        if (!(p == sx[i] && q == sx[i + 1]) && !basin_ok(t, p, q))
             return 0;
+        if (!same || p > win[0] || q < win[1]) {
+            uint64_t hl = p > lo ? sky[p - 1] : t->lb, hr = q < hi ? sky[q] : t->lb;
+            if (!basin_full(t, p, q, hl < hr ? hl : hr))
+                return 0;
+        }
     }
     return 1;
 }
@@ -331,6 +365,7 @@ static void lift(tile *t, uint32_t y, int dir)
     for (uint32_t x = t->a[y] + 1; x < t->e[y]; x++)
         t->cross[x] -= dir;
     t->rn[t->rof[y]] -= dir;
+    t->rsz[t->rof[y]] = dir > 0 ? t->rsz[t->rof[y]] - t->sz[y] : t->rsz[t->rof[y]] + t->sz[y];
     t->placed[y] = dir > 0;
 }
 
@@ -451,8 +486,11 @@ static int tile_run(tile *t, rp_clock *c, uint64_t limit)
     memset(t->sky, 0, t->nsec * sizeof(uint64_t));
     memset(t->placed, 0, t->nm);
     memset(t->rn, 0, t->nm * sizeof(uint32_t));
-    for (uint32_t k = 0; k < t->nm; k++)
+    memset(t->rsz, 0, t->nm * sizeof(uint64_t));
+    for (uint32_t k = 0; k < t->nm; k++) {
         t->rn[t->rof[k]]++;
+        t->rsz[t->rof[k]] += t->sz[k];
+    }
     memcpy(t->cross, t->cross0, (t->nsec + 1) * sizeof(int32_t));
     t->h[0] = t->h[1] = UINT64_C(0x9e3779b97f4a7c15); /* the empty set's: not 0, an empty slot */
     fs[0] = (frame){SPLIT, 0, t->nsec, 0, 0, 0, 0, 0, {0, t->nsec, UINT32_MAX, UINT32_MAX, 0}};
@@ -642,6 +680,8 @@ int rp_tile(const rp_inst *in, rp_mem *m, rp_best *best, rp_clock *clk, uint64_t
     t.rn = rp_alloc(&own, (size_t)nm + 1, sizeof(uint32_t));
     t.rof = rp_alloc(&own, (size_t)nm + 1, sizeof(uint32_t));
     t.rbs = rp_alloc(&own, (size_t)nsec + 2, sizeof(uint32_t));
+    t.rsz = rp_alloc(&own, (size_t)nm + 1, sizeof(uint64_t));
+    t.dif = rp_alloc(&own, (size_t)nsec + 2, sizeof(uint64_t));
     t.can = rp_alloc(&own, (size_t)nsec + 1, 1);
     t.placed = rp_alloc(&own, (size_t)nm + 1, 1);
     t.trail = rp_alloc(&own, (size_t)nm + 1, sizeof(uint32_t));
@@ -654,8 +694,8 @@ int rp_tile(const rp_inst *in, rp_mem *m, rp_best *best, rp_clock *clk, uint64_t
     t.dead = rp_alloc(&own, 2 * ((size_t)t.dmask + 1), sizeof(uint64_t));
     if (!t.zob || !t.dead || !t.kv || !t.a || !t.e || !t.sz || !t.bs || !t.be || !t.byst ||
         !t.byend || !t.sky || !t.cross || !t.cross0 || !t.sx || !t.ng || !t.pg || !t.cprev ||
-        !t.rs || !t.re || !t.rn || !t.rof || !t.rbs || !t.stk || !t.can || !t.placed || !t.trail ||
-        !t.frames || !t.off)
+        !t.rs || !t.re || !t.rn || !t.rof || !t.rbs || !t.rsz || !t.dif || !t.stk || !t.can ||
+        !t.placed || !t.trail || !t.frames || !t.off)
         goto out;
     rc = 0;
     if (!cut_line(in, &t, t.stk))

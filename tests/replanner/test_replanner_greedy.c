@@ -918,9 +918,10 @@ static void test_perfect_packings_right_corners(void **state)
 /*
  * Packings where a partial tiling fails higher up than its valleys: a basin of the skyline
  * (the sections around a level no higher than it, between higher ones) is crossed at that
- * level by blocks lying within it, end to end, and the search leaves a partial tiling whose
- * unplaced blocks cannot do so. Without that check these two took 520 k and 189 k steps
- * (2026-11-26, 956d2ec); within 60 k both are at LB, from the tiling search.
+ * level by blocks lying within it, end to end, and they hold its bytes up to the lower of
+ * the sections beside it; the search leaves a partial tiling whose unplaced blocks cannot.
+ * Without those checks these two took 520 k and 189 k steps (2026-11-26, 956d2ec); within
+ * 60 k both are at LB, from the tiling search.
  */
 static void test_perfect_packings_basins(void **state)
 {
