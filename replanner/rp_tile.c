@@ -104,16 +104,23 @@ static uint32_t chain(tile *t, uint32_t a, uint32_t b, uint64_t L)
     uint32_t count = 0;
 
     t->can[b] = 1;
-    for (uint32_t p = b; p-- > a;) {
+    for (uint32_t p = b; p-- > a + 1;) {
+        /* past the corner, runs will do: every unplaced block within the valley fits below
+         * LB (with the others over one of its sections, it adds up to LB - L) */
         t->can[p] = 0;
-        for (uint32_t q = t->bs[p]; q < t->bs[p + 1]; q++) {
-            uint32_t y = t->byst[q];
-
-            if (!fits(t, y, a, b, L) || !t->can[t->e[y]])
-                continue;
-            t->can[p] = 1;
-            if (p > a)
+        for (uint32_t k = t->rbs[p]; k < t->rbs[p + 1] && t->re[k] <= b; k++) {
+            if (t->rn[k] && t->can[t->re[k]]) {
+                t->can[p] = 1;
                 break;
+            }
+        }
+    }
+    t->can[a] = 0;
+    for (uint32_t q = t->bs[a]; q < t->bs[a + 1]; q++) {
+        uint32_t y = t->byst[q];
+
+        if (fits(t, y, a, b, L) && t->can[t->e[y]]) {
+            t->can[a] = 1;
             count += first_of_class(t, y);
         }
     }
