@@ -27,14 +27,15 @@
  * Pruning, at every node, all necessary for a plan at LB: each valley's floor must be
  * covered exactly by a chain of unplaced blocks end to end from a to b, each fitting below
  * LB; the floor of each step (a stretch higher on one side only) by a chain from its high
- * side past its low one; each basin (the sections around a level no higher than it, between
- * higher ones) crossed at that level by a chain of unplaced blocks within it, whose bytes
- * fill it up to the lower of the sections beside it. Blocks with the same run and size are
- * interchangeable: only the first unplaced one of them is tried, so the placed ones are always a
- * prefix of their class. Where no unplaced block crosses a section boundary, the two sides are
- * solved one after the other, and a failure of one does not try the other's other tilings. A set of
- * placed blocks from which the search failed is remembered (is_dead), so that no other
- * order of the same placements, in this run or a later one, searches it again.
+ * side past its low one; each basin (the sections around a level no higher than it,
+ * between higher ones) crossed at that level by a chain of unplaced blocks within it,
+ * whose bytes fill it up to the lower of the sections beside it. Blocks with the same run
+ * and size are interchangeable: only the first unplaced one of them is tried, so the
+ * placed ones are always a prefix of their class. Where no unplaced block crosses a
+ * section boundary, the two sides are solved one after the other, and a failure of one
+ * does not try the other's other tilings. A set of placed blocks from which the search
+ * failed is remembered (is_dead), so that no other order of the same placements, in this
+ * run or a later one, searches it again.
  *
  * On a circle every arc is cut at a section boundary that no arc other than those live all
  * the time crosses, where there is one (a packing turned around the circle has one): a plan
@@ -550,10 +551,13 @@ static int tile_run(tile *t, rp_clock *c, uint64_t limit)
         }
         if (ret == -2) { /* placed: its part next */
             uint32_t z = t->trail[tl - 1];
-            fs[top + 1] = (frame){SPLIT, f->lo, f->hi,
-                                  tl,    0,     0,
-                                  0,     0,     {t->a[z], t->e[z], f->lo, f->hi, t->rn[t->rof[z]]}};
-            top++;
+            frame *g = &fs[++top];
+            *g = (frame){SPLIT, f->lo, f->hi, tl, 0, 0, 0, 0, {0}};
+            g->win[0] = t->a[z];
+            g->win[1] = t->e[z];
+            g->win[2] = f->lo;
+            g->win[3] = f->hi;
+            g->win[4] = t->rn[t->rof[z]];
             ret = -1;
             continue;
         }
