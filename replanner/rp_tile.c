@@ -27,12 +27,15 @@
  * Pruning, at every node, all necessary for a plan at LB: each valley's floor must be
  * covered exactly by a chain of unplaced blocks end to end from a to b, each fitting below
  * LB; the floor of each step (a stretch higher on one side only) by a chain from its high
- * side past its low one. Blocks with the same run and size are interchangeable: only the
- * first unplaced one of them is tried, so the placed ones are always a prefix of their
- * class. Where no unplaced block crosses a section boundary, the two sides are solved one
- * after the other, and a failure of one does not try the other's other tilings. A set of
- * placed blocks from which the search failed is remembered (is_dead), so that no other
- * order of the same placements, in this run or a later one, searches it again.
+ * side past its low one; each basin (the sections around a level no higher than it,
+ * between higher ones) crossed at that level by a chain of unplaced blocks within it,
+ * whose bytes fill it up to the lower of the sections beside it. Blocks with the same run
+ * and size are interchangeable: only the first unplaced one of them is tried, so the
+ * placed ones are always a prefix of their class. Where no unplaced block crosses a
+ * section boundary, the two sides are solved one after the other, and a failure of one
+ * does not try the other's other tilings. A set of placed blocks from which the search
+ * failed is remembered (is_dead), so that no other order of the same placements, in this
+ * run or a later one, searches it again.
  *
  * On a circle every arc is cut at a section boundary that no arc other than those live all
  * the time crosses, where there is one (a packing turned around the circle has one): a plan
@@ -60,6 +63,10 @@ typedef struct tile {
     int32_t *cross0; /* the same with nothing placed */
     uint32_t *sx, *ng, *pg, *stk; /* survey's stretches of the skyline */
     uint32_t *cprev; /* the block before it in its class (same run and size), by index */
+    uint32_t *rs, *re, *rn, *rof; /* runs [rs, re) by start then end, from rs[rbs[x]];
+                                   * rn: their unplaced blocks; rof: each block's run */
+    uint32_t *rbs;
+    uint64_t *rsz, *dif; /* the runs' unplaced bytes; a basin's, by section */
     unsigned char *placed, *can;
     uint32_t *trail; /* the blocks placed, in order */
     struct frame *frames;
@@ -98,16 +105,23 @@ static uint32_t chain(tile *t, uint32_t a, uint32_t b, uint64_t L)
     uint32_t count = 0;
 
     t->can[b] = 1;
-    for (uint32_t p = b; p-- > a;) {
+    for (uint32_t p = b; p-- > a + 1;) {
+        /* past the corner, runs will do: every unplaced block within the valley fits below
+         * LB (with the others over one of its sections, it adds up to LB - L) */
         t->can[p] = 0;
-        for (uint32_t q = t->bs[p]; q < t->bs[p + 1]; q++) {
-            uint32_t y = t->byst[q];
-
-            if (!fits(t, y, a, b, L) || !t->can[t->e[y]])
-                continue;
-            t->can[p] = 1;
-            if (p > a)
+        for (uint32_t k = t->rbs[p]; k < t->rbs[p + 1] && t->re[k] <= b; k++) {
+            if (t->rn[k] && t->can[t->re[k]]) {
+                t->can[p] = 1;
                 break;
+            }
+        }
+    }
+    t->can[a] = 0;
+    for (uint32_t q = t->bs[a]; q < t->bs[a + 1]; q++) {
+        uint32_t y = t->byst[q];
+
+        if (fits(t, y, a, b, L) && t->can[t->e[y]]) {
+            t->can[a] = 1;
             count += first_of_class(t, y);
         }
     }
@@ -159,6 +173,53 @@ static int step_ok(tile *t, uint32_t x, uint32_t r, uint32_t g, uint32_t f, uint
 }
 
 /*
+ * Whether the unplaced blocks lying within [p, q) have, in each of its sections, the bytes
+ * up to h (where the sections beside it are filled): blocks reaching beyond it lie above h.
+ */
+static int basin_full(tile *t, uint32_t p, uint32_t q, uint64_t h)
+{
+    uint64_t *d = t->dif, c = 0;
+
+    memset(d + p, 0, (size_t)(q - p + 1) * sizeof(uint64_t));
+    for (uint32_t k = t->rbs[p]; k < t->rbs[q]; k++) {
+        if (t->re[k] <= q && t->rn[k]) {
+            d[t->rs[k]] += t->rsz[k];
+            d[t->re[k]] -= t->rsz[k];
+        }
+    }
+    for (uint32_t x = p; x < q; x++) {
+        c += d[x];
+        if (t->sky[x] < h && c < h - t->sky[x])
+            return 0;
+    }
+    return 1;
+}
+
+/*
+ * Whether unplaced blocks lying within [p, q) can tile it end to end, each run (start and
+ * end) once however many blocks share it.
+ */
+static int basin_ok(tile *t, uint32_t p, uint32_t q)
+{
+    unsigned char *reach = t->can;
+
+    memset(reach + p, 0, (size_t)(q - p + 1));
+    reach[p] = 1;
+    for (uint32_t x = p; x < q; x++) {
+        if (!reach[x])
+            continue;
+        for (uint32_t k = t->rbs[x]; k < t->rbs[x + 1] && t->re[k] <= q; k++) {
+            if (!t->rn[k])
+                continue;
+            if (t->re[k] == q)
+                return 1;
+            reach[t->re[k]] = 1;
+        }
+    }
+    return 0;
+}
+
+/*
  * Whether one block alone (one class) can take the bottom-right cell (r - 1, L) of the flat
  * stretch [x, r) at level L, walled at r: the blocks that can end at r at offset L start at
  * g or later (g: where the skyline is higher before x, or x for a valley); where one of them
@@ -185,7 +246,8 @@ static int right_forced(const tile *t, uint32_t g, uint32_t x, uint32_t r, uint6
  * goes in stretches of one level (sx: their starts, sx[m] = hi); ng/pg: the next and
  * the previous higher stretch (m and UINT32_MAX if none).
  */
-static int survey(tile *t, uint32_t lo, uint32_t hi, uint32_t *va, uint32_t *vb, int *st)
+static int survey(tile *t, uint32_t lo, uint32_t hi, const uint32_t *win, uint32_t *va,
+                  uint32_t *vb, int *st)
 {
     const uint64_t *sky = t->sky;
     uint32_t m = 0, sp = 0, best = UINT32_MAX, *sx = t->sx, *ng = t->ng, *pg = t->pg;
@@ -266,7 +328,40 @@ static int survey(tile *t, uint32_t lo, uint32_t hi, uint32_t *va, uint32_t *vb,
             }
         }
     }
-    return best != UINT32_MAX;
+    if (best == UINT32_MAX)
+        return 0;
+    /* the basin of each level: the stretches around it no higher, between higher ones; its
+     * cells at that level, and every cell below the lower of the sections beside it, are
+     * blocks' that lie within it (those sections are filled to their level), so unplaced
+     * blocks within it tile it end to end and fill it that high (a valley's floor chain is
+     * stricter, checked above; the part as a whole nearly always passes) */
+    sp = 0;
+    for (uint32_t i = 0; i < m; i++) {
+        uint32_t p = pg[i] == UINT32_MAX ? lo : sx[pg[i] + 1], q = sx[ng[i]], pe;
+        int same;
+        while (sp && sky[sx[t->stk[sp - 1]]] < sky[sx[i]])
+            sp--;
+        pe = sp ? t->stk[sp - 1] : UINT32_MAX; /* the stretch before at least as high */
+        t->stk[sp++] = i;
+        if (sky[sx[i]] >= t->lb || (pe != UINT32_MAX && sky[sx[pe]] == sky[sx[i]]) ||
+            (p == lo && q == hi))
+            continue;
+        /* one that ends at no new end of the part, neither meeting the block placed last
+         * nor beside it, was the same before it and passed then; one around it did too,
+         * its bytes as full as before, and its chain is left where a block of the placed
+         * one's run is left to take its place */
+        same = (p != lo || lo == win[2]) && (q != hi || hi == win[3]);
+        if (same && (p > win[1] || q < win[0] || (p <= win[0] && q >= win[1] && win[4])))
+            continue;
+        if (!(p == sx[i] && q == sx[i + 1]) && !basin_ok(t, p, q))
+            return 0;
+        if (!same || p > win[0] || q < win[1]) {
+            uint64_t hl = p > lo ? sky[p - 1] : t->lb, hr = q < hi ? sky[q] : t->lb;
+            if (!basin_full(t, p, q, hl < hr ? hl : hr))
+                return 0;
+        }
+    }
+    return 1;
 }
 
 static void lift(tile *t, uint32_t y, int dir)
@@ -277,6 +372,8 @@ static void lift(tile *t, uint32_t y, int dir)
         t->sky[x] = dir > 0 ? t->sky[x] + t->sz[y] : t->sky[x] - t->sz[y];
     for (uint32_t x = t->a[y] + 1; x < t->e[y]; x++)
         t->cross[x] -= dir;
+    t->rn[t->rof[y]] -= dir;
+    t->rsz[t->rof[y]] = dir > 0 ? t->rsz[t->rof[y]] - t->sz[y] : t->rsz[t->rof[y]] + t->sz[y];
     t->placed[y] = dir > 0;
 }
 
@@ -344,6 +441,9 @@ typedef struct frame {
     uint32_t lo, hi, trail0;
     uint32_t va, vb, pos; /* BRANCH: the stretch, its corner's candidates from pos */
     int step;             /* which corner (CORNER_*) */
+    /* the sections of the block placed last (all of them at first), the part where it
+     * was placed and its run's unplaced blocks: which basins a survey checks again */
+    uint32_t win[5];
 } frame;
 
 static void undo_to(tile *t, uint32_t *tl, uint32_t trail0)
@@ -393,9 +493,15 @@ static int tile_run(tile *t, rp_clock *c, uint64_t limit)
 
     memset(t->sky, 0, t->nsec * sizeof(uint64_t));
     memset(t->placed, 0, t->nm);
+    memset(t->rn, 0, t->nm * sizeof(uint32_t));
+    memset(t->rsz, 0, t->nm * sizeof(uint64_t));
+    for (uint32_t k = 0; k < t->nm; k++) {
+        t->rn[t->rof[k]]++;
+        t->rsz[t->rof[k]] += t->sz[k];
+    }
     memcpy(t->cross, t->cross0, (t->nsec + 1) * sizeof(int32_t));
     t->h[0] = t->h[1] = UINT64_C(0x9e3779b97f4a7c15); /* the empty set's: not 0, an empty slot */
-    fs[0] = (frame){SPLIT, 0, t->nsec, 0, 0, 0, 0, 0};
+    fs[0] = (frame){SPLIT, 0, t->nsec, 0, 0, 0, 0, 0, {0, t->nsec, UINT32_MAX, UINT32_MAX, 0}};
     for (;;) {
         frame *f = &fs[top];
 
@@ -408,7 +514,8 @@ static int tile_run(tile *t, rp_clock *c, uint64_t limit)
                 ret = RP_FOUND;
             } else {
                 f->lo = p1;
-                fs[++top] = (frame){BRANCH, p0, p1, tl, 0, 0, 0, 0};
+                fs[top + 1] = (frame){BRANCH, p0, p1, tl, 0, 0, 0, 0, {0}};
+                memcpy(fs[++top].win, f->win, sizeof(f->win));
                 ret = -1;
                 continue;
             }
@@ -426,7 +533,7 @@ static int tile_run(tile *t, rp_clock *c, uint64_t limit)
                 t->st_hits++;
 #endif
                 ret = RP_NOTFOUND;
-            } else if (!survey(t, f->lo, f->hi, &f->va, &f->vb, &f->step)) {
+            } else if (!survey(t, f->lo, f->hi, f->win, &f->va, &f->vb, &f->step)) {
 #ifdef RP_TILE_STATS
                 t->st_fails++;
 #endif
@@ -443,8 +550,14 @@ static int tile_run(tile *t, rp_clock *c, uint64_t limit)
             ret = branch_next(t, f, &tl) ? -2 : RP_NOTFOUND;
         }
         if (ret == -2) { /* placed: its part next */
-            fs[top + 1] = (frame){SPLIT, f->lo, f->hi, tl, 0, 0, 0, 0};
-            top++;
+            uint32_t z = t->trail[tl - 1];
+            frame *g = &fs[++top];
+            *g = (frame){SPLIT, f->lo, f->hi, tl, 0, 0, 0, 0, {0}};
+            g->win[0] = t->a[z];
+            g->win[1] = t->e[z];
+            g->win[2] = f->lo;
+            g->win[3] = f->hi;
+            g->win[4] = t->rn[t->rof[z]];
             ret = -1;
             continue;
         }
@@ -573,6 +686,13 @@ int rp_tile(const rp_inst *in, rp_mem *m, rp_best *best, rp_clock *clk, uint64_t
     t.pg = rp_alloc(&own, (size_t)nsec + 1, sizeof(uint32_t));
     t.stk = rp_alloc(&own, (size_t)nsec + 1, sizeof(uint32_t));
     t.cprev = rp_alloc(&own, (size_t)nm + 1, sizeof(uint32_t));
+    t.rs = rp_alloc(&own, (size_t)nm + 1, sizeof(uint32_t));
+    t.re = rp_alloc(&own, (size_t)nm + 1, sizeof(uint32_t));
+    t.rn = rp_alloc(&own, (size_t)nm + 1, sizeof(uint32_t));
+    t.rof = rp_alloc(&own, (size_t)nm + 1, sizeof(uint32_t));
+    t.rbs = rp_alloc(&own, (size_t)nsec + 2, sizeof(uint32_t));
+    t.rsz = rp_alloc(&own, (size_t)nm + 1, sizeof(uint64_t));
+    t.dif = rp_alloc(&own, (size_t)nsec + 2, sizeof(uint64_t));
     t.can = rp_alloc(&own, (size_t)nsec + 1, 1);
     t.placed = rp_alloc(&own, (size_t)nm + 1, 1);
     t.trail = rp_alloc(&own, (size_t)nm + 1, sizeof(uint32_t));
@@ -585,7 +705,8 @@ int rp_tile(const rp_inst *in, rp_mem *m, rp_best *best, rp_clock *clk, uint64_t
     t.dead = rp_alloc(&own, 2 * ((size_t)t.dmask + 1), sizeof(uint64_t));
     if (!t.zob || !t.dead || !t.kv || !t.a || !t.e || !t.sz || !t.bs || !t.be || !t.byst ||
         !t.byend || !t.sky || !t.cross || !t.cross0 || !t.sx || !t.ng || !t.pg || !t.cprev ||
-        !t.stk || !t.can || !t.placed || !t.trail || !t.frames || !t.off)
+        !t.rs || !t.re || !t.rn || !t.rof || !t.rbs || !t.rsz || !t.dif || !t.stk || !t.can ||
+        !t.placed || !t.trail || !t.frames || !t.off)
         goto out;
     rc = 0;
     if (!cut_line(in, &t, t.stk))
@@ -612,10 +733,22 @@ int rp_tile(const rp_inst *in, rp_mem *m, rp_best *best, rp_clock *clk, uint64_t
     for (uint32_t k = 0; k < nm; k++)
         t.kv[k] = (rp_kv){((uint64_t)t.a[k] << 32) | t.e[k], t.sz[k], 0, k};
     rp_sort_kv(t.kv, nm); /* classes together, each by index */
-    for (uint32_t k = 0; k < nm; k++) {
+    memset(t.rbs, 0, ((size_t)nsec + 2) * sizeof(uint32_t));
+    for (uint32_t k = 0, nr = 0; k < nm; k++) {
         const rp_kv *p = k ? &t.kv[k - 1] : NULL;
-        t.cprev[t.kv[k].v] = p && p->k1 == t.kv[k].k1 && p->k2 == t.kv[k].k2 ? p->v : UINT32_MAX;
+        uint32_t y = t.kv[k].v;
+        t.cprev[y] = p && p->k1 == t.kv[k].k1 && p->k2 == t.kv[k].k2 ? p->v : UINT32_MAX;
+        if (!p || p->k1 != t.kv[k].k1) { /* a new run */
+            t.rs[nr] = t.a[y];
+            t.re[nr] = t.e[y];
+            t.rn[nr++] = 0;
+            t.rbs[t.a[y] + 1]++;
+        }
+        t.rof[y] = nr - 1;
+        t.rn[nr - 1]++;
     }
+    for (uint32_t x = 0; x < nsec; x++)
+        t.rbs[x + 1] += t.rbs[x];
     for (uint32_t k = 0; k < nm; k++)
         t.kv[k] = (rp_kv){t.e[k], 0, 0, k};
     rp_sort_kv(t.kv, nm); /* by end, for the right corners */

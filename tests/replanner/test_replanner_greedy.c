@@ -916,6 +916,45 @@ static void test_perfect_packings_right_corners(void **state)
 }
 
 /*
+ * Packings where a partial tiling fails higher up than its valleys: a basin of the skyline
+ * (the sections around a level no higher than it, between higher ones) is crossed at that
+ * level by blocks lying within it, end to end, and they hold its bytes up to the lower of
+ * the sections beside it; the search leaves a partial tiling whose unplaced blocks cannot.
+ * Without those checks these two took 520 k and 189 k steps (2026-11-26, 956d2ec); within
+ * 60 k both are at LB, from the tiling search.
+ */
+static void test_perfect_packings_basins(void **state)
+{
+    static om_rp_block b[500];
+    static uint64_t off[500];
+    static const uint64_t seeds[] = {446, 409};
+    om_rp_options opt = {0};
+    om_rp_result res;
+    char err[256] = "";
+
+    (void)state;
+    opt.alloc = t_alloc;
+    opt.budget_ms = 60000;
+    opt.max_nodes = 60000;
+    opt.err = err;
+    opt.errlen = sizeof(err);
+    for (size_t i = 0; i < sizeof(seeds) / sizeof(seeds[0]); i++) {
+        uint64_t seed = seeds[i];
+        size_t n = guillotine(b, 500, 1000, 1000, &seed);
+
+        assert_int_equal(om_rp_plan(b, n, &opt, off, &res), 0);
+        assert_int_equal(om_rp_check(b, n, 0, off, &t_alloc, err, sizeof(err)), 0);
+        assert_int_equal(res.lower_bound, 1000);
+        if (res.peak != 1000 || strcmp(res.stage, "tile") != 0)
+            fail_msg("seed %llu, %zu blocks: peak %llu after %llu steps (%s)",
+                     (unsigned long long)seeds[i], n, (unsigned long long)res.peak,
+                     (unsigned long long)res.nodes, res.stage);
+        assert_int_equal(res.proven_bound, 1000);
+    }
+    assert_int_equal(t_live_bytes(), 0);
+}
+
+/*
  * Instances planned inside programs (OPTMEM_PLAN_DUMP, tests/replanner/data/README.md), with
  * the options preload/plan.c gives: the period, 1 ms inline, then the least budget of a
  * search on the optmem-plan thread. Never above greedy by size (unless the deadline cut it:
@@ -1122,6 +1161,7 @@ int main(void)
         cmocka_unit_test(test_perfect_packings_turned),
         cmocka_unit_test(test_perfect_packings_dead_sets),
         cmocka_unit_test(test_perfect_packings_right_corners),
+        cmocka_unit_test(test_perfect_packings_basins),
         cmocka_unit_test(test_in_program_not_behind),
         cmocka_unit_test(test_first_plan_tiny_budget),
         cmocka_unit_test(test_greedy_size_matches_reference),
