@@ -1,6 +1,5 @@
-/* The replanner's first plan on lifetime CSVs: CPU time of the setup and of greedy by size's
- * answer. */
-#include "rp_internal.h"
+/* The replanner's setup and first plan (greedy by size's) on lifetime CSVs: their CPU time. */
+#include "rp_bench.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -8,30 +7,6 @@
 #include <string.h>
 #include <sys/resource.h>
 #include <time.h>
-
-static void *heap_alloc(void *ctx, size_t n)
-{
-    (void)ctx;
-    return malloc(n);
-}
-
-static void heap_release(void *ctx, void *p, size_t n)
-{
-    (void)ctx;
-    (void)n;
-    free(p);
-}
-
-static const om_rp_allocator heap = {heap_alloc, heap_release, NULL};
-
-/* The thread's CPU time: on a shared machine the wall clock also counts other programs. */
-static uint64_t cpu_ns(void)
-{
-    struct timespec ts;
-
-    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
 
 static long minor_faults(void)
 {

@@ -1,35 +1,11 @@
 /* Greedy by size alone on lifetime CSVs: its time (the fastest of R runs), peak and plan. */
-#include "rp_internal.h"
+#include "rp_bench.h"
 
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-
-static void *heap_alloc(void *ctx, size_t n)
-{
-    (void)ctx;
-    return malloc(n);
-}
-
-static void heap_release(void *ctx, void *p, size_t n)
-{
-    (void)ctx;
-    (void)n;
-    free(p);
-}
-
-static const om_rp_allocator heap = {heap_alloc, heap_release, NULL};
-
-/* The thread's CPU time: on a shared machine the wall clock also counts other programs. */
-static uint64_t cpu_ns(void)
-{
-    struct timespec ts;
-
-    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
 
 /* One file: the setup (rp_inst_core) and greedy by size with no deadline, runs times. */
 static int bench_file(const char *path, int runs)

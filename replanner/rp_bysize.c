@@ -362,17 +362,8 @@ static int fit(const rp_inst *in, const rp_mem *m, const uint32_t *order, const 
         /* A placement may take many jumps where the free space is cut into many gaps. */
         if ((x & 15) == 0 && clk && rp_now_ns() >= clk->deadline_ns)
             break;
-        /* The size order jumps around the blocks: the next one's record and runs are
-         * fetched while this one is placed. */
-        if (x + 1 < in->nm) {
-            uint32_t j = in->mov[order[x + 1]];
-
-            __builtin_prefetch(&in->b[j]);
-            __builtin_prefetch(&in->s0[j]);
-            __builtin_prefetch(&in->s1[j]);
-            __builtin_prefetch(&in->w0[j]);
-            __builtin_prefetch(&in->w1[j]);
-        }
+        if (x + 1 < in->nm)
+            rp_prefetch_block(in, in->mov[order[x + 1]]);
         o = lowest_fit(&t, in, i);
         *placed = x + 1;
         off[k] = o;

@@ -111,17 +111,8 @@ static uint64_t decode(const rp_inst *in, rp_sky *t, const uint32_t *order, uint
 
         if (clk && (x & 1023) == 1023 && rp_now_ns() >= clk->deadline_ns)
             return RP_NONE;
-        /* Orders jump around the blocks: the next one's record and runs are fetched while
-         * this one is placed. */
-        if (x + 1 < in->nm) {
-            uint32_t j = in->mov[order[x + 1]];
-
-            __builtin_prefetch(&in->b[j]);
-            __builtin_prefetch(&in->s0[j]);
-            __builtin_prefetch(&in->s1[j]);
-            __builtin_prefetch(&in->w0[j]);
-            __builtin_prefetch(&in->w1[j]);
-        }
+        if (x + 1 < in->nm)
+            rp_prefetch_block(in, in->mov[order[x + 1]]);
         o = sky_max(t, in->s0[i], in->s1[i]);
         if (in->w0[i] < in->w1[i]) {
             uint64_t w = sky_max(t, in->w0[i], in->w1[i]);

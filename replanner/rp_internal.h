@@ -112,6 +112,17 @@ static inline uint64_t rp_align_up(uint64_t x, uint64_t a)
     return a > 1 ? (x + a - 1) & ~(a - 1) : x;
 }
 
+/* Fetches block j's record and runs (indices into b) ahead of its placement: the orders
+ * the greedy passes follow jump around the blocks. */
+static inline void rp_prefetch_block(const rp_inst *in, uint32_t j)
+{
+    __builtin_prefetch(&in->b[j]);
+    __builtin_prefetch(&in->s0[j]);
+    __builtin_prefetch(&in->s1[j]);
+    __builtin_prefetch(&in->w0[j]);
+    __builtin_prefetch(&in->w1[j]);
+}
+
 /* Lowest offset >= off, aligned, that misses every fixed block live with movable k. */
 uint64_t rp_bump_fixed(const rp_inst *in, uint32_t k, uint64_t off);
 
