@@ -57,16 +57,10 @@ static int bench_file(const char *path, int runs, uint64_t cut_ms)
     uint64_t period = 0, best[2] = {UINT64_MAX, UINT64_MAX}, best_sum = UINT64_MAX, peak = 0;
     long faults = 0;
     int cut = 0, cuts = 0;
-    char err[256] = "";
-    int rc = om_rp_csv_read_instance(path, &heap, &b, &n, &period, err, sizeof(err));
+    int rc = rp_bench_read("first_plan", path, &b, &n, &period);
 
-    if (rc < 0) {
-        if (err[0])
-            fprintf(stderr, "first_plan: %s\n", err);
-        else
-            fprintf(stderr, "first_plan: %s: %s\n", path, strerror(-rc));
+    if (rc < 0)
         return rc;
-    }
     for (int r = 0; r < runs && rc == 0; r++) {
         uint64_t t[2];
         long f;

@@ -1,4 +1,5 @@
 /* Greedy by size alone on lifetime CSVs: its time (the fastest of R runs), peak and plan. */
+#include "om_common.h"
 #include "rp_bench.h"
 
 #include <errno.h>
@@ -14,17 +15,11 @@ static int bench_file(const char *path, int runs)
     size_t n = 0;
     uint64_t period = 0, best_core = UINT64_MAX, best_greedy = UINT64_MAX, best_cpu = UINT64_MAX;
     uint64_t peak = 0;
-    uint64_t hash = UINT64_C(1469598103934665603);
-    char err[256] = "";
-    int rc = om_rp_csv_read_instance(path, &heap, &b, &n, &period, err, sizeof(err));
+    uint64_t hash = OM_FNV_OFFSET;
+    int rc = rp_bench_read("greedy_size", path, &b, &n, &period);
 
-    if (rc < 0) {
-        if (err[0])
-            fprintf(stderr, "greedy_size: %s\n", err);
-        else
-            fprintf(stderr, "greedy_size: %s: %s\n", path, strerror(-rc));
+    if (rc < 0)
         return rc;
-    }
     for (int r = 0; r < runs && rc == 0; r++) {
         rp_mem m = {&heap, NULL};
         rp_inst in;
@@ -48,11 +43,9 @@ static int bench_file(const char *path, int runs)
         best_cpu = c2 - c1 < best_cpu ? c2 - c1 : best_cpu;
         best_core = t1 - t0 < best_core ? t1 - t0 : best_core;
         best_greedy = t2 - t1 < best_greedy ? t2 - t1 : best_greedy;
-        /* FNV-1a over the offsets: two builds that place alike print the same hash */
-        for (uint32_t k = 0; r == 0 && k < in.nm; k++) {
-            hash ^= off[k];
-            hash *= UINT64_C(1099511628211);
-        }
+        /* over the offsets: two builds that place alike print the same hash */
+        for (uint32_t k = 0; r == 0 && k < in.nm; k++)
+            hash = om_fnv1a_word(hash, off[k]);
     next:
         rp_mem_free_all(&m);
     }

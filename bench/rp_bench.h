@@ -4,7 +4,9 @@
 
 #include "rp_internal.h"
 
+#include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 
 static void *rp_bench_alloc(void *ctx, size_t n)
@@ -29,6 +31,22 @@ static uint64_t cpu_ns(void)
 
     clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
     return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+/* Reads a lifetime CSV onto the heap; a failure gets one line naming prog: 0 or -errno. */
+static int rp_bench_read(const char *prog, const char *path, om_rp_block **b, size_t *n,
+                         uint64_t *period)
+{
+    char err[256] = "";
+    int rc = om_rp_csv_read_instance(path, &heap, b, n, period, err, sizeof(err));
+
+    if (rc < 0) {
+        if (err[0])
+            fprintf(stderr, "%s: %s\n", prog, err);
+        else
+            fprintf(stderr, "%s: %s: %s\n", prog, path, strerror(-rc));
+    }
+    return rc;
 }
 
 #endif
