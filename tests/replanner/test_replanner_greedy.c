@@ -840,31 +840,26 @@ static void test_perfect_packings_turned(void **state)
     assert_int_equal(t_live_bytes(), 0);
 }
 
-/*
- * Larger packings whose tilings the search reaches by many orders of the same placements
- * (blocks of one run stacked in another order, a split's parts tiled another way): it keeps
- * the sets of placed blocks proven to lead nowhere and meets them again cut short, within a
- * run and across its restarts. Without that table these two took 352 k and 414 k steps
- * (2026-11-26, de0ef9f); within 150 k both are at LB, from the tiling search.
- */
-static void test_perfect_packings_dead_sets(void **state)
+/* Guillotine packings of `blocks` blocks in width x 1000, one per seed: each at LB from
+ * the tiling search, proven, within max_nodes steps. */
+static void assert_tiled(const uint64_t *seeds, size_t nseeds, size_t blocks, uint64_t width,
+                         uint64_t max_nodes)
 {
-    static om_rp_block b[400];
-    static uint64_t off[400];
-    static const uint64_t seeds[] = {124, 127};
+    static om_rp_block b[500];
+    static uint64_t off[500];
     om_rp_options opt = {0};
     om_rp_result res;
     char err[256] = "";
 
-    (void)state;
+    assert_true(blocks <= sizeof(b) / sizeof(b[0]));
     opt.alloc = t_alloc;
     opt.budget_ms = 60000;
-    opt.max_nodes = 150000;
+    opt.max_nodes = max_nodes;
     opt.err = err;
     opt.errlen = sizeof(err);
-    for (size_t i = 0; i < sizeof(seeds) / sizeof(seeds[0]); i++) {
+    for (size_t i = 0; i < nseeds; i++) {
         uint64_t seed = seeds[i];
-        size_t n = guillotine(b, 400, 800, 1000, &seed);
+        size_t n = guillotine(b, blocks, width, 1000, &seed);
 
         assert_int_equal(om_rp_plan(b, n, &opt, off, &res), 0);
         assert_int_equal(om_rp_check(b, n, 0, off, &t_alloc, err, sizeof(err)), 0);
@@ -879,6 +874,21 @@ static void test_perfect_packings_dead_sets(void **state)
 }
 
 /*
+ * Larger packings whose tilings the search reaches by many orders of the same placements
+ * (blocks of one run stacked in another order, a split's parts tiled another way): it keeps
+ * the sets of placed blocks proven to lead nowhere and meets them again cut short, within a
+ * run and across its restarts. Without that table these two took 352 k and 414 k steps
+ * (2026-11-26, de0ef9f); within 150 k both are at LB, from the tiling search.
+ */
+static void test_perfect_packings_dead_sets(void **state)
+{
+    static const uint64_t seeds[] = {124, 127};
+
+    (void)state;
+    assert_tiled(seeds, sizeof(seeds) / sizeof(seeds[0]), 400, 800, 150000);
+}
+
+/*
  * Packings whose bottom-right corners are often forced (one block alone can end there): the
  * search places such a block first, as it does at a bottom-left corner. Branching at
  * bottom-left corners only, these two took 79 k steps and more than a million (2026-11-26,
@@ -886,33 +896,10 @@ static void test_perfect_packings_dead_sets(void **state)
  */
 static void test_perfect_packings_right_corners(void **state)
 {
-    static om_rp_block b[400];
-    static uint64_t off[400];
     static const uint64_t seeds[] = {222, 241};
-    om_rp_options opt = {0};
-    om_rp_result res;
-    char err[256] = "";
 
     (void)state;
-    opt.alloc = t_alloc;
-    opt.budget_ms = 60000;
-    opt.max_nodes = 40000;
-    opt.err = err;
-    opt.errlen = sizeof(err);
-    for (size_t i = 0; i < sizeof(seeds) / sizeof(seeds[0]); i++) {
-        uint64_t seed = seeds[i];
-        size_t n = guillotine(b, 400, 800, 1000, &seed);
-
-        assert_int_equal(om_rp_plan(b, n, &opt, off, &res), 0);
-        assert_int_equal(om_rp_check(b, n, 0, off, &t_alloc, err, sizeof(err)), 0);
-        assert_int_equal(res.lower_bound, 1000);
-        if (res.peak != 1000 || strcmp(res.stage, "tile") != 0)
-            fail_msg("seed %llu, %zu blocks: peak %llu after %llu steps (%s)",
-                     (unsigned long long)seeds[i], n, (unsigned long long)res.peak,
-                     (unsigned long long)res.nodes, res.stage);
-        assert_int_equal(res.proven_bound, 1000);
-    }
-    assert_int_equal(t_live_bytes(), 0);
+    assert_tiled(seeds, sizeof(seeds) / sizeof(seeds[0]), 400, 800, 40000);
 }
 
 /*
@@ -925,33 +912,10 @@ static void test_perfect_packings_right_corners(void **state)
  */
 static void test_perfect_packings_basins(void **state)
 {
-    static om_rp_block b[500];
-    static uint64_t off[500];
     static const uint64_t seeds[] = {446, 409};
-    om_rp_options opt = {0};
-    om_rp_result res;
-    char err[256] = "";
 
     (void)state;
-    opt.alloc = t_alloc;
-    opt.budget_ms = 60000;
-    opt.max_nodes = 60000;
-    opt.err = err;
-    opt.errlen = sizeof(err);
-    for (size_t i = 0; i < sizeof(seeds) / sizeof(seeds[0]); i++) {
-        uint64_t seed = seeds[i];
-        size_t n = guillotine(b, 500, 1000, 1000, &seed);
-
-        assert_int_equal(om_rp_plan(b, n, &opt, off, &res), 0);
-        assert_int_equal(om_rp_check(b, n, 0, off, &t_alloc, err, sizeof(err)), 0);
-        assert_int_equal(res.lower_bound, 1000);
-        if (res.peak != 1000 || strcmp(res.stage, "tile") != 0)
-            fail_msg("seed %llu, %zu blocks: peak %llu after %llu steps (%s)",
-                     (unsigned long long)seeds[i], n, (unsigned long long)res.peak,
-                     (unsigned long long)res.nodes, res.stage);
-        assert_int_equal(res.proven_bound, 1000);
-    }
-    assert_int_equal(t_live_bytes(), 0);
+    assert_tiled(seeds, sizeof(seeds) / sizeof(seeds[0]), 500, 1000, 60000);
 }
 
 /*
