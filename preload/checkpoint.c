@@ -20,6 +20,7 @@ static int state = CKPT_IDLE;
 static void *checkpoint_loop(void *arg)
 {
     (void)arg;
+    pthread_setname_np(pthread_self(), "optmem-report");
     const struct timespec poll = {0, OM_CHECKPOINT_POLL_MS * 1000000L};
     om_tracer_report_prepare();
     while (__atomic_load_n(&state, __ATOMIC_ACQUIRE) == CKPT_RUNNING) {
@@ -35,7 +36,8 @@ static void *checkpoint_loop(void *arg)
     return NULL;
 }
 
-/* The thread blocks every signal, so that none meant for the program is delivered to it. */
+/* The thread blocks every signal, so that none meant for the program is delivered to it,
+ * and names itself: a detached thread's handle may be gone as soon as it is made. */
 static int start_thread(void)
 {
     pthread_attr_t attr;
@@ -53,7 +55,6 @@ static int start_thread(void)
     pthread_attr_destroy(&attr);
     if (rc != 0)
         return -rc;
-    pthread_setname_np(thread, "optmem-report");
     return 0;
 }
 

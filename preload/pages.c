@@ -400,6 +400,7 @@ static void *drop_thread(void *arg)
 {
     struct om_pool *pool = arg;
     om_guard_enter(); /* what this thread allocates is none of the program's */
+    pthread_setname_np(pthread_self(), "optmem-pages");
     om_lock(&pool->lock);
     while (pool->ndrops) {
         drop_slice(pool, DROP_CHUNK);
@@ -413,8 +414,8 @@ static void *drop_thread(void *arg)
     return NULL;
 }
 
-/* Starts optmem-pages where it is not running (detached, every signal blocked); where no
- * thread can be had, the calls' slices alone go on with the work. */
+/* Starts optmem-pages where it is not running (detached, every signal blocked, naming
+ * itself); where no thread can be had, the calls' slices alone go on with the work. */
 static void start_drop_thread(struct om_pool *pool)
 {
     pthread_attr_t attr;
@@ -434,7 +435,6 @@ static void start_drop_thread(struct om_pool *pool)
                  strerror(rc));
         return;
     }
-    pthread_setname_np(thread, "optmem-pages");
     pool->drop_thread = 1;
 }
 

@@ -355,6 +355,7 @@ static void *plan_thread(void *arg)
 {
     struct om_plan_job *job = arg;
     om_guard_enter(); /* what this thread allocates is none of the program's */
+    pthread_setname_np(pthread_self(), "optmem-plan");
     struct scratch none = {NULL, NULL, NULL};
     job->opt.alloc = (om_rp_allocator){scratch_alloc, scratch_release, &none};
     job->opt.err = job->err;
@@ -369,7 +370,7 @@ static void *plan_thread(void *arg)
 
 /* Detached, every signal blocked (none meant for the program is delivered to it). It ends
  * when the search does, within its budget: the process outlives its own threads by that at
- * most. */
+ * most. It names itself: a detached thread's handle may be gone as soon as it is made. */
 static int start_thread(struct om_plan_job *job)
 {
     pthread_attr_t attr;
@@ -391,7 +392,6 @@ static int start_thread(struct om_plan_job *job)
         job->opt.stack_bytes = 0;
         return -rc;
     }
-    pthread_setname_np(thread, "optmem-plan");
     return 0;
 }
 

@@ -858,6 +858,39 @@ static void test_plan_thread_ends_after_phase_came_back(void **state)
     give(weights);
 }
 
+/* Thread names, seen through --wrap=pthread_setname_np: optmem's threads are detached, and
+ * a detached thread's handle may be freed (its stack unmapped) as soon as it ends, so only
+ * the thread itself may name itself. */
+static int names_by_self, names_by_others;
+
+int __real_pthread_setname_np(pthread_t thread, const char *name);
+int __wrap_pthread_setname_np(pthread_t thread, const char *name);
+
+int __wrap_pthread_setname_np(pthread_t thread, const char *name)
+{
+    __atomic_add_fetch(pthread_equal(thread, pthread_self()) ? &names_by_self : &names_by_others, 1,
+                       __ATOMIC_SEQ_CST);
+    return __real_pthread_setname_np(thread, name);
+}
+
+/* The optmem-plan and optmem-pages threads name themselves: a search that ends at once (a
+ * plan that meets its bound) and a large block freed under the plan start them. */
+static void test_threads_name_themselves(void **state)
+{
+    start(1);
+    int before = __atomic_load_n(&names_by_self, __ATOMIC_SEQ_CST);
+    run_until_served(step_a, NOPS(step_a), STEP_A_REQUESTS, 40);
+    assert_int_equal(stats().plan_on_thread, 1);
+    unsigned char *a;
+    take_on_other_thread(500, 24 * MIB, 1, &a);
+    memset(a, 1, 24 * MIB);
+    size_t released = stats().released_bytes;
+    give(a);
+    assert_true(released_at_least(released + 24 * MIB) >= released + 24 * MIB);
+    assert_true(__atomic_load_n(&names_by_self, __ATOMIC_SEQ_CST) >= before + 2);
+    assert_int_equal(__atomic_load_n(&names_by_others, __ATOMIC_SEQ_CST), 0);
+}
+
 /* The first lines of the files in dir, joined, and the files removed with dir. */
 static void dumped_searches(const char *dir, char *out, size_t cap, unsigned *files)
 {
@@ -939,6 +972,7 @@ int main(void)
         cmocka_unit_test(test_plan_thread_phase_left),
         cmocka_unit_test(test_plan_thread_ends_after_phase_came_back),
         cmocka_unit_test(test_default_plans_off_thread),
+        cmocka_unit_test(test_threads_name_themselves),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
