@@ -103,14 +103,14 @@ static void pool_put(pool *p, iv *a, uint8_t cls)
     p->free[cls] = l;
 }
 
-/* The first range from index lo on that ends above y. Without branches on the ranges: the
- * sets are searched at every insert, where a branch on each step is a coin toss. */
-static uint32_t first_above(const ivset *s, uint32_t lo, uint64_t y)
+/* The first range of [lo, end) that ends above y, or end. Without branches on the ranges:
+ * the sets are searched at every insert, where a branch on each step is a coin toss. */
+static uint32_t first_above_in(const ivset *s, uint32_t lo, uint32_t end, uint64_t y)
 {
-    uint32_t n = s->n - lo;
+    uint32_t n = end - lo;
 
-    if (lo >= s->n)
-        return s->n;
+    if (lo >= end)
+        return end;
     while (n > 1) {
         uint32_t half = n / 2;
 
@@ -118,6 +118,26 @@ static uint32_t first_above(const ivset *s, uint32_t lo, uint64_t y)
         n -= half;
     }
     return lo + (s->v[lo].hi <= y);
+}
+
+static uint32_t first_above(const ivset *s, uint32_t lo, uint64_t y)
+{
+    return first_above_in(s, lo, s->n, y);
+}
+
+/* The same from lo on where range lo - 1 ends at or below y: by doubling steps first, as a
+ * search's offset mostly passes a few of a set's ranges at a time (the other sets' ranges
+ * cover the gaps between them), and a set of thousands of ranges would take a dozen
+ * halvings over lines far apart. */
+static uint32_t first_above_near(const ivset *s, uint32_t lo, uint64_t y)
+{
+    uint32_t step = 1;
+
+    while (lo + step <= s->n && s->v[lo + step - 1].hi <= y) {
+        lo += step;
+        step *= 2;
+    }
+    return first_above_in(s, lo, lo + step <= s->n ? lo + step - 1 : s->n, y);
 }
 
 /*
@@ -131,7 +151,7 @@ static uint64_t clear_of(const ivset *s, uint32_t *at, uint64_t y, uint64_t size
     uint32_t x = *at;
 
     if (x < s->n && s->v[x].hi <= y && ++x < s->n && s->v[x].hi <= y)
-        x = first_above(s, x + 1, y);
+        x = first_above_near(s, x + 1, y);
     while (x < s->n && s->v[x].lo < y + size) {
         y = rp_align_up(s->v[x].hi, align);
         while (x < s->n && s->v[x].hi <= y)
