@@ -75,7 +75,10 @@ static void sky_set(rp_sky *t, uint32_t l, uint32_t r, uint64_t v)
     t->clean = 0;
     l += t->size;
     r += t->size;
-    for (uint32_t x = l >> 1, y = (r - 1) >> 1; x >= 1; x >>= 1, y >>= 1) {
+    /* A node's max is at least its children's: where both paths' nodes hold v already, so
+     * does every node above them. */
+    for (uint32_t x = l >> 1, y = (r - 1) >> 1; x >= 1 && (t->mx[x] < v || t->mx[y] < v);
+         x >>= 1, y >>= 1) {
         t->mx[x] = max64(t->mx[x], v);
         t->mx[y] = max64(t->mx[y], v);
     }
