@@ -513,12 +513,15 @@ static void mutate(uint32_t *order, uint32_t n, uint32_t crit, uint64_t *rng)
 
 /*
  * Iterated greedy over orders: mutate the current order, keep it when the plan is no
- * worse (plateaus let the search drift), remember the best. A walk can settle in a basin
- * that its moves do not leave (arcs that meet pairwise around a circle: one walk's end
- * depends on its seed far more than on its length): after a run of steps without a lower
- * plan, the Luby sequence times LOCAL_RESTART_STEPS per block, it starts again from the
- * order it was given, shaken by a few random changes (from the best order, or unshaken, the
- * walks fell back into the basins they had left). Stops at the lower bound.
+ * worse (plateaus let the search drift), remember the best. Stops at the lower bound.
+ * Where arcs meet pairwise beyond the live bytes (rp_bound.c's clique above LB: the long
+ * arcs of a loop whose tensors live from one iteration into the next) a walk settles in a
+ * basin, an arrangement of those arcs, that its moves do not leave: where it ends depends
+ * on its seed far more than on its length. There, after a run of steps without a lower
+ * plan (the Luby sequence times LOCAL_RESTART_STEPS per block), it starts again from the
+ * order it was given, shaken by a few random changes (from the best order, or unshaken,
+ * walks fell back into the basins they had left). Elsewhere (MiniMalloc's) a walk reaches
+ * lower plans after long drifts, which restarts cut short: one walk.
  */
 int rp_local(const rp_inst *in, rp_mem *m, rp_best *best, rp_clock *clk, uint64_t seed)
 {
@@ -529,6 +532,7 @@ int rp_local(const rp_inst *in, rp_mem *m, rp_best *best, rp_clock *clk, uint64_
     uint32_t *start = rp_alloc(m, (size_t)n + 1, sizeof(uint32_t));
     uint64_t *off = rp_alloc(m, (size_t)n + 1, sizeof(uint64_t));
     uint64_t cur_peak, rng = seed, since = 0, run = 1;
+    int restarts = in->clique_lb > in->lb;
 
     if (!cur || !cand || !start || !off || sky_init(&t, m, in->nsec ? in->nsec : 1) < 0)
         return -ENOMEM;
@@ -542,7 +546,7 @@ int rp_local(const rp_inst *in, rp_mem *m, rp_best *best, rp_clock *clk, uint64_
     while (cur_peak > in->stop && !rp_expired(clk) && rp_now_ns() < clk->deadline_ns) {
         uint64_t peak;
 
-        if (++since > rp_luby(run) * LOCAL_RESTART_STEPS * n) {
+        if (restarts && ++since > rp_luby(run) * LOCAL_RESTART_STEPS * n) {
             /* from the order it was given, shaken: each restart a basin of its own */
             memcpy(cand, start, n * sizeof(uint32_t));
             for (uint32_t q = 0; q < n / LOCAL_SHAKE; q++)
