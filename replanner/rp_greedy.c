@@ -4,6 +4,11 @@
 #include <errno.h>
 #include <string.h>
 
+/* The local search's restarts: steps without a lower plan, per block and Luby unit, before
+ * it starts again, and the random changes per block (a divisor) to the order it starts from. */
+#define LOCAL_RESTART_STEPS 4
+#define LOCAL_SHAKE 8
+
 /*
  * The skyline: per section, the top of the highest block placed there. Blocks go on top
  * of everything placed before them that they meet in time; some order of the blocks gives
@@ -512,6 +517,14 @@ static void mutate(uint32_t *order, uint32_t n, uint32_t crit, uint64_t *rng)
 /*
  * Iterated greedy over orders: mutate the current order, keep it when the plan is no
  * worse (plateaus let the search drift), remember the best. Stops at the lower bound.
+ * Where arcs meet pairwise beyond the live bytes (rp_bound.c's clique above LB: the long
+ * arcs of a loop whose tensors live from one iteration into the next) a walk settles in a
+ * basin, an arrangement of those arcs, that its moves do not leave: where it ends depends
+ * on its seed far more than on its length. There, after a run of steps without a lower
+ * plan (the Luby sequence times LOCAL_RESTART_STEPS per block), it starts again from the
+ * order it was given, shaken by a few random changes (from the best order, or unshaken,
+ * walks fell back into the basins they had left). Elsewhere (MiniMalloc's) a walk reaches
+ * lower plans after long drifts, which restarts cut short: one walk.
  */
 int rp_local(const rp_inst *in, rp_mem *m, rp_best *best, rp_clock *clk, uint64_t seed)
 {
@@ -519,23 +532,38 @@ int rp_local(const rp_inst *in, rp_mem *m, rp_best *best, rp_clock *clk, uint64_
     uint32_t n = in->nm, crit = 0, cand_crit = 0;
     uint32_t *cur = rp_alloc(m, (size_t)n + 1, sizeof(uint32_t));
     uint32_t *cand = rp_alloc(m, (size_t)n + 1, sizeof(uint32_t));
+    uint32_t *start = rp_alloc(m, (size_t)n + 1, sizeof(uint32_t));
     uint64_t *off = rp_alloc(m, (size_t)n + 1, sizeof(uint64_t));
-    uint64_t cur_peak, rng = seed;
+    uint64_t cur_peak, rng = seed, since = 0, run = 1;
+    int restarts = in->clique_lb > in->lb;
 
-    if (!cur || !cand || !off || sky_init(&t, m, in->nsec ? in->nsec : 1) < 0)
+    if (!cur || !cand || !start || !off || sky_init(&t, m, in->nsec ? in->nsec : 1) < 0)
         return -ENOMEM;
     if (n < 2 || rp_now_ns() >= clk->deadline_ns)
         return 0;
     memcpy(cur, best->order, n * sizeof(uint32_t));
+    memcpy(start, cur, n * sizeof(uint32_t));
     /* The order's own peak: above the best one where the branch and bound found that */
     cur_peak = decode(in, &t, cur, off, RP_NONE - 1, &crit, NULL);
     /* A decode can take milliseconds: look at the clock before each one. */
     while (cur_peak > in->stop && !rp_expired(clk) && rp_now_ns() < clk->deadline_ns) {
         uint64_t peak;
 
-        memcpy(cand, cur, n * sizeof(uint32_t));
-        mutate(cand, n, crit, &rng);
-        peak = decode(in, &t, cand, off, cur_peak, &cand_crit, clk);
+        if (restarts && ++since > rp_luby(run) * LOCAL_RESTART_STEPS * n) {
+            /* from the order it was given, shaken: each restart a basin of its own */
+            memcpy(cand, start, n * sizeof(uint32_t));
+            for (uint32_t q = 0; q < n / LOCAL_SHAKE; q++)
+                mutate(cand, n, (uint32_t)(rp_rand(&rng) % n), &rng);
+            run++;
+            since = 0;
+            peak = decode(in, &t, cand, off, RP_NONE - 1, &cand_crit, clk);
+        } else {
+            memcpy(cand, cur, n * sizeof(uint32_t));
+            mutate(cand, n, crit, &rng);
+            peak = decode(in, &t, cand, off, cur_peak, &cand_crit, clk);
+            if (peak != RP_NONE && peak < cur_peak)
+                since = 0;
+        }
         if (peak == RP_NONE)
             continue;
         memcpy(cur, cand, n * sizeof(uint32_t));
