@@ -449,6 +449,7 @@ typedef struct frame {
     /* the sections of the block placed last (all of them at first), the part where it
      * was placed and its run's unplaced blocks: which basins a survey checks again */
     uint32_t win[5];
+    int wide; /* a valley's candidates: those as wide as it first (0), then the others (1) */
 } frame;
 
 static void undo_to(tile *t, uint32_t *tl, uint32_t trail0)
@@ -457,32 +458,41 @@ static void undo_to(tile *t, uint32_t *tl, uint32_t trail0)
         lift(t, t->trail[--*tl], -1);
 }
 
-/* BRANCH f's next candidate from f->pos on, placed; 0 if none is left. */
+/*
+ * BRANCH f's next candidate from f->pos on, placed; 0 if none is left. At a valley, those
+ * that cover its whole floor come first: tilings often have a block as wide as a valley
+ * (a guillotine cut's piece), and trying them last solved fewer of the generated packings.
+ */
 static int branch_next(tile *t, frame *f, uint32_t *tl)
 {
     uint64_t L = t->sky[f->va];
-    int right = f->step == CORNER_RIGHT;
+    int right = f->step == CORNER_RIGHT, valley = f->step == CORNER_VALLEY;
     uint32_t end = right ? t->be[f->vb + 1] : t->bs[f->va + 1];
 
-    if (f->step == CORNER_VALLEY)
+    if (valley)
         chain(t, f->va, f->vb, L);
-    for (; f->pos < end; f->pos++) {
-        uint32_t z = right ? t->byend[f->pos] : t->byst[f->pos];
-        if (!fits(t, z, f->va, f->vb, L) || !first_of_class(t, z) ||
-            (f->step == CORNER_VALLEY && !t->can[t->e[z]]))
-            continue;
-        if (dead_with(t, z)) {
+    for (;;) {
+        for (; f->pos < end; f->pos++) {
+            uint32_t z = right ? t->byend[f->pos] : t->byst[f->pos];
+            if (!fits(t, z, f->va, f->vb, L) || !first_of_class(t, z) ||
+                (valley && (!t->can[t->e[z]] || (t->e[z] == f->vb) == f->wide)))
+                continue;
+            if (dead_with(t, z)) {
 #ifdef RP_TILE_STATS
-            t->st_skips++;
+                t->st_skips++;
 #endif
-            continue;
+                continue;
+            }
+            t->off[z] = L;
+            lift(t, z, 1);
+            t->trail[(*tl)++] = z;
+            return 1;
         }
-        t->off[z] = L;
-        lift(t, z, 1);
-        t->trail[(*tl)++] = z;
-        return 1;
+        if (!valley || f->wide)
+            return 0;
+        f->wide = 1;
+        f->pos = t->bs[f->va];
     }
-    return 0;
 }
 
 /*
@@ -506,7 +516,7 @@ static int tile_run(tile *t, rp_clock *c, uint64_t limit)
     }
     memcpy(t->cross, t->cross0, (t->nsec + 1) * sizeof(int32_t));
     t->h[0] = t->h[1] = UINT64_C(0x9e3779b97f4a7c15); /* the empty set's: not 0, an empty slot */
-    fs[0] = (frame){SPLIT, 0, t->nsec, 0, 0, 0, 0, 0, {0, t->nsec, UINT32_MAX, UINT32_MAX, 0}};
+    fs[0] = (frame){SPLIT, 0, t->nsec, 0, 0, 0, 0, 0, {0, t->nsec, UINT32_MAX, UINT32_MAX, 0}, 0};
     for (;;) {
         frame *f = &fs[top];
 
@@ -519,7 +529,7 @@ static int tile_run(tile *t, rp_clock *c, uint64_t limit)
                 ret = RP_FOUND;
             } else {
                 f->lo = p1;
-                fs[top + 1] = (frame){BRANCH, p0, p1, tl, 0, 0, 0, 0, {0}};
+                fs[top + 1] = (frame){BRANCH, p0, p1, tl, 0, 0, 0, 0, {0}, 0};
                 memcpy(fs[++top].win, f->win, sizeof(f->win));
                 ret = -1;
                 continue;
@@ -545,6 +555,7 @@ static int tile_run(tile *t, rp_clock *c, uint64_t limit)
                 ret = RP_NOTFOUND;
             } else {
                 f->pos = f->step == CORNER_RIGHT ? t->be[f->vb] : t->bs[f->va];
+                f->wide = 0;
                 ret = branch_next(t, f, &tl) ? -2 : RP_NOTFOUND;
             }
         } else if (ret == RP_NOTFOUND) {
@@ -557,7 +568,7 @@ static int tile_run(tile *t, rp_clock *c, uint64_t limit)
         if (ret == -2) { /* placed: its part next */
             uint32_t z = t->trail[tl - 1];
             frame *g = &fs[++top];
-            *g = (frame){SPLIT, f->lo, f->hi, tl, 0, 0, 0, 0, {0}};
+            *g = (frame){SPLIT, f->lo, f->hi, tl, 0, 0, 0, 0, {0}, 0};
             g->win[0] = t->a[z];
             g->win[1] = t->e[z];
             g->win[2] = f->lo;
