@@ -675,9 +675,15 @@ static int cut_line(const rp_inst *in, uint32_t *a, uint32_t *e, uint64_t *sz, u
  * two nodes each, c2 at d2 bytes above c1 (0: side by side in time).
  */
 typedef struct join {
-    uint32_t *a, *e, *c1, *c2, *ne, *ns, *ea, *se, *at, *list, *as, *lists;
-    uint64_t *sz, *d2, *sume, *sums;
-    unsigned char *used;
+    uint32_t *a, *e, *c1, *c2; /* per node: its run [a, e), its two parts */
+    uint64_t *sz, *d2;         /* per node: its bytes, where its second part lies */
+    unsigned char *used;       /* per node: 2 joined into another, 1 made or joined this round */
+    /* per boundary x, each round: the nodes ending (ne) and starting (ns) there, the one
+     * start of those ending there (ea) and end of those starting there (se) or UINT32_MAX,
+     * their bytes (sume, sums), and where they are listed (list from at[x], lists from
+     * as[x]) */
+    uint32_t *ne, *ns, *ea, *se, *at, *list, *as, *lists;
+    uint64_t *sume, *sums;
 } join;
 
 /* A new node of c1 and c2 (d2 above it) over [a, e), of sz bytes: its number. */
