@@ -40,6 +40,11 @@
  * On a circle every arc is cut at a section boundary that no arc other than those live all
  * the time crosses, where there is one (a packing turned around the circle has one): a plan
  * of that line is a plan of the circle, and a circle's plan at LB is one of the line.
+ *
+ * Before the search, blocks that lie at one offset in every plan at LB (one block alone
+ * ending at a boundary, one alone starting there, or one on one side and blocks of one run
+ * stacked on the other) are joined into one block (join_blocks). Runs alternate between
+ * time as it is and turned around.
  */
 
 /* Entries of the table of dead placed sets: per block, and at most (16 bytes each). */
@@ -444,6 +449,7 @@ typedef struct frame {
     /* the sections of the block placed last (all of them at first), the part where it
      * was placed and its run's unplaced blocks: which basins a survey checks again */
     uint32_t win[5];
+    int rank; /* a valley's candidates: which rank (valley_rank) it is trying */
 } frame;
 
 static void undo_to(tile *t, uint32_t *tl, uint32_t trail0)
@@ -452,32 +458,54 @@ static void undo_to(tile *t, uint32_t *tl, uint32_t trail0)
         lift(t, t->trail[--*tl], -1);
 }
 
-/* BRANCH f's next candidate from f->pos on, placed; 0 if none is left. */
+/*
+ * Which of a valley's candidates a run tries first (rank 0) to last (3): those that cover
+ * its whole floor, then the others; in each, those whose top meets the level of a wall
+ * beside them first. A tiling made by guillotine cuts has pieces as wide as a valley and as
+ * high as its wall; trying such blocks first solved more of the generated packings within
+ * a step limit, trying them last fewer.
+ */
+static int valley_rank(const tile *t, const frame *f, uint32_t z, uint64_t L)
+{
+    int wide = t->e[z] == f->vb;
+    uint64_t top = L + t->sz[z];
+
+    return (wide ? 0 : 2) + !((f->va > f->lo && top == t->sky[f->va - 1]) ||
+                              (wide && f->vb < f->hi && top == t->sky[f->vb]));
+}
+
+/* BRANCH f's next candidate from f->pos on (at a valley, rank f->rank on), placed; 0 if
+ * none is left. */
 static int branch_next(tile *t, frame *f, uint32_t *tl)
 {
     uint64_t L = t->sky[f->va];
-    int right = f->step == CORNER_RIGHT;
+    int right = f->step == CORNER_RIGHT, valley = f->step == CORNER_VALLEY;
     uint32_t end = right ? t->be[f->vb + 1] : t->bs[f->va + 1];
 
-    if (f->step == CORNER_VALLEY)
+    if (valley)
         chain(t, f->va, f->vb, L);
-    for (; f->pos < end; f->pos++) {
-        uint32_t z = right ? t->byend[f->pos] : t->byst[f->pos];
-        if (!fits(t, z, f->va, f->vb, L) || !first_of_class(t, z) ||
-            (f->step == CORNER_VALLEY && !t->can[t->e[z]]))
-            continue;
-        if (dead_with(t, z)) {
+    for (;;) {
+        for (; f->pos < end; f->pos++) {
+            uint32_t z = right ? t->byend[f->pos] : t->byst[f->pos];
+            if (!fits(t, z, f->va, f->vb, L) || !first_of_class(t, z) ||
+                (valley && (!t->can[t->e[z]] || valley_rank(t, f, z, L) != f->rank)))
+                continue;
+            if (dead_with(t, z)) {
 #ifdef RP_TILE_STATS
-            t->st_skips++;
+                t->st_skips++;
 #endif
-            continue;
+                continue;
+            }
+            t->off[z] = L;
+            lift(t, z, 1);
+            t->trail[(*tl)++] = z;
+            return 1;
         }
-        t->off[z] = L;
-        lift(t, z, 1);
-        t->trail[(*tl)++] = z;
-        return 1;
+        if (!valley || f->rank == 3)
+            return 0;
+        f->rank++;
+        f->pos = t->bs[f->va];
     }
-    return 0;
 }
 
 /*
@@ -501,7 +529,7 @@ static int tile_run(tile *t, rp_clock *c, uint64_t limit)
     }
     memcpy(t->cross, t->cross0, (t->nsec + 1) * sizeof(int32_t));
     t->h[0] = t->h[1] = UINT64_C(0x9e3779b97f4a7c15); /* the empty set's: not 0, an empty slot */
-    fs[0] = (frame){SPLIT, 0, t->nsec, 0, 0, 0, 0, 0, {0, t->nsec, UINT32_MAX, UINT32_MAX, 0}};
+    fs[0] = (frame){SPLIT, 0, t->nsec, 0, 0, 0, 0, 0, {0, t->nsec, UINT32_MAX, UINT32_MAX, 0}, 0};
     for (;;) {
         frame *f = &fs[top];
 
@@ -514,7 +542,7 @@ static int tile_run(tile *t, rp_clock *c, uint64_t limit)
                 ret = RP_FOUND;
             } else {
                 f->lo = p1;
-                fs[top + 1] = (frame){BRANCH, p0, p1, tl, 0, 0, 0, 0, {0}};
+                fs[top + 1] = (frame){BRANCH, p0, p1, tl, 0, 0, 0, 0, {0}, 0};
                 memcpy(fs[++top].win, f->win, sizeof(f->win));
                 ret = -1;
                 continue;
@@ -540,6 +568,7 @@ static int tile_run(tile *t, rp_clock *c, uint64_t limit)
                 ret = RP_NOTFOUND;
             } else {
                 f->pos = f->step == CORNER_RIGHT ? t->be[f->vb] : t->bs[f->va];
+                f->rank = 0;
                 ret = branch_next(t, f, &tl) ? -2 : RP_NOTFOUND;
             }
         } else if (ret == RP_NOTFOUND) {
@@ -552,7 +581,7 @@ static int tile_run(tile *t, rp_clock *c, uint64_t limit)
         if (ret == -2) { /* placed: its part next */
             uint32_t z = t->trail[tl - 1];
             frame *g = &fs[++top];
-            *g = (frame){SPLIT, f->lo, f->hi, tl, 0, 0, 0, 0, {0}};
+            *g = (frame){SPLIT, f->lo, f->hi, tl, 0, 0, 0, 0, {0}, 0};
             g->win[0] = t->a[z];
             g->win[1] = t->e[z];
             g->win[2] = f->lo;
@@ -599,16 +628,16 @@ static void order_starts(tile *t, uint64_t *rng, int shuffle)
 }
 
 /*
- * The runs on a line: as they are on a line; on a circle cut at a boundary no arc crosses
- * (arcs live all the time aside, which span the whole line). 0 where there is none.
+ * The runs [a, e) on a line: as they are on a line; on a circle cut at a boundary no arc
+ * crosses (arcs live all the time aside, which span the whole line). 0 where there is none.
  */
-static int cut_line(const rp_inst *in, tile *t, uint32_t *cross)
+static int cut_line(const rp_inst *in, uint32_t *a, uint32_t *e, uint64_t *sz, uint32_t *cross)
 {
     uint32_t nsec = in->nsec, cut = 0;
 
     if (in->period) {
         memset(cross, 0, ((size_t)nsec + 1) * sizeof(uint32_t));
-        for (uint32_t k = 0; k < t->nm; k++) {
+        for (uint32_t k = 0; k < in->nm; k++) {
             uint32_t i = in->mov[k], len = in->s1[i] - in->s0[i] + in->w1[i] - in->w0[i];
             uint32_t lo = in->s0[i] + 1, hi = in->s0[i] + len; /* boundaries crossed, mod nsec */
             if (len == nsec || len < 2)
@@ -632,13 +661,128 @@ static int cut_line(const rp_inst *in, tile *t, uint32_t *cross)
         if (cut == nsec)
             return 0;
     }
-    for (uint32_t k = 0; k < t->nm; k++) {
+    for (uint32_t k = 0; k < in->nm; k++) {
         uint32_t i = in->mov[k], len = in->s1[i] - in->s0[i] + in->w1[i] - in->w0[i];
-        t->a[k] = len == nsec ? 0 : (in->s0[i] + nsec - cut) % nsec;
-        t->e[k] = t->a[k] + len;
-        t->sz[k] = in->b[i].size;
+        a[k] = len == nsec ? 0 : (in->s0[i] + nsec - cut) % nsec;
+        e[k] = a[k] + len;
+        sz[k] = in->b[i].size;
     }
     return 1;
+}
+
+/*
+ * Blocks joined into one before the search (join_blocks): node k < nm is block k, the others
+ * two nodes each, c2 at d2 bytes above c1 (0: side by side in time).
+ */
+typedef struct join {
+    uint32_t *a, *e, *c1, *c2; /* per node: its run [a, e), its two parts */
+    uint64_t *sz, *d2;         /* per node: its bytes, where its second part lies */
+    unsigned char *used;       /* per node: 2 joined into another, 1 made or joined this round */
+    /* per boundary x, each round: the nodes ending (ne) and starting (ns) there, the one
+     * start of those ending there (ea) and end of those starting there (se) or UINT32_MAX,
+     * their bytes (sume, sums), and where they are listed (list from at[x], lists from
+     * as[x]) */
+    uint32_t *ne, *ns, *ea, *se, *at, *list, *as, *lists;
+    uint64_t *sume, *sums;
+} join;
+
+/* A new node of c1 and c2 (d2 above it) over [a, e), of sz bytes: its number. */
+static uint32_t join_two(join *j, uint32_t *nn, uint32_t c1, uint32_t c2, uint64_t d2, uint64_t sz)
+{
+    uint32_t k = (*nn)++;
+
+    j->a[k] = j->a[c1] < j->a[c2] ? j->a[c1] : j->a[c2];
+    j->e[k] = j->e[c1] > j->e[c2] ? j->e[c1] : j->e[c2];
+    j->sz[k] = sz;
+    j->c1[k] = c1;
+    j->c2[k] = c2;
+    j->d2[k] = d2;
+    j->used[c1] = j->used[c2] = 2; /* gone */
+    j->used[k] = 1;
+    return k;
+}
+
+/*
+ * In a plan at LB the blocks that end at a boundary x and those that start there cover the
+ * same bytes (in the sections on either side of x, the rest are the blocks across x, at the
+ * same offsets in both). Where one block alone ends at x and one alone starts there, of one
+ * size, they lie at one offset in every such plan: one block over both runs. Where one
+ * alone starts there and those ending there all start at one time, they are stacked in its
+ * bytes, in any order: one block of their run, joined to it (and the other way round).
+ * Rounds of that until none is left; nodes k >= nm are the joined ones (struct join).
+ * Returns the number of nodes.
+ */
+static uint32_t join_blocks(join *j, uint32_t nm, uint32_t nsec)
+{
+    uint32_t nn = nm;
+
+    for (uint32_t k = 0; k < nm; k++)
+        j->used[k] = 0;
+    for (int again = 1; again;) {
+        again = 0;
+        memset(j->ne, 0, ((size_t)nsec + 2) * sizeof(uint32_t));
+        memset(j->ns, 0, ((size_t)nsec + 2) * sizeof(uint32_t));
+        memset(j->sume, 0, ((size_t)nsec + 1) * sizeof(uint64_t));
+        memset(j->sums, 0, ((size_t)nsec + 1) * sizeof(uint64_t));
+        for (uint32_t k = 0; k < nn; k++) {
+            uint32_t a = j->a[k], e = j->e[k];
+            if (j->used[k] == 2)
+                continue;
+            j->used[k] = 0;
+            if (j->ne[e]++ == 0)
+                j->ea[e] = a; /* the start of those ending at e, UINT32_MAX if several */
+            else if (j->ea[e] != a)
+                j->ea[e] = UINT32_MAX;
+            if (j->ns[a]++ == 0)
+                j->se[a] = e;
+            else if (j->se[a] != e)
+                j->se[a] = UINT32_MAX;
+            j->sume[e] += j->sz[k];
+            j->sums[a] += j->sz[k];
+        }
+        /* the nodes by end (list from at[x]) and by start (lists from as[x]) */
+        j->at[0] = j->as[0] = 0;
+        for (uint32_t x = 0; x <= nsec; x++) {
+            j->at[x + 1] = j->at[x] + j->ne[x];
+            j->as[x + 1] = j->as[x] + j->ns[x];
+        }
+        for (uint32_t k = 0; k < nn; k++) {
+            if (j->used[k] != 2) {
+                j->list[j->at[j->e[k]]++] = k;
+                j->lists[j->as[j->a[k]]++] = k;
+            }
+        }
+        for (uint32_t x = nsec + 1; x-- > 0;) {
+            j->at[x + 1] = j->at[x];
+            j->as[x + 1] = j->as[x];
+        }
+        j->at[0] = j->as[0] = 0;
+        for (uint32_t x = 1; x < nsec; x++) {
+            uint32_t ne = j->ne[x], ns = j->ns[x], k = UINT32_MAX, y = UINT32_MAX;
+            int free = 1;
+            if (!ne || !ns || (ne > 1 && ns > 1) || j->sume[x] != j->sums[x] ||
+                (ne > 1 && j->ea[x] == UINT32_MAX) || (ns > 1 && j->se[x] == UINT32_MAX))
+                continue;
+            for (uint32_t q = j->at[x]; q < j->at[x + 1]; q++)
+                free &= j->used[j->list[q]] == 0;
+            for (uint32_t q = j->as[x]; q < j->as[x + 1]; q++)
+                free &= j->used[j->lists[q]] == 0;
+            if (!free)
+                continue;
+            /* those of one run stacked (in any order: the same bytes), then side by side */
+            for (uint32_t q = j->at[x]; q < j->at[x + 1]; q++) {
+                uint32_t z = j->list[q];
+                k = k == UINT32_MAX ? z : join_two(j, &nn, k, z, j->sz[k], j->sz[k] + j->sz[z]);
+            }
+            for (uint32_t q = j->as[x]; q < j->as[x + 1]; q++) {
+                uint32_t z = j->lists[q];
+                y = y == UINT32_MAX ? z : join_two(j, &nn, y, z, j->sz[y], j->sz[y] + j->sz[z]);
+            }
+            join_two(j, &nn, k, y, 0, j->sz[y]);
+            again = 1;
+        }
+    }
+    return nn;
 }
 
 /* 1 when the search applies: no fixed blocks, no alignment, every section at LB. */
@@ -655,129 +799,211 @@ static int tight(const rp_inst *in)
     return 1;
 }
 
+/*
+ * One orientation's state for the blocks [a, e) of sz on the line, mirrored (time turned
+ * around: a tiling turned around is one of the turned blocks) or not. The table of dead
+ * sets, its keys and the plan are set by the caller and shared. 0 or -ENOMEM.
+ */
+static int tile_setup(tile *t, rp_mem *own, uint32_t nm, uint32_t nsec, uint64_t lb,
+                      const uint32_t *a, const uint32_t *e, const uint64_t *sz, int mirror)
+{
+    t->nm = nm;
+    t->nsec = nsec;
+    t->lb = lb;
+    t->kv = rp_alloc(own, (size_t)nm + 1, sizeof(rp_kv));
+    t->a = rp_alloc(own, (size_t)nm + 1, sizeof(uint32_t));
+    t->e = rp_alloc(own, (size_t)nm + 1, sizeof(uint32_t));
+    t->sz = rp_alloc(own, (size_t)nm + 1, sizeof(uint64_t));
+    t->bs = rp_alloc(own, (size_t)nsec + 2, sizeof(uint32_t));
+    t->be = rp_alloc(own, (size_t)nsec + 3, sizeof(uint32_t));
+    t->byst = rp_alloc(own, (size_t)nm + 1, sizeof(uint32_t));
+    t->byend = rp_alloc(own, (size_t)nm + 1, sizeof(uint32_t));
+    t->sky = rp_alloc(own, (size_t)nsec + 1, sizeof(uint64_t));
+    t->cross = rp_alloc(own, (size_t)nsec + 1, sizeof(int32_t));
+    t->cross0 = rp_alloc(own, (size_t)nsec + 2, sizeof(int32_t));
+    t->sx = rp_alloc(own, (size_t)nsec + 1, sizeof(uint32_t));
+    t->ng = rp_alloc(own, (size_t)nsec + 1, sizeof(uint32_t));
+    t->pg = rp_alloc(own, (size_t)nsec + 1, sizeof(uint32_t));
+    t->stk = rp_alloc(own, (size_t)nsec + 1, sizeof(uint32_t));
+    t->cprev = rp_alloc(own, (size_t)nm + 1, sizeof(uint32_t));
+    t->rs = rp_alloc(own, (size_t)nm + 1, sizeof(uint32_t));
+    t->re = rp_alloc(own, (size_t)nm + 1, sizeof(uint32_t));
+    t->rn = rp_alloc(own, (size_t)nm + 1, sizeof(uint32_t));
+    t->rof = rp_alloc(own, (size_t)nm + 1, sizeof(uint32_t));
+    t->rbs = rp_alloc(own, (size_t)nsec + 2, sizeof(uint32_t));
+    t->rsz = rp_alloc(own, (size_t)nm + 1, sizeof(uint64_t));
+    t->dif = rp_alloc(own, (size_t)nsec + 2, sizeof(uint64_t));
+    t->can = rp_alloc(own, (size_t)nsec + 1, 1);
+    t->placed = rp_alloc(own, (size_t)nm + 1, 1);
+    t->trail = rp_alloc(own, (size_t)nm + 1, sizeof(uint32_t));
+    t->frames = rp_alloc(own, 2 * (size_t)nm + 2, sizeof(frame));
+    if (!t->kv || !t->a || !t->e || !t->sz || !t->bs || !t->be || !t->byst || !t->byend ||
+        !t->sky || !t->cross || !t->cross0 || !t->sx || !t->ng || !t->pg || !t->cprev || !t->rs ||
+        !t->re || !t->rn || !t->rof || !t->rbs || !t->rsz || !t->dif || !t->stk || !t->can ||
+        !t->placed || !t->trail || !t->frames)
+        return -ENOMEM;
+    for (uint32_t k = 0; k < nm; k++) {
+        t->a[k] = mirror ? nsec - e[k] : a[k];
+        t->e[k] = mirror ? nsec - a[k] : e[k];
+        t->sz[k] = sz[k];
+    }
+    memset(t->bs, 0, ((size_t)nsec + 2) * sizeof(uint32_t));
+    memset(t->be, 0, ((size_t)nsec + 3) * sizeof(uint32_t));
+    memset(t->cross0, 0, ((size_t)nsec + 2) * sizeof(int32_t));
+    for (uint32_t k = 0; k < nm; k++) {
+        t->bs[t->a[k] + 1]++;
+        t->be[t->e[k] + 1]++;
+        if (t->e[k] > t->a[k] + 1) {
+            t->cross0[t->a[k] + 1]++;
+            t->cross0[t->e[k]]--;
+        }
+    }
+    for (uint32_t x = 1; x <= nsec; x++)
+        t->cross0[x] += t->cross0[x - 1];
+    for (uint32_t x = 0; x < nsec; x++)
+        t->bs[x + 1] += t->bs[x];
+    for (uint32_t x = 0; x <= nsec; x++)
+        t->be[x + 1] += t->be[x];
+    for (uint32_t k = 0; k < nm; k++)
+        t->kv[k] = (rp_kv){((uint64_t)t->a[k] << 32) | t->e[k], t->sz[k], 0, k};
+    rp_sort_kv(t->kv, nm); /* classes together, each by index */
+    memset(t->rbs, 0, ((size_t)nsec + 2) * sizeof(uint32_t));
+    for (uint32_t k = 0, nr = 0; k < nm; k++) {
+        const rp_kv *p = k ? &t->kv[k - 1] : NULL;
+        uint32_t y = t->kv[k].v;
+        t->cprev[y] = p && p->k1 == t->kv[k].k1 && p->k2 == t->kv[k].k2 ? p->v : UINT32_MAX;
+        if (!p || p->k1 != t->kv[k].k1) { /* a new run */
+            t->rs[nr] = t->a[y];
+            t->re[nr] = t->e[y];
+            t->rn[nr++] = 0;
+            t->rbs[t->a[y] + 1]++;
+        }
+        t->rof[y] = nr - 1;
+        t->rn[nr - 1]++;
+    }
+    for (uint32_t x = 0; x < nsec; x++)
+        t->rbs[x + 1] += t->rbs[x];
+    for (uint32_t k = 0; k < nm; k++)
+        t->kv[k] = (rp_kv){t->e[k], 0, 0, k};
+    rp_sort_kv(t->kv, nm); /* by end, for the right corners */
+    for (uint32_t k = 0; k < nm; k++)
+        t->byend[k] = t->kv[k].v;
+    return 0;
+}
+
 int rp_tile(const rp_inst *in, rp_mem *m, rp_best *best, rp_clock *clk, uint64_t deadline_ns)
 {
     rp_mem own = {m->a, NULL};
-    tile t = {0};
-    uint32_t nm = in->nm, nsec = in->nsec;
-    uint64_t rng = UINT64_C(0x2545f4914f6cdd1d);
+    tile t[2] = {{0}, {0}};
+    join j = {0};
+    uint32_t nm = in->nm, nsec = in->nsec, nn, nj = 0, dmask, *ja, *je, *idx;
+    uint64_t rng = UINT64_C(0x2545f4914f6cdd1d), *zob, *dead, *off, *jsz;
+    size_t n2 = 2 * (size_t)nm + 1, ns2 = (size_t)nsec + 2;
     rp_clock c = *clk;
     int rc = -ENOMEM, r = RP_ABORTED;
 
     if (!tight(in))
         return 0;
     c.deadline_ns = deadline_ns < clk->deadline_ns ? deadline_ns : clk->deadline_ns;
-    t.nm = nm;
-    t.nsec = nsec;
-    t.lb = in->lb;
-    t.kv = rp_alloc(&own, (size_t)nm + 1, sizeof(rp_kv));
-    t.a = rp_alloc(&own, (size_t)nm + 1, sizeof(uint32_t));
-    t.e = rp_alloc(&own, (size_t)nm + 1, sizeof(uint32_t));
-    t.sz = rp_alloc(&own, (size_t)nm + 1, sizeof(uint64_t));
-    t.bs = rp_alloc(&own, (size_t)nsec + 2, sizeof(uint32_t));
-    t.be = rp_alloc(&own, (size_t)nsec + 3, sizeof(uint32_t));
-    t.byst = rp_alloc(&own, (size_t)nm + 1, sizeof(uint32_t));
-    t.byend = rp_alloc(&own, (size_t)nm + 1, sizeof(uint32_t));
-    t.sky = rp_alloc(&own, (size_t)nsec + 1, sizeof(uint64_t));
-    t.cross = rp_alloc(&own, (size_t)nsec + 1, sizeof(int32_t));
-    t.cross0 = rp_alloc(&own, (size_t)nsec + 2, sizeof(int32_t));
-    t.sx = rp_alloc(&own, (size_t)nsec + 1, sizeof(uint32_t));
-    t.ng = rp_alloc(&own, (size_t)nsec + 1, sizeof(uint32_t));
-    t.pg = rp_alloc(&own, (size_t)nsec + 1, sizeof(uint32_t));
-    t.stk = rp_alloc(&own, (size_t)nsec + 1, sizeof(uint32_t));
-    t.cprev = rp_alloc(&own, (size_t)nm + 1, sizeof(uint32_t));
-    t.rs = rp_alloc(&own, (size_t)nm + 1, sizeof(uint32_t));
-    t.re = rp_alloc(&own, (size_t)nm + 1, sizeof(uint32_t));
-    t.rn = rp_alloc(&own, (size_t)nm + 1, sizeof(uint32_t));
-    t.rof = rp_alloc(&own, (size_t)nm + 1, sizeof(uint32_t));
-    t.rbs = rp_alloc(&own, (size_t)nsec + 2, sizeof(uint32_t));
-    t.rsz = rp_alloc(&own, (size_t)nm + 1, sizeof(uint64_t));
-    t.dif = rp_alloc(&own, (size_t)nsec + 2, sizeof(uint64_t));
-    t.can = rp_alloc(&own, (size_t)nsec + 1, 1);
-    t.placed = rp_alloc(&own, (size_t)nm + 1, 1);
-    t.trail = rp_alloc(&own, (size_t)nm + 1, sizeof(uint32_t));
-    t.frames = rp_alloc(&own, 2 * (size_t)nm + 2, sizeof(frame));
-    t.off = rp_alloc(&own, (size_t)nm + 1, sizeof(uint64_t));
-    t.zob = rp_alloc(&own, 2 * (size_t)nm + 2, sizeof(uint64_t));
-    for (t.dmask = 1023;
-         t.dmask < TILE_DEAD_PER_BLOCK * (uint64_t)nm - 1 && t.dmask < TILE_DEAD_MAX - 1;)
-        t.dmask = 2 * t.dmask + 1;
-    t.dead = rp_alloc(&own, 2 * ((size_t)t.dmask + 1), sizeof(uint64_t));
-    if (!t.zob || !t.dead || !t.kv || !t.a || !t.e || !t.sz || !t.bs || !t.be || !t.byst ||
-        !t.byend || !t.sky || !t.cross || !t.cross0 || !t.sx || !t.ng || !t.pg || !t.cprev ||
-        !t.rs || !t.re || !t.rn || !t.rof || !t.rbs || !t.rsz || !t.dif || !t.stk || !t.can ||
-        !t.placed || !t.trail || !t.frames || !t.off)
+    for (dmask = 1023; dmask < TILE_DEAD_PER_BLOCK * (uint64_t)nm - 1 && dmask < TILE_DEAD_MAX - 1;)
+        dmask = 2 * dmask + 1;
+    off = rp_alloc(&own, n2, sizeof(uint64_t));
+    zob = rp_alloc(&own, n2, sizeof(uint64_t));
+    dead = rp_alloc(&own, 2 * ((size_t)dmask + 1), sizeof(uint64_t));
+    ja = rp_alloc(&own, n2, sizeof(uint32_t));
+    je = rp_alloc(&own, n2, sizeof(uint32_t));
+    jsz = rp_alloc(&own, n2, sizeof(uint64_t));
+    idx = rp_alloc(&own, n2, sizeof(uint32_t));
+    j.a = rp_alloc(&own, n2, sizeof(uint32_t));
+    j.e = rp_alloc(&own, n2, sizeof(uint32_t));
+    j.c1 = rp_alloc(&own, n2, sizeof(uint32_t));
+    j.c2 = rp_alloc(&own, n2, sizeof(uint32_t));
+    j.list = rp_alloc(&own, n2, sizeof(uint32_t));
+    j.lists = rp_alloc(&own, n2, sizeof(uint32_t));
+    j.sz = rp_alloc(&own, n2, sizeof(uint64_t));
+    j.d2 = rp_alloc(&own, n2, sizeof(uint64_t));
+    j.used = rp_alloc(&own, n2, 1);
+    j.ne = rp_alloc(&own, ns2, sizeof(uint32_t));
+    j.ns = rp_alloc(&own, ns2, sizeof(uint32_t));
+    j.ea = rp_alloc(&own, ns2, sizeof(uint32_t));
+    j.se = rp_alloc(&own, ns2, sizeof(uint32_t));
+    j.at = rp_alloc(&own, ns2, sizeof(uint32_t));
+    j.as = rp_alloc(&own, ns2, sizeof(uint32_t));
+    j.sume = rp_alloc(&own, ns2, sizeof(uint64_t));
+    j.sums = rp_alloc(&own, ns2, sizeof(uint64_t));
+    if (!off || !zob || !dead || !ja || !je || !jsz || !idx || !j.a || !j.e || !j.c1 || !j.c2 ||
+        !j.list || !j.lists || !j.sz || !j.d2 || !j.used || !j.ne || !j.ns || !j.ea || !j.se ||
+        !j.at || !j.as || !j.sume || !j.sums)
         goto out;
     rc = 0;
-    if (!cut_line(in, &t, t.stk))
+    if (!cut_line(in, j.a, j.e, j.sz, j.ne))
         goto out;
-    for (uint64_t z = rng ^ UINT64_C(0xd1b54a32d192ed03), k = 0; k < 2 * (uint64_t)nm; k++)
-        t.zob[k] = rp_rand(&z);
-    memset(t.bs, 0, ((size_t)nsec + 2) * sizeof(uint32_t));
-    memset(t.be, 0, ((size_t)nsec + 3) * sizeof(uint32_t));
-    memset(t.cross0, 0, ((size_t)nsec + 2) * sizeof(int32_t));
-    for (uint32_t k = 0; k < nm; k++) {
-        t.bs[t.a[k] + 1]++;
-        t.be[t.e[k] + 1]++;
-        if (t.e[k] > t.a[k] + 1) {
-            t.cross0[t.a[k] + 1]++;
-            t.cross0[t.e[k]]--;
-        }
+    nn = join_blocks(&j, nm, nsec);
+    for (uint32_t k = 0; k < nn; k++) {
+        if (j.used[k] == 2)
+            continue;
+        idx[k] = nj;
+        ja[nj] = j.a[k];
+        je[nj] = j.e[k];
+        jsz[nj++] = j.sz[k];
     }
-    for (uint32_t x = 1; x <= nsec; x++)
-        t.cross0[x] += t.cross0[x - 1];
-    for (uint32_t x = 0; x < nsec; x++)
-        t.bs[x + 1] += t.bs[x];
-    for (uint32_t x = 0; x <= nsec; x++)
-        t.be[x + 1] += t.be[x];
-    for (uint32_t k = 0; k < nm; k++)
-        t.kv[k] = (rp_kv){((uint64_t)t.a[k] << 32) | t.e[k], t.sz[k], 0, k};
-    rp_sort_kv(t.kv, nm); /* classes together, each by index */
-    memset(t.rbs, 0, ((size_t)nsec + 2) * sizeof(uint32_t));
-    for (uint32_t k = 0, nr = 0; k < nm; k++) {
-        const rp_kv *p = k ? &t.kv[k - 1] : NULL;
-        uint32_t y = t.kv[k].v;
-        t.cprev[y] = p && p->k1 == t.kv[k].k1 && p->k2 == t.kv[k].k2 ? p->v : UINT32_MAX;
-        if (!p || p->k1 != t.kv[k].k1) { /* a new run */
-            t.rs[nr] = t.a[y];
-            t.re[nr] = t.e[y];
-            t.rn[nr++] = 0;
-            t.rbs[t.a[y] + 1]++;
-        }
-        t.rof[y] = nr - 1;
-        t.rn[nr - 1]++;
+    for (uint64_t z = rng ^ UINT64_C(0xd1b54a32d192ed03), k = 0; k < 2 * (uint64_t)nj; k++)
+        zob[k] = rp_rand(&z);
+    for (int d = 0; d < 2; d++) {
+        if ((rc = tile_setup(&t[d], &own, nj, nsec, in->lb, ja, je, jsz, d)) < 0)
+            goto out;
+        t[d].off = off;
+        t[d].zob = zob;
+        t[d].dead = dead;
+        t[d].dmask = dmask;
     }
-    for (uint32_t x = 0; x < nsec; x++)
-        t.rbs[x + 1] += t.rbs[x];
-    for (uint32_t k = 0; k < nm; k++)
-        t.kv[k] = (rp_kv){t.e[k], 0, 0, k};
-    rp_sort_kv(t.kv, nm); /* by end, for the right corners */
-    for (uint32_t k = 0; k < nm; k++)
-        t.byend[k] = t.kv[k].v;
+    /* Runs alternate between time as it is and turned around (each on its own Luby
+     * schedule): which of the two a tiling is easier to reach from often differs by orders
+     * of magnitude. Both place the same blocks on the same skylines, mirrored, so a set
+     * proven dead in one is dead in the other and they share the table. */
     for (uint64_t run = 1; r == RP_ABORTED && !c.stopped; run++) {
-        order_starts(&t, &rng, run > 1);
-        r = tile_run(&t, &c, 4 * (uint64_t)nm * rp_luby(run));
+        tile *tr = &t[(run - 1) & 1];
+        order_starts(tr, &rng, run > 2);
+        r = tile_run(tr, &c, 4 * (uint64_t)nj * rp_luby((run + 1) / 2));
     }
     if (r == RP_FOUND) {
-        memcpy(best->off, t.off, nm * sizeof(uint64_t));
+        /* the joined nodes' offsets, then their parts' (a node is numbered after its parts) */
+        for (uint32_t k = nn; k-- > 0;) {
+            if (j.used[k] != 2)
+                jsz[k] = off[idx[k]];
+            if (k >= nm) {
+                jsz[j.c1[k]] = jsz[k];
+                jsz[j.c2[k]] = jsz[k] + j.d2[k];
+            }
+        }
+        for (uint32_t k = 0; k < nm; k++)
+            best->off[k] = jsz[k];
         best->peak = in->lb;
         best->stage = "tile";
     } else if (r == RP_NOTFOUND && in->lb + 1 > best->proven) {
         best->proven = in->lb + 1;
     }
 #ifdef RP_TILE_STATS
+    t[0].st_nodes += t[1].st_nodes;
+    t[0].st_fails += t[1].st_fails;
+    t[0].st_hits += t[1].st_hits;
+    t[0].st_skips += t[1].st_skips;
+    for (int d = 0; d < 10; d++)
+        t[0].st_tenth[d] += t[1].st_tenth[d];
+    if (t[1].st_depth_max > t[0].st_depth_max)
+        t[0].st_depth_max = t[1].st_depth_max;
     fprintf(stderr, "tile: %s, %llu nodes (by tenths of the depth:",
             r == RP_FOUND      ? "found"
             : r == RP_NOTFOUND ? "none"
                                : "aborted",
-            (unsigned long long)t.st_nodes);
+            (unsigned long long)t[0].st_nodes);
     for (int d = 0; d < 10; d++)
-        fprintf(stderr, " %llu", (unsigned long long)t.st_tenth[d]);
+        fprintf(stderr, " %llu", (unsigned long long)t[0].st_tenth[d]);
     fprintf(
         stderr,
         "), %llu failed surveys, %llu dead on entry, %llu candidates dead, deepest %llu of %u\n",
-        (unsigned long long)t.st_fails, (unsigned long long)t.st_hits,
-        (unsigned long long)t.st_skips, (unsigned long long)t.st_depth_max, nm);
+        (unsigned long long)t[0].st_fails, (unsigned long long)t[0].st_hits,
+        (unsigned long long)t[0].st_skips, (unsigned long long)t[0].st_depth_max, nj);
 #endif
     clk->nodes = c.nodes;
     if (c.max_nodes && c.nodes >= c.max_nodes)

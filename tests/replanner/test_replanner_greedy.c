@@ -845,8 +845,8 @@ static void test_perfect_packings_turned(void **state)
 static void assert_tiled(const uint64_t *seeds, size_t nseeds, size_t blocks, uint64_t width,
                          uint64_t max_nodes)
 {
-    static om_rp_block b[500];
-    static uint64_t off[500];
+    static om_rp_block b[600];
+    static uint64_t off[600];
     om_rp_options opt = {0};
     om_rp_result res;
     char err[256] = "";
@@ -916,6 +916,21 @@ static void test_perfect_packings_basins(void **state)
 
     (void)state;
     assert_tiled(seeds, sizeof(seeds) / sizeof(seeds[0]), 500, 1000, 60000);
+}
+
+/*
+ * Packings of 600 blocks where many boundaries have one block ending and one starting, or
+ * one on one side and blocks of one run on the other: those lie at one offset (stacked) in
+ * every plan at LB, and the search takes each such group as one block. Without that, and
+ * with every run on time as it is, these two took 235 k and 118 k steps (2026-11-26,
+ * 4015ea0); within 40 k both are at LB, from the tiling search.
+ */
+static void test_perfect_packings_joined(void **state)
+{
+    static const uint64_t seeds[] = {4, 9};
+
+    (void)state;
+    assert_tiled(seeds, sizeof(seeds) / sizeof(seeds[0]), 600, 1200, 40000);
 }
 
 /*
@@ -1169,6 +1184,7 @@ int main(void)
         cmocka_unit_test(test_perfect_packings_dead_sets),
         cmocka_unit_test(test_perfect_packings_right_corners),
         cmocka_unit_test(test_perfect_packings_basins),
+        cmocka_unit_test(test_perfect_packings_joined),
         cmocka_unit_test(test_in_program_not_behind),
         cmocka_unit_test(test_in_program_mlp_optimal),
         cmocka_unit_test(test_first_plan_tiny_budget),
