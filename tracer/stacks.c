@@ -469,7 +469,7 @@ struct om_site *om_sites_intern(struct om_sites *sites, const struct om_stack *s
     uint32_t hashv = site_hash(key, depth + 1);
     for (uint32_t pos = 0, id; (id = om_id_index_next(&sites->index, hashv, &pos));) {
         s = sites->by_id[id - 1];
-        if (s->depth == depth && s->py_stack == stack->py_stack &&
+        if (s->id == id - 1 && s->depth == depth && s->py_stack == stack->py_stack &&
             memcmp(s->frames, key, depth * sizeof(void *)) == 0)
             return s;
     }
@@ -493,6 +493,112 @@ struct om_site *om_sites_intern(struct om_sites *sites, const struct om_stack *s
     sites->by_id[s->id] = s;
     __atomic_store_n(&sites->count, s->id + 1, __ATOMIC_RELEASE);
     return s;
+}
+
+/* ---- folds: sites seen once, long ago, kept as one entry per innermost frames ---- */
+
+/* A fold's key: the innermost native frames, up to and including the first frame of
+ * CPython's eval loop (what runs the innermost Python frame), at most OM_FOLD_FRAMES; and
+ * that Python frame's id + 1 (0: none). */
+static unsigned fold_key(const struct om_site *s, void **key)
+{
+    unsigned n = s->depth < OM_FOLD_FRAMES ? s->depth : OM_FOLD_FRAMES, k = 0;
+    while (k < n) {
+        key[k] = s->frames[k];
+        if (om_py_is_eval((uintptr_t)s->frames[k++]))
+            break;
+    }
+    const uint32_t *py = NULL;
+    unsigned np = 0;
+    key[k] = (void *)(uintptr_t)0;
+    if (s->py_stack && om_py_stack(s->py_stack, &py, &np) == 0 && np > 0)
+        key[k] = (void *)(uintptr_t)((py[0] >> 1) + 1);
+    return k;
+}
+
+static struct om_site *fold_of(struct om_sites *sites, const struct om_site *s)
+{
+    void *key[OM_FOLD_FRAMES + 1];
+    unsigned depth = fold_key(s, key);
+    uint32_t py_top = (uint32_t)(uintptr_t)key[depth];
+    uint32_t hashv = site_hash(key, depth + 1);
+    struct om_site *f;
+    for (uint32_t pos = 0, id; (id = om_id_index_next(&sites->folds, hashv, &pos));) {
+        f = sites->by_id[id - 1];
+        if (f->depth == depth && f->py_top == py_top &&
+            memcmp(f->frames, key, depth * sizeof(void *)) == 0)
+            return f;
+    }
+    if (sites->count == sites->capacity && grow_ids(sites) != 0)
+        return NULL;
+    size_t keylen = (depth + 1) * sizeof(void *);
+    f = om_sys_alloc(sizeof *f);
+    void **frames = om_sys_alloc(keylen);
+    if (!f || !frames || om_id_index_add(&sites->folds, hashv, sites->count) != 0) {
+        om_sys_free(f, sizeof *f);
+        om_sys_free(frames, keylen);
+        return NULL;
+    }
+    memcpy(frames, key, keylen);
+    f->frames = frames;
+    f->depth = depth;
+    f->fold = 1;
+    f->py_top = py_top;
+    f->id = sites->count;
+    f->life_req_min = f->life_ns_min = f->min_size = UINT64_MAX;
+    sites->by_id[f->id] = f;
+    __atomic_store_n(&sites->count, f->id + 1, __ATOMIC_RELEASE);
+    return f;
+}
+
+static uint64_t min64(uint64_t a, uint64_t b)
+{
+    return a < b ? a : b;
+}
+
+static uint64_t max64(uint64_t a, uint64_t b)
+{
+    return a > b ? a : b;
+}
+
+/* The fold takes s's counters: every one of them is a sum, a minimum or a maximum. */
+static void fold_add(struct om_site *f, const struct om_site *s)
+{
+    f->nfolded++;
+    f->count += s->count;
+    f->total_bytes += s->total_bytes;
+    f->min_size = min64(f->min_size, s->min_size);
+    f->max_size = max64(f->max_size, s->max_size);
+    f->freed += s->freed;
+    f->life_req_min = min64(f->life_req_min, s->life_req_min);
+    f->life_req_max = max64(f->life_req_max, s->life_req_max);
+    f->life_req_sum += s->life_req_sum;
+    f->life_ns_min = min64(f->life_ns_min, s->life_ns_min);
+    f->life_ns_max = max64(f->life_ns_max, s->life_ns_max);
+    f->life_ns_sum += s->life_ns_sum;
+    for (int c = 0; c < OM_CAT_COUNT; c++)
+        f->cat_bytes[c] += s->cat_bytes[c];
+    f->last_seq = max64(f->last_seq, s->last_seq);
+}
+
+int om_sites_fold(struct om_sites *sites, int (*foldable)(const struct om_site *s, void *ctx),
+                  void *ctx)
+{
+    int folded = 0;
+    for (uint32_t i = 0; i < sites->count; i++) {
+        struct om_site *s = sites->by_id[i];
+        if (s->id != i || s->fold || !foldable(s, ctx))
+            continue;
+        struct om_site *f = fold_of(sites, s);
+        if (!f)
+            return -ENOMEM;
+        fold_add(f, s);
+        sites->by_id[i] = f;
+        om_sys_free(s->frames, (s->depth + 1) * sizeof(void *));
+        om_sys_free(s, sizeof *s);
+        folded++;
+    }
+    return folded;
 }
 
 /* ---- symbolization ---- */

@@ -229,6 +229,7 @@ static void domain_restart(struct om_domain *d)
     for (uint32_t i = 0; i < d->sites.count; i++) {
         struct om_site *s = d->sites.by_id[i];
         s->count = s->total_bytes = s->freed = 0;
+        s->nfolded = 0; /* a fold of the parent's holds nothing of the child's */
         s->life_req_sum = s->life_req_max = s->life_ns_sum = s->life_ns_max = 0;
         s->life_req_min = s->life_ns_min = s->min_size = UINT64_MAX;
         s->max_size = 0;
@@ -452,6 +453,7 @@ static int birth(struct om_domain *d, struct om_site *site, void *ptr, size_t si
 
     site_change(d, site, (int64_t)size, 1);
     site->count++;
+    site->last_seq = seq;
     site->total_bytes += size;
     if (size < site->min_size)
         site->min_size = size;
@@ -626,6 +628,47 @@ static uint64_t events_seen(void)
 
 enum dump_kind { DUMP_ASKED, DUMP_CHECKPOINT, DUMP_FINAL };
 
+/* ---- folds: what a call site seen once costs ---- */
+
+/* A program's imports make most of its call sites (PyTorch's, well over a hundred thousand),
+ * each requested once: they are folded (stacks.c) once not requested again for the
+ * detector's whole history, so that a site that repeats with any period it can find keeps
+ * its id, and with it its token; the report written at exit also folds those requested
+ * before the first steady iteration (the warm-up's, the imports'). A site folded is one that
+ * tells little of its own: one request, freed, and no bytes at the peak (whose contributors
+ * stay named). */
+#define FOLD_AGE OM_PERIOD_HISTORY
+
+struct fold_rule {
+    const struct om_domain *d;
+    uint64_t before; /* requests before this one fold whatever their age */
+};
+
+static int foldable(const struct om_site *s, void *ctx)
+{
+    const struct fold_rule *rule = ctx;
+    const struct om_domain *d = rule->d;
+    if (s->count != 1 || s->live_blocks ||
+        (d->seq - s->last_seq < FOLD_AGE && s->last_seq >= rule->before))
+        return 0;
+    /* Its bytes at the peak: its live bytes (none now) when it has not changed since, else
+     * what its first change after the peak saved (tracer.c's site_change). */
+    return s->mod_event <= d->peak_event || s->snap_for != d->peak_event + 1 || s->snap_bytes == 0;
+}
+
+/* Under the dump lock (a report being written reads sites without the tracer's lock) and
+ * the tracer's. */
+static void fold_sites(enum dump_kind kind)
+{
+    for (unsigned i = 0; i < ndoms; i++) {
+        const struct om_domain *d = doms[i];
+        struct fold_rule rule = {d, kind == DUMP_FINAL && d->have_steady ? d->first_steady_seq : 0};
+        int n = om_sites_fold(&doms[i]->sites, foldable, &rule);
+        if (n > 0)
+            om_debug("%s: %d call sites folded", doms[i]->name, n);
+    }
+}
+
 /* Under dump_lock. A report the program asked for is always written; one optmem writes by
  * itself (checkpoints, exit) only by a process that made managed requests, and, where the
  * template has no %p, to a path no other process of the run holds (lineage.c). */
@@ -656,6 +699,7 @@ static int dump_locked(const char *tmpl, enum dump_kind kind, char *expanded, si
     struct om_domain *copies[OM_TRACER_DOMAINS];
     om_lock(&lock);
     unsigned n = ndoms;
+    fold_sites(kind);
     rc = om_report_snapshot(doms, n, copies);
     ckpt_events = events_seen();
     ckpt_plans = plans_made();

@@ -136,6 +136,10 @@ struct om_site {
     uint32_t depth;
     void **frames;     /* depth native frames, then the Python stack's id: the interning key */
     uint32_t py_stack; /* the calling thread's Python stack (om_py_stack), 0: none */
+    /* A fold (om_sites_fold): the sites folded into it (since a fork, in a child), and its
+     * innermost Python frame's id + 1 (0: none); its frames are their innermost ones. */
+    uint32_t fold, nfolded, py_top;
+    uint64_t last_seq; /* the request number of its latest request */
     uint64_t count, total_bytes;
     uint64_t min_size, max_size;
     uint64_t live_blocks, live_bytes;
@@ -149,12 +153,25 @@ struct om_site {
 
 struct om_sites {
     struct om_id_index index; /* by the hash of the frames */
-    struct om_site **by_id;   /* append-only */
+    struct om_id_index folds; /* the folds, by the hash of their innermost frames */
+    /* Append-only: a folded site's id names its fold from then on (by_id[id]->id != id),
+     * so that the records and the ids handed out (om_alloc_info.site) that name it stay
+     * valid. */
+    struct om_site **by_id;
     uint32_t count, capacity;
 };
 
 /* Finds or adds the call site of stack. NULL when out of memory. */
 struct om_site *om_sites_intern(struct om_sites *sites, const struct om_stack *stack);
+/* Folds each call site that foldable(site, ctx) accepts (never a fold, never one already
+ * folded) into the fold of its innermost frames (the native frames up to the innermost
+ * Python frame's eval loop, at most OM_FOLD_FRAMES, and that Python frame), made when
+ * new: the fold takes its counters (they add up exactly), its id comes to name the fold,
+ * and its frames and record are freed. foldable must accept only sites without live
+ * blocks. The sites folded, or -ENOMEM (those folded until then stay folded). */
+#define OM_FOLD_FRAMES 8
+int om_sites_fold(struct om_sites *sites, int (*foldable)(const struct om_site *s, void *ctx),
+                  void *ctx);
 /* The top (highest address, exclusive) of the calling thread's stack, 0 when unknown. */
 uintptr_t om_stack_top(void);
 /* Drops the frames that lie in this library (the tracer and whatever links it). */
