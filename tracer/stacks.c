@@ -434,26 +434,34 @@ static int grow_ids(struct om_sites *sites)
 {
     uint32_t cap = sites->capacity ? sites->capacity * 2 : 256;
     struct om_site **fresh = om_sys_alloc(cap * sizeof *fresh);
-    if (!fresh)
+    uint64_t *hashes = om_sys_alloc(cap * sizeof *hashes);
+    if (!fresh || !hashes) {
+        om_sys_free(fresh, cap * sizeof *fresh);
+        om_sys_free(hashes, cap * sizeof *hashes);
         return -1;
-    if (sites->count)
+    }
+    if (sites->count) {
         memcpy(fresh, sites->by_id, sites->count * sizeof *fresh);
+        memcpy(hashes, sites->hashes, sites->count * sizeof *hashes);
+    }
     /* The old array is kept: the symbolizer may be reading it without the lock. */
     __atomic_store_n(&sites->by_id, fresh, __ATOMIC_RELEASE);
+    om_sys_free(sites->hashes, sites->capacity * sizeof *sites->hashes);
+    sites->hashes = hashes;
     sites->capacity = cap;
     return 0;
 }
 
 /* The sites index's hash: one multiply a word (a deep stack's key is 136 bytes, and every
  * request looks its site up). */
-static unsigned site_hash(void *const *key, unsigned n)
+static uint64_t site_hash(void *const *key, unsigned n)
 {
     uint64_t h = n;
     for (unsigned i = 0; i < n; i++)
         h = (h ^ (uintptr_t)key[i]) * 0x9e3779b97f4a7c15ull;
     h ^= h >> 32;
     h *= 0x9e3779b97f4a7c15ull;
-    return (unsigned)(h >> 32);
+    return h ^ (h >> 29);
 }
 
 struct om_site *om_sites_intern(struct om_sites *sites, const struct om_stack *stack)
@@ -466,7 +474,8 @@ struct om_site *om_sites_intern(struct om_sites *sites, const struct om_stack *s
     memcpy(key, stack->frames, depth * sizeof(void *));
     key[depth] = (void *)(uintptr_t)stack->py_stack;
     size_t keylen = (depth + 1) * sizeof(void *);
-    uint32_t hashv = site_hash(key, depth + 1);
+    uint64_t hash = site_hash(key, depth + 1);
+    uint32_t hashv = (uint32_t)(hash >> 32);
     for (uint32_t pos = 0, id; (id = om_id_index_next(&sites->index, hashv, &pos));) {
         s = sites->by_id[id - 1];
         if (s->id == id - 1 && s->depth == depth && s->py_stack == stack->py_stack &&
@@ -491,6 +500,7 @@ struct om_site *om_sites_intern(struct om_sites *sites, const struct om_stack *s
     s->life_ns_min = UINT64_MAX;
     s->min_size = UINT64_MAX;
     sites->by_id[s->id] = s;
+    sites->hashes[s->id] = hash;
     __atomic_store_n(&sites->count, s->id + 1, __ATOMIC_RELEASE);
     return s;
 }
@@ -521,7 +531,8 @@ static struct om_site *fold_of(struct om_sites *sites, const struct om_site *s)
     void *key[OM_FOLD_FRAMES + 1];
     unsigned depth = fold_key(s, key);
     uint32_t py_top = (uint32_t)(uintptr_t)key[depth];
-    uint32_t hashv = site_hash(key, depth + 1);
+    uint64_t hash = site_hash(key, depth + 1);
+    uint32_t hashv = (uint32_t)(hash >> 32);
     struct om_site *f;
     for (uint32_t pos = 0, id; (id = om_id_index_next(&sites->folds, hashv, &pos));) {
         f = sites->by_id[id - 1];
@@ -547,6 +558,7 @@ static struct om_site *fold_of(struct om_sites *sites, const struct om_site *s)
     f->id = sites->count;
     f->life_req_min = f->life_ns_min = f->min_size = UINT64_MAX;
     sites->by_id[f->id] = f;
+    sites->hashes[f->id] = hash;
     __atomic_store_n(&sites->count, f->id + 1, __ATOMIC_RELEASE);
     return f;
 }

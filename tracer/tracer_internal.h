@@ -158,6 +158,10 @@ struct om_sites {
      * so that the records and the ids handed out (om_alloc_info.site) that name it stay
      * valid. */
     struct om_site **by_id;
+    /* By id, a 64-bit hash of the site's stack: the iteration detector's token, which its
+     * folding leaves as it was (and the site's stack seen again after it was folded, as a
+     * new site, has again). */
+    uint64_t *hashes;
     uint32_t count, capacity;
 };
 

@@ -1,7 +1,7 @@
 """Checks of `optmem report` (tests/report/CMakeLists.txt runs one subcommand per test).
 
 Usage: check_report.py --optmem CLI [--preload LIB] SUBCOMMAND [ARGS...]
-Subcommands: golden NAME FIXTURE... (with --update to rewrite the golden file), chrome, svg, html, errors, merge, versions, symbolize PROGRAM, run PROGRAM, domains PROGRAM, names WORKLOAD.py, help."""
+Subcommands: golden NAME FIXTURE... (with --update to rewrite the golden file), chrome, svg, html, errors, merge, versions, fork, symbolize PROGRAM, run PROGRAM, domains PROGRAM, names WORKLOAD.py, help."""
 import argparse
 import json
 import os
@@ -307,6 +307,77 @@ def merge(args, rest, tmp):
     out, _ = rep(args, [LOOP, LOOP, "--format", "json", "--no-symbolize"])
     expect(all(s["processes"] == 2 for s in json.loads(out)["peak_sites"]),
            "identical stacks were not merged")
+
+
+# A parent that requests from many lines (one call site each), frees those blocks, keeps one,
+# and forks a child that requests from one line of its own.
+FORKING = r"""
+import os, sys
+PARENT_SITES = 60
+exec(compile("\n".join("b = bytearray(%d); del b" % (8192 + 64 * i)
+                         for i in range(PARENT_SITES)), "parent_lines.py", "exec"))
+kept = bytearray(1 << 16)
+pid = os.fork()
+if pid == 0:
+    for _ in range(5):
+        c = bytearray(20000); del c
+    sys.exit(0)
+_, status = os.waitpid(pid, 0)
+sys.exit(os.waitstatus_to_exitcode(status))
+"""
+
+
+def fork(args, rest, tmp):
+    """A forked child's report lists the sites it used, not every site its parent had; optmem
+    report reads it alone and merged with its parent's."""
+    env = dict(os.environ, LD_PRELOAD=args.preload, OPTMEM_MODE="trace",
+               OPTMEM_REPORT=os.path.join(tmp, "r_%p.json"))
+    proc = subprocess.run(["/usr/bin/python3", "-c", FORKING], env=env, capture_output=True,
+                          text=True, timeout=120)
+    expect(proc.returncode == 0, "the forking program failed:\n" + proc.stderr[-2000:])
+    paths = sorted(os.path.join(tmp, n) for n in os.listdir(tmp) if n.startswith("r_"))
+    reports = {}
+    for path in paths:
+        with open(path) as f:
+            r = json.load(f)
+        report_schema.validate(r)
+        reports[path] = r
+    children = [p for p, r in reports.items() if r["process"]["forked_at_request"] is not None]
+    parents = [p for p, r in reports.items() if r["process"]["forked_at_request"] is None]
+    expect(len(children) == 1 and len(parents) == 1, "reports %s" % sorted(reports))
+    child, parent = reports[children[0]], reports[parents[0]]
+    # Every site the child lists is one it requested from, or one its report names (the
+    # block it inherited, live at its peak and before its sample).
+    named = {p["site"] for p in child["peak"]["sites"]}
+    named |= {b[0] for b in child["resident"]["blocks"]}
+    named |= {rec[0] for rec in child["sample"]["lifetimes"] if rec}
+    idle = [s["id"] for s in child["sites"] if s["count"] == 0 and s["id"] not in named]
+    expect(not idle, "the child lists %d sites it did not use: %s" % (len(idle), idle[:10]))
+    expect(child["counters"]["call_sites"] < parent["counters"]["call_sites"] - 50,
+           "the child lists %d sites, its parent %d" % (child["counters"]["call_sites"],
+                                                        parent["counters"]["call_sites"]))
+    expect(sum(s["count"] for s in child["sites"]) == child["counters"]["managed_requests"] == 5,
+           "the child's sites do not add up to its 5 requests")
+    # Its tables hold only the frames of the sites it lists.
+    used = {f for s in child["sites"] for f in s["frames"]}
+    expect(used == set(range(len(child["frames"]))), "the child's frames table holds frames "
+           "no site lists: %d of %d used" % (len(used), len(child["frames"])))
+    used_py = {p for s in child["sites"] for p, _ in s["python"]}
+    expect(used_py == set(range(len(child["python_frames"]))),
+           "the child's python_frames hold frames no site lists")
+    for fmt in ("text", "json", "folded", "chrome", "svg", "html"):
+        rep(args, [children[0], "--format", fmt, "--no-symbolize"])
+    out, _ = rep(args, [parents[0], children[0], "--format", "json", "--no-symbolize",
+                        "--top", "1000"])
+    summary = json.loads(out)
+    expect(sorted(p["pid"] for p in summary["processes"]) ==
+           sorted(r["process"]["pid"] for r in (parent, child)), "merged pids")
+    at_peak = sum(s["bytes"] for r in (parent, child) for s in r["peak"]["sites"])
+    expect(sum(s["bytes"] for s in summary["peak_sites"]) == at_peak,
+           "merged sites do not add up to the peaks")
+    # The block the child inherited is the parent's site too: one merged site of both.
+    expect(any(s["processes"] == 2 for s in summary["peak_sites"]),
+           "no site merged across parent and child")
 
 
 def symbolize(args, rest, tmp):
@@ -618,7 +689,7 @@ def main():
     commands = {"golden": golden, "chrome": chrome, "svg": svg,
                 "html": html, "errors": errors, "merge": merge, "symbolize": symbolize,
                 "run": run, "domains": domains, "help": help_, "names": names,
-                "versions": versions}
+                "versions": versions, "fork": fork}
     tmp = tempfile.mkdtemp(prefix="optmem-report-test.")
     try:
         commands[args.command](args, args.rest, tmp)
