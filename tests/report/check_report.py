@@ -1,7 +1,7 @@
 """Checks of `optmem report` (tests/report/CMakeLists.txt runs one subcommand per test).
 
 Usage: check_report.py --optmem CLI [--preload LIB] SUBCOMMAND [ARGS...]
-Subcommands: golden NAME FIXTURE... (with --update to rewrite the golden file), chrome, svg, html, errors, merge, versions, fork, symbolize PROGRAM, run PROGRAM, domains PROGRAM, names WORKLOAD.py, help."""
+Subcommands: golden NAME FIXTURE... (with --update to rewrite the golden file), chrome, svg, html, errors, merge, versions, fork, folds, symbolize PROGRAM, run PROGRAM, domains PROGRAM, names WORKLOAD.py, help."""
 import argparse
 import json
 import os
@@ -380,6 +380,74 @@ def fork(args, rest, tmp):
            "no site merged across parent and child")
 
 
+# A warm-up that requests once from each of 300 lines, through one function (as imports read
+# files through importlib's get_data), makes the run's peak with one block from a line of its
+# own, and frees them all; then a loop whose iterations the tracer finds.
+FOLDING = r"""
+def once(n):
+    return bytearray(n)
+
+WARMUP = 300
+exec(compile("\n".join("b = once(%d); del b" % (8192 + 64 * i) for i in range(WARMUP)),
+             "warmup_lines.py", "exec"))
+big = bytearray(64 << 20)
+del big
+
+def step():
+    a = bytearray(40000)
+    b = bytearray(50000)
+    del a
+    c = bytearray(30000)
+    del b, c
+
+for _ in range(40):
+    step()
+"""
+
+
+def folds(args, rest, tmp):
+    """Call sites seen once before the first steady iteration fold into one entry of their
+    innermost frames: the counts still add up, the peak's site keeps its stack, and the sample
+    and the resident blocks name no fold."""
+    path = os.path.join(tmp, "r.json")
+    env = dict(os.environ, LD_PRELOAD=args.preload, OPTMEM_MODE="trace", OPTMEM_REPORT=path)
+    proc = subprocess.run(["/usr/bin/python3", "-c", FOLDING], env=env, capture_output=True,
+                          text=True, timeout=120)
+    expect(proc.returncode == 0, "the program failed:\n" + proc.stderr[-2000:])
+    with open(path) as f:
+        r = json.load(f)
+    report_schema.validate(r)  # version 3: the counts add up to managed_requests
+    expect(r["iterations"]["found"], "no iterations found")
+    pf = r["python_frames"]
+
+    def innermost(s):
+        return pf[s["python"][0][0]] if s["python"] else {}
+
+    warm = [s for s in r["sites"] if innermost(s).get("function") == "once"]
+    expect(len(warm) == 1 and warm[0].get("folded") == 300,
+           "the warm-up's 300 sites are not one fold of 300: %s" %
+           [(s["id"], s.get("folded"), s["count"]) for s in warm][:8])
+    f = warm[0]
+    sizes = [8192 + 64 * i + 1 for i in range(300)]  # a bytearray's buffer ends in a NUL
+    expect(f["count"] == 300 and f["total_bytes"] == sum(sizes) and f["min_size"] == sizes[0]
+           and f["max_size"] == sizes[-1] and f["freed"] == 300 and len(f["python"]) == 1,
+           "the fold's counters: %s" % {k: f[k] for k in ("count", "total_bytes", "min_size",
+                                                           "max_size", "freed")})
+    expect(r["counters"]["folded_sites"] >= 300, "counters %s" % r["counters"])
+    # The peak's block came once, before the loop: its site is named, with its whole stack.
+    top = next(s for s in r["sites"] if s["id"] == r["peak"]["sites"][0]["site"])
+    expect("folded" not in top and top["max_size"] == (64 << 20) + 1 and len(top["python"]) >= 1
+           and pf[top["python"][0][0]]["file"] == "<string>",
+           "the peak's site is not the 64 MiB line's: %s" % top)
+    folded_ids = {s["id"] for s in r["sites"] if "folded" in s}
+    named = {rec[0] for rec in r["sample"]["lifetimes"] if rec}
+    named |= {b[0] for b in r["resident"]["blocks"]}
+    expect(not named & folded_ids, "the sample or the resident blocks name a fold")
+    # Every format reads it.
+    for fmt in ("text", "json", "folded", "chrome", "svg", "html"):
+        rep(args, [path, "--format", fmt, "--no-symbolize"])
+
+
 def symbolize(args, rest, tmp):
     src = os.path.join(HERE, "sym_target.c")
     lines = {}
@@ -689,7 +757,7 @@ def main():
     commands = {"golden": golden, "chrome": chrome, "svg": svg,
                 "html": html, "errors": errors, "merge": merge, "symbolize": symbolize,
                 "run": run, "domains": domains, "help": help_, "names": names,
-                "versions": versions, "fork": fork}
+                "versions": versions, "fork": fork, "folds": folds}
     tmp = tempfile.mkdtemp(prefix="optmem-report-test.")
     try:
         commands[args.command](args, args.rest, tmp)
