@@ -47,9 +47,14 @@ struct snap {
     struct om_domain d; /* records and resident point below; no sites, no live table */
     struct om_resident resident;
     struct snap_site *sites;
-    uint32_t nsites;  /* sites copied: the domain's call sites when copied */
+    uint32_t nsites;  /* sites copied: the domain's call sites and folds, by id, compact */
     size_t sites_cap; /* sites has room for this many */
-    /* Which sites the report lists (mark_listed), by id: a byte each, kept as sites is. */
+    /* By id, the index in sites of the site, or fold, the id names (a folded site's names its
+     * fold); nids ids when copied. A folded site costs a report these 4 bytes. */
+    uint32_t *slot;
+    uint32_t nids;
+    size_t slot_cap;
+    /* Which of sites the report lists (mark_listed): a byte each. */
     uint8_t *listed;
     size_t listed_cap;
     pid_t pid; /* the process that copied them: a forked child copies every site */
@@ -173,8 +178,6 @@ static void write_peak(struct om_json *w, const struct snap *sn)
     uint64_t top_bytes[PEAK_TOP], top_blocks[PEAK_TOP];
     unsigned ntop = 0;
     for (uint32_t i = 0; i < sn->nsites; i++) {
-        if (sn->sites[i].site->id != i)
-            continue; /* a folded site's id: its fold is counted at its own */
         uint64_t blocks, bytes = site_peak_bytes(st, &sn->sites[i], &blocks);
         if (bytes == 0 || (ntop == PEAK_TOP && bytes <= top_bytes[PEAK_TOP - 1]))
             continue;
@@ -185,7 +188,7 @@ static void write_peak(struct om_json *w, const struct snap *sn)
             top_blocks[k] = top_blocks[k - 1];
             k--;
         }
-        top[k] = i;
+        top[k] = sn->sites[i].site->id;
         top_bytes[k] = bytes;
         top_blocks[k] = blocks;
     }
@@ -570,7 +573,7 @@ static void write_sites(struct om_json *w, const struct snap *sn)
         if (!sn->listed[i])
             continue;
         om_json_begin(w, '{');
-        kv_u64(w, "id", i);
+        kv_u64(w, "id", s->site->id);
         if (s->site->fold)
             kv_u64(w, "folded", s->site->nfolded);
         om_json_key(w, "frames");
@@ -613,7 +616,7 @@ static void write_sites(struct om_json *w, const struct snap *sn)
 /* The id a report gives the site of id: its fold's, where it was folded. */
 static uint64_t listed_id(const struct snap *sn, uint64_t id)
 {
-    return id < sn->nsites ? sn->sites[id].site->id : id;
+    return id < sn->nids ? sn->sites[sn->slot[id]].site->id : id;
 }
 
 static void write_sample(struct om_json *w, const struct snap *sn, uint64_t first)
@@ -937,7 +940,20 @@ static int snap_domain(struct snap **slot, const struct om_domain *d)
     struct snap *sn = *slot;
     if (!sn->records && !(sn->records = map_populated(OM_SAMPLE_RECORDS * sizeof *sn->records)))
         return -ENOMEM;
-    uint32_t nsites = d->sites.count;
+    uint32_t nids = d->sites.count, nsites = 0;
+    if (nids > sn->slot_cap) {
+        size_t cap = sn->slot_cap ? sn->slot_cap : 1024;
+        while (cap < nids)
+            cap *= 2;
+        uint32_t *slots = om_sys_map(cap * sizeof *slots);
+        if (!slots)
+            return -ENOMEM;
+        om_sys_unmap(sn->slot, sn->slot_cap * sizeof *sn->slot);
+        sn->slot = slots;
+        sn->slot_cap = cap;
+    }
+    for (uint32_t i = 0; i < nids; i++)
+        nsites += d->sites.by_id[i]->id == i;
     if (snap_reserve(sn, nsites) != 0)
         return -ENOMEM;
     /* Every change of a site's counters stamps it with the domain's event count (site_change
@@ -947,13 +963,21 @@ static int snap_domain(struct snap **slot, const struct om_domain *d)
     int same = sn->pid == pid && d->events >= sn->d.events;
     uint64_t copied_at = same ? sn->d.events : 0;
     uint32_t copied = same ? sn->nsites : 0;
-    for (uint32_t i = 0; i < nsites; i++) {
+    for (uint32_t i = 0, k = 0; i < nids; i++) {
         const struct om_site *s = d->sites.by_id[i];
-        if (i >= copied || sn->sites[i].site != s || s->mod_event > copied_at || s->fold)
-            site_copy(&sn->sites[i], s);
-        memset(sn->sites[i].live_cat_bytes, 0, sizeof sn->sites[i].live_cat_bytes);
+        if (s->id != i)
+            continue;
+        /* A site's place moves when sites before it were folded: it is copied again. */
+        if (k >= copied || sn->sites[k].site != s || s->mod_event > copied_at || s->fold)
+            site_copy(&sn->sites[k], s);
+        memset(sn->sites[k].live_cat_bytes, 0, sizeof sn->sites[k].live_cat_bytes);
+        sn->slot[i] = k++;
     }
+    for (uint32_t i = 0; i < nids; i++) /* a fold may have an id above its sites' */
+        if (d->sites.by_id[i]->id != i)
+            sn->slot[i] = sn->slot[d->sites.by_id[i]->id];
     sn->nsites = nsites;
+    sn->nids = nids;
     sn->pid = pid;
     sn->d = *d;
     sn->d.sites = (struct om_sites){0};
@@ -963,8 +987,8 @@ static int snap_domain(struct snap **slot, const struct om_domain *d)
         for (uint64_t k = 0; k < d->live_cap; k++) {
             const struct om_live *e = &d->live[k];
             uint64_t crossed = d->acct.iter_no - e->birth_iter;
-            if (e->ptr && crossed >= 1 && e->site->id < nsites)
-                sn->sites[e->site->id]
+            if (e->ptr && crossed >= 1 && e->site->id < nids)
+                sn->sites[sn->slot[e->site->id]]
                     .live_cat_bytes[crossed >= 2 ? OM_CAT_PERSISTENT : OM_CAT_PER_ITERATION] +=
                     e->size;
         }
@@ -1036,17 +1060,17 @@ static int mark_listed(struct snap *sn)
     for (uint32_t i = 0; i < sn->nsites; i++) {
         const struct snap_site *s = &sn->sites[i];
         uint64_t blocks;
-        if (s->site->id == i && (s->count || s->live_blocks || site_peak_bytes(&sn->d, s, &blocks)))
+        if (s->count || s->live_blocks || site_peak_bytes(&sn->d, s, &blocks))
             sn->listed[i] = 1;
     }
     for (uint64_t k = 0; k < sn->resident.n; k++)
-        if (sn->resident.blocks[k].site < sn->nsites)
-            sn->listed[listed_id(sn, sn->resident.blocks[k].site)] = 1;
+        if (sn->resident.blocks[k].site < sn->nids)
+            sn->listed[sn->slot[sn->resident.blocks[k].site]] = 1;
     const struct om_domain *d = &sn->d;
     for (uint64_t q = sample_first(d); q < d->seq; q++) {
         const struct om_record *r = &d->records[q % OM_SAMPLE_RECORDS];
-        if (r->birth_seq == q && r->site < sn->nsites)
-            sn->listed[listed_id(sn, r->site)] = 1;
+        if (r->birth_seq == q && r->site < sn->nids)
+            sn->listed[sn->slot[r->site]] = 1;
     }
     return 0;
 }

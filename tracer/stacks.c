@@ -464,6 +464,100 @@ static uint64_t site_hash(void *const *key, unsigned n)
     return h ^ (h >> 29);
 }
 
+/* ---- the sites' memory: a region of their own, compacted once folding left it half dead ---- */
+
+struct om_site_block {
+    struct om_site_block *next;
+    size_t size, used; /* bytes of data */
+    char data[];
+};
+
+#define SITE_BLOCK (256u * 1024)
+
+/* A site (or fold) record and its key, size bytes, zeroed: the record first, the key after
+ * it. NULL when out of memory. */
+static struct om_site *site_mem(struct om_sites *sites, size_t size)
+{
+    struct om_site_block *b = sites->blocks;
+    size = (size + 15) & ~(size_t)15;
+    if (!b || b->size - b->used < size) {
+        size_t want = sizeof *b + (size > SITE_BLOCK ? size : SITE_BLOCK);
+        b = om_sys_map(want);
+        if (!b)
+            return NULL;
+        b->size = want - sizeof *b;
+        b->next = sites->blocks;
+        sites->blocks = b;
+    }
+    void *p = b->data + b->used;
+    b->used += size;
+    sites->live_bytes += size;
+    return p;
+}
+
+static size_t site_bytes(const struct om_site *s)
+{
+    return (sizeof *s + (s->depth + 1) * sizeof(void *) + 15) & ~(size_t)15;
+}
+
+static struct om_site *site_new(struct om_sites *sites, void *const *key, unsigned depth)
+{
+    struct om_site *s = site_mem(sites, sizeof *s + (depth + 1) * sizeof(void *));
+    if (!s)
+        return NULL;
+    s->frames = (void **)(s + 1);
+    memcpy(s->frames, key, (depth + 1) * sizeof(void *));
+    s->depth = depth;
+    s->life_req_min = s->life_ns_min = s->min_size = UINT64_MAX;
+    return s;
+}
+
+static void blocks_unmap(struct om_site_block *b)
+{
+    while (b) {
+        struct om_site_block *next = b->next;
+        om_sys_unmap(b, sizeof *b + b->size);
+        b = next;
+    }
+}
+
+/* Moves every site and fold still named into one new block, then calls relink (which finds
+ * each record it holds at by_id[its old record's id]) and unmaps the old blocks. 0, or
+ * -ENOMEM (nothing moved). */
+static int sites_compact(struct om_sites *sites, void (*relink)(void *ctx), void *ctx)
+{
+    struct om_site_block *old = sites->blocks;
+    size_t want = sites->live_bytes;
+    sites->blocks = NULL;
+    sites->live_bytes = sites->dead_bytes = 0;
+    if (want && !site_mem(sites, want)) {
+        sites->blocks = old;
+        sites->live_bytes = want;
+        return -ENOMEM;
+    }
+    if (sites->blocks) {
+        sites->blocks->used = 0;
+        sites->live_bytes = 0;
+    }
+    for (uint32_t i = 0; i < sites->count; i++) {
+        struct om_site *s = sites->by_id[i];
+        if (s->id != i)
+            continue;
+        struct om_site *c = site_mem(sites, site_bytes(s));
+        memcpy(c, s, site_bytes(s));
+        c->frames = (void **)(c + 1);
+        sites->by_id[i] = c;
+    }
+    for (uint32_t i = 0; i < sites->count; i++)
+        if (sites->by_id[i]->id != i) /* still the old fold: it was not moved yet */
+            sites->by_id[i] = sites->by_id[sites->by_id[i]->id];
+    if (relink)
+        relink(ctx);
+    blocks_unmap(old);
+    sites->moves++;
+    return 0;
+}
+
 struct om_site *om_sites_intern(struct om_sites *sites, const struct om_stack *stack)
 {
     struct om_site *s = NULL;
@@ -473,7 +567,6 @@ struct om_site *om_sites_intern(struct om_sites *sites, const struct om_stack *s
     void *key[OM_TRACER_MAX_DEPTH + 1];
     memcpy(key, stack->frames, depth * sizeof(void *));
     key[depth] = (void *)(uintptr_t)stack->py_stack;
-    size_t keylen = (depth + 1) * sizeof(void *);
     uint64_t hash = site_hash(key, depth + 1);
     uint32_t hashv = (uint32_t)(hash >> 32);
     for (uint32_t pos = 0, id; (id = om_id_index_next(&sites->index, hashv, &pos));) {
@@ -484,21 +577,15 @@ struct om_site *om_sites_intern(struct om_sites *sites, const struct om_stack *s
     }
     if (sites->count == sites->capacity && grow_ids(sites) != 0)
         return NULL;
-    s = om_sys_alloc(sizeof *s);
-    void **frames = om_sys_alloc(keylen);
-    if (!s || !frames || om_id_index_add(&sites->index, hashv, sites->count) != 0) {
-        om_sys_free(s, sizeof *s);
-        om_sys_free(frames, keylen);
+    if (!(s = site_new(sites, key, depth)))
+        return NULL;
+    if (om_id_index_add(&sites->index, hashv, sites->count) != 0) {
+        sites->live_bytes -= site_bytes(s); /* left unused in its block */
+        sites->dead_bytes += site_bytes(s);
         return NULL;
     }
-    memcpy(frames, key, keylen);
-    s->frames = frames;
-    s->depth = depth;
     s->py_stack = stack->py_stack;
     s->id = sites->count;
-    s->life_req_min = UINT64_MAX;
-    s->life_ns_min = UINT64_MAX;
-    s->min_size = UINT64_MAX;
     sites->by_id[s->id] = s;
     sites->hashes[s->id] = hash;
     __atomic_store_n(&sites->count, s->id + 1, __ATOMIC_RELEASE);
@@ -542,21 +629,16 @@ static struct om_site *fold_of(struct om_sites *sites, const struct om_site *s)
     }
     if (sites->count == sites->capacity && grow_ids(sites) != 0)
         return NULL;
-    size_t keylen = (depth + 1) * sizeof(void *);
-    f = om_sys_alloc(sizeof *f);
-    void **frames = om_sys_alloc(keylen);
-    if (!f || !frames || om_id_index_add(&sites->folds, hashv, sites->count) != 0) {
-        om_sys_free(f, sizeof *f);
-        om_sys_free(frames, keylen);
+    if (!(f = site_new(sites, key, depth)))
+        return NULL;
+    if (om_id_index_add(&sites->folds, hashv, sites->count) != 0) {
+        sites->live_bytes -= site_bytes(f);
+        sites->dead_bytes += site_bytes(f);
         return NULL;
     }
-    memcpy(frames, key, keylen);
-    f->frames = frames;
-    f->depth = depth;
     f->fold = 1;
     f->py_top = py_top;
     f->id = sites->count;
-    f->life_req_min = f->life_ns_min = f->min_size = UINT64_MAX;
     sites->by_id[f->id] = f;
     sites->hashes[f->id] = hash;
     __atomic_store_n(&sites->count, f->id + 1, __ATOMIC_RELEASE);
@@ -594,7 +676,7 @@ static void fold_add(struct om_site *f, const struct om_site *s)
 }
 
 int om_sites_fold(struct om_sites *sites, int (*foldable)(const struct om_site *s, void *ctx),
-                  void *ctx)
+                  void (*relink)(void *ctx), void *ctx)
 {
     int folded = 0;
     for (uint32_t i = 0; i < sites->count; i++) {
@@ -606,10 +688,14 @@ int om_sites_fold(struct om_sites *sites, int (*foldable)(const struct om_site *
             return -ENOMEM;
         fold_add(f, s);
         sites->by_id[i] = f;
-        om_sys_free(s->frames, (s->depth + 1) * sizeof(void *));
-        om_sys_free(s, sizeof *s);
+        sites->live_bytes -= site_bytes(s);
+        sites->dead_bytes += site_bytes(s);
         folded++;
     }
+    /* Amortized: a compaction moves the live bytes, fewer than the dead ones left since the
+     * last. */
+    if (sites->dead_bytes > sites->live_bytes && sites->dead_bytes >= SITE_BLOCK)
+        (void)sites_compact(sites, relink, ctx);
     return folded;
 }
 

@@ -658,12 +658,21 @@ static int foldable(const struct om_site *s, void *ctx)
     return s->mod_event <= d->peak_event || s->snap_for != d->peak_event + 1 || s->snap_bytes == 0;
 }
 
+/* The sites' records moved: the live blocks' point at them. */
+static void relink_live(void *ctx)
+{
+    struct om_domain *d = ctx;
+    for (uint64_t k = 0; k < d->live_cap; k++)
+        if (d->live[k].ptr)
+            d->live[k].site = d->sites.by_id[d->live[k].site->id];
+}
+
 /* Under the dump lock (a report being written reads sites without the tracer's lock) and
  * the tracer's. */
 static void fold_sites(void)
 {
     for (unsigned i = 0; i < ndoms; i++) {
-        int n = om_sites_fold(&doms[i]->sites, foldable, doms[i]);
+        int n = om_sites_fold(&doms[i]->sites, foldable, relink_live, doms[i]);
         if (n > 0)
             om_debug("%s: %d call sites folded", doms[i]->name, n);
     }

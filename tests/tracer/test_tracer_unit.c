@@ -432,7 +432,7 @@ static void test_folding(void **state)
         s->cat_bytes[OM_CAT_TEMPORARY] = i;
     }
     uint64_t hash5 = sites.hashes[5];
-    assert_int_equal(om_sites_fold(&sites, fold_once, NULL), N);
+    assert_int_equal(om_sites_fold(&sites, fold_once, NULL, NULL), N);
     struct om_site *f = sites.by_id[0];
     assert_true(f->fold);
     assert_int_equal(f->id, N + 1);
@@ -459,10 +459,53 @@ static void test_folding(void **state)
     assert_ptr_equal(om_sites_intern(&sites, &st[N]), sites.by_id[N]);
     /* Folded again, into the same fold; nothing else qualifies. */
     again->count = 1;
-    assert_int_equal(om_sites_fold(&sites, fold_once, NULL), 1);
+    assert_int_equal(om_sites_fold(&sites, fold_once, NULL, NULL), 1);
     assert_ptr_equal(sites.by_id[N + 2], f);
     assert_int_equal(f->nfolded, N + 1);
     assert_int_equal(sites.count, N + 3);
+}
+
+static void relink_count(void *ctx)
+{
+    (*(int *)ctx)++;
+}
+
+/* Once folded sites leave the records' blocks more dead than live, the records still named
+ * move into one block: by_id names the copies, whose keys still match their stacks. */
+static void test_fold_compaction(void **state)
+{
+    static struct om_sites sites;
+    enum { N = 4000, KEEP = 7 };
+    struct om_stack st = {.depth = 12};
+    for (unsigned i = 0; i < N; i++) {
+        for (unsigned k = 0; k < 12; k++)
+            st.frames[k] = (void *)(uintptr_t)(0x1000 + 16 * k + (k == 10 ? 16 * i : 0));
+        struct om_site *s = om_sites_intern(&sites, &st);
+        assert_int_equal(s->id, i);
+        s->count = i % (N / KEEP) == 0 ? 5 : 1; /* a few requested more than once */
+        s->total_bytes = 100;
+    }
+    int relinked = 0;
+    assert_int_equal(om_sites_fold(&sites, fold_once, relink_count, &relinked), N - KEEP - 1);
+    assert_int_equal(relinked, 1);
+    assert_int_equal(sites.moves, 1);
+    assert_int_equal(sites.dead_bytes, 0);
+    uint64_t total = 0;
+    for (unsigned i = 0; i < N; i++) {
+        const struct om_site *s = sites.by_id[i];
+        assert_true(s->frames == (void *const *)(s + 1));
+        if (s->id == i) {
+            assert_int_equal(s->count, 5);
+            for (unsigned k = 0; k < 12; k++)
+                st.frames[k] = (void *)(uintptr_t)(0x1000 + 16 * k + (k == 10 ? 16 * i : 0));
+            assert_ptr_equal(om_sites_intern(&sites, &st), s);
+        } else {
+            assert_true(sites.by_id[s->id] == s && s->fold);
+        }
+    }
+    for (unsigned i = 0; i < sites.count; i++)
+        total += sites.by_id[i]->id == i ? sites.by_id[i]->total_bytes : 0;
+    assert_int_equal(total, 100 * N);
 }
 
 static void test_sysmem(void **state)
@@ -728,6 +771,7 @@ int main(void)
         cmocka_unit_test(test_threads_switch_to_majority),
         cmocka_unit_test(test_interning),
         cmocka_unit_test(test_folding),
+        cmocka_unit_test(test_fold_compaction),
         cmocka_unit_test(test_sysmem),
         cmocka_unit_test(test_table_grow),
         cmocka_unit_test(test_json_escaping),
