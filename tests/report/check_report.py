@@ -233,9 +233,29 @@ def compact(r):
     return r
 
 
+def sparse(v2):
+    """A version 2 report as version 3 writes it: the same sites with ids that leave gaps (as
+    a forked child's, or where sites were folded), the references renumbered with them."""
+    r = json.loads(json.dumps(v2))
+    r["version"] = 3
+    ids = {s["id"]: 3 * s["id"] + 2 for s in r["sites"]}
+    for s in r["sites"]:
+        s["id"] = ids[s["id"]]
+    for p in r["peak"]["sites"]:
+        p["site"] = ids[p["site"]]
+    for rec in r["sample"]["lifetimes"]:
+        if rec:
+            rec[0] = ids[rec[0]]
+    for rec in r.get("resident", {}).get("blocks", []):
+        rec[0] = ids[rec[0]]
+    r["counters"]["folded_sites"] = 0
+    return r
+
+
 def versions(args, rest, tmp):
-    """The same report written as version 1 and as version 2 renders the same; a version 2
-    report whose sites point outside its tables is refused with one line."""
+    """The same report written as version 1, 2 and 3 renders the same; a version 2 report
+    whose sites point outside its tables, and a version 3 report whose ids do not ascend or
+    are named and not listed, are refused with one line."""
     with open(LOOP) as f:
         v1 = json.load(f)
     # Python frames on the two largest sites at the peak, in place of their second frame
@@ -248,8 +268,9 @@ def versions(args, rest, tmp):
         {"file": "/w/train.py", "line": 12, "function": "step", "native_index": 1}]
     v2 = compact(v1)
     expect(len(v2["python_frames"]) == 2, "python frames not shared: %r" % v2["python_frames"])
+    v3 = sparse(v2)
     outs = {}
-    for version, r in ((1, v1), (2, v2)):
+    for version, r in ((1, v1), (2, v2), (3, v3)):
         d = os.path.join(tmp, "v%d" % version)
         os.mkdir(d)
         with open(os.path.join(d, "r.json"), "w") as f:
@@ -258,6 +279,8 @@ def versions(args, rest, tmp):
                          for fmt in ("text", "folded", "json")]
     expect(outs[1] == outs[2], "versions 1 and 2 render differently:\n%s\n---\n%s" %
            (outs[1][0], outs[2][0]))
+    expect(outs[1] == outs[3], "versions 1 and 3 render differently:\n%s\n---\n%s" %
+           (outs[1][0], outs[3][0]))
     expect("step  /w/train.py:12" in outs[2][0], "no Python frame in:\n%s" % outs[2][0])
     # Folded stacks, outermost first: the frame past the native stack leads, the eval loop's
     # frame gives way to the Python frame it runs, as py-spy writes them.
@@ -272,9 +295,20 @@ def versions(args, rest, tmp):
     bad_py["sites"][b]["python"][0] = [7, 0]
     no_table = json.loads(json.dumps(v2))
     del no_table["frames"]
+    # Version 3: ids ascend, references name listed ids, "folded" is version 3's.
+    descending = json.loads(json.dumps(v3))
+    descending["sites"][0]["id"], descending["sites"][1]["id"] = (
+        descending["sites"][1]["id"], descending["sites"][0]["id"])
+    dangling = json.loads(json.dumps(v3))
+    dangling["peak"]["sites"][0]["site"] += 1  # a gap: no site has that id
+    folded_v2 = json.loads(json.dumps(v2))
+    folded_v2["sites"][0]["folded"] = 3
     for name, r, pattern in (("bad_frame.json", bad, r"not an index of frames"),
                              ("bad_python.json", bad_py, r"python_frames index"),
-                             ("no_table.json", no_table, r"frames is missing")):
+                             ("no_table.json", no_table, r"frames is missing"),
+                             ("descending.json", descending, r"id is not above"),
+                             ("dangling.json", dangling, r"peak.sites\[0\].site is not a site"),
+                             ("folded_v2.json", folded_v2, r"folded in a version 2")):
         path = os.path.join(tmp, name)
         with open(path, "w") as f:
             json.dump(r, f)
