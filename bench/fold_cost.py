@@ -5,7 +5,7 @@ trace mode and with OPTMEM_MODE=off (the library loaded, nothing traced: the dif
 optmem's own memory, the tracer's tables and sites above all).
 
 Programs: the bundled workloads (tests/workloads/NAME.py, run to their end), `import torch,
-torchvision`, `import sklearn...` and the sklearn workload's fit.
+torchvision` and `import sklearn...` alone and each followed by a loop of 300 iterations.
 
 Usage: /usr/bin/python3 bench/fold_cost.py --lib NAME=build/preload/liboptmem.so [--lib ...]
            [--programs import_torch,cnn_bn_adam,...] [--steps N] [--runs 1]
@@ -22,12 +22,25 @@ import tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 WORKLOADS = os.path.join(HERE, "..", "tests", "workloads")
+# A loop after the imports, single-threaded and of fixed length, long enough (3 s) for the
+# checkpoints to see its iterations: what a training run's imports leave in the tracer.
+LOOP = """
+import time
+for _ in range(300):
+    a = bytearray(50000)
+    b = bytearray(30000)
+    del a, b
+    time.sleep(0.01)
+"""
 IMPORTS = {
     "import_torch": "import torch, torchvision",
     "import_sklearn": "import sklearn.ensemble, sklearn.neural_network, sklearn.linear_model",
+    "import_torch_loop": "import torch, torchvision" + LOOP,
+    "import_sklearn_loop": "import sklearn.ensemble, sklearn.neural_network, sklearn.linear_model"
+                           + LOOP,
 }
-DEFAULT = ("import_torch,import_sklearn,sklearn_fit,mlp_sgd,cnn_bn_adam,transformer_adamw,"
-           "numpy_mlp")
+DEFAULT = ("import_torch,import_torch_loop,import_sklearn,import_sklearn_loop,sklearn_fit,mlp_sgd,"
+           "cnn_bn_adam,transformer_adamw,numpy_mlp")
 
 
 def anonymous_kib():
