@@ -7,7 +7,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
-#define OM_REPORT_VERSION 2    /* the newest; every version from 1 is read */
+#define OM_REPORT_VERSION 3    /* the newest; every version from 1 is read */
 #define OM_NO_VALUE UINT64_MAX /* a null in the report */
 
 enum { OM_CAT_TEMPORARY, OM_CAT_PER_ITERATION, OM_CAT_PERSISTENT, OM_NCAT };
@@ -23,6 +23,8 @@ struct om_rframe {
 };
 
 struct om_rsite {
+    uint64_t id;     /* in the report: sites[] holds them ascending (dense before version 3) */
+    uint64_t folded; /* a fold (version 3): the call sites folded into it; 0 for a site */
     struct om_rframe *frames; /* innermost first */
     size_t nframes;
     uint64_t count, total_bytes;
@@ -30,6 +32,8 @@ struct om_rsite {
     const char *category; /* one of om_cat_names, or NULL */
 };
 
+/* The site of a peak entry, sample record or resident block is its index in om_report.sites
+ * (not its id in the report). */
 struct om_rpeak {
     uint64_t site, bytes, blocks;
 };

@@ -96,7 +96,7 @@ static size_t process_events(FILE *out, const struct om_report *r, const struct 
             ts(out, !end ? l->birth_ns : l->death_ns != OM_NO_VALUE ? l->death_ns : end_ns);
             if (!end) {
                 fprintf(out, ",\"args\":{\"site\":%llu,\"size\":%llu,\"request\":%llu",
-                        (unsigned long long)l->site, (unsigned long long)l->size,
+                        (unsigned long long)r->sites[l->site].id, (unsigned long long)l->size,
                         (unsigned long long)l->birth);
                 if (l->offset != OM_NO_VALUE)
                     fprintf(out, ",\"offset\":%llu", (unsigned long long)l->offset);

@@ -20,6 +20,7 @@ struct loader {
     const char *domain; /* a device domain whose sections are being read, for the message */
     /* Version 2: the top-level tables that sites[].frames and sites[].python index. */
     json_t *frames, *python_frames;
+    int version;
 };
 
 static void fail(struct loader *l, const char *fmt, ...)
@@ -364,6 +365,20 @@ out:
     free(at);
 }
 
+/* The index in r->sites of the site of id (ids ascending), or OM_NO_VALUE. */
+static uint64_t site_index(const struct om_report *r, uint64_t id)
+{
+    size_t lo = 0, hi = r->nsites;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (r->sites[mid].id < id)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo < r->nsites && r->sites[lo].id == id ? lo : OM_NO_VALUE;
+}
+
 static void load_sites(struct loader *l, json_t *root, struct om_report *r)
 {
     json_t *sites = get(l, root, "", "sites", JSON_ARRAY);
@@ -378,10 +393,22 @@ static void load_sites(struct loader *l, json_t *root, struct om_report *r)
     for (size_t i = 0; i < r->nsites && !l->failed; i++) {
         json_t *s = json_array_get(sites, i);
         struct om_rsite *o = &r->sites[i];
-        if (get_u64(l, s, "sites[].", "id", false) != i) {
+        /* Version 3 lists the sites a process used: ids ascending, not dense. */
+        o->id = get_u64(l, s, "sites[].", "id", false);
+        if (l->version < 3 && o->id != i) {
             fail(l, "not a valid optmem report: sites[%zu].id is not %zu", i, i);
             return;
         }
+        if (o->id == OM_NO_VALUE || (i > 0 && o->id <= r->sites[i - 1].id)) {
+            fail(l, "not a valid optmem report: sites[%zu].id is not above the one before", i);
+            return;
+        }
+        json_t *folded = json_object_get(s, "folded");
+        if (folded && l->version < 3) {
+            fail(l, "not a valid optmem report: sites[].folded in a version %d report", l->version);
+            return;
+        }
+        o->folded = folded ? get_u64(l, s, "sites[].", "folded", false) : 0;
         json_t *frames = get(l, s, "sites[].", "frames", JSON_ARRAY);
         if (frames)
             load_frames(l, frames, o);
@@ -401,7 +428,7 @@ static void load_sites(struct loader *l, json_t *root, struct om_report *r)
                 o->category = om_cat_names[c];
     }
     for (size_t i = 0; i < r->npeak; i++)
-        if (r->peak[i].site >= r->nsites)
+        if ((r->peak[i].site = site_index(r, r->peak[i].site)) == OM_NO_VALUE)
             fail(l, "not a valid optmem report: peak.sites[%zu].site is not a site id", i);
 }
 
@@ -460,7 +487,8 @@ static void load_sample(struct loader *l, json_t *root, struct om_report *r)
         for (int k = 0; k < NFIELDS; k++)
             v[k] = at[k] < 0 ? OM_NO_VALUE
                              : as_u64(l, json_array_get(rec, (size_t)at[k]), "sample.", names[k]);
-        if (v[0] >= r->nsites || v[1] == OM_NO_VALUE || v[2] != r->sample_first + i) {
+        v[0] = site_index(r, v[0]);
+        if (v[0] == OM_NO_VALUE || v[1] == OM_NO_VALUE || v[2] != r->sample_first + i) {
             fail(l, "not a valid optmem report: sample.lifetimes[%zu] is inconsistent", i);
             return;
         }
@@ -508,7 +536,8 @@ static void load_resident(struct loader *l, json_t *root, struct om_report *r)
         }
         for (size_t k = 0; k < 4; k++)
             v[k] = as_u64(l, json_array_get(rec, k), "resident.blocks[].", "field");
-        if (v[0] >= r->nsites || v[1] == OM_NO_VALUE || v[2] >= r->sample_first ||
+        v[0] = site_index(r, v[0]);
+        if (v[0] == OM_NO_VALUE || v[1] == OM_NO_VALUE || v[2] >= r->sample_first ||
             (v[3] != OM_NO_VALUE && v[3] <= v[2])) {
             fail(l, "not a valid optmem report: resident.blocks[%zu] is inconsistent", i);
             return;
@@ -614,6 +643,7 @@ static void load_root(struct loader *l, json_t *root, const char *domain, struct
             fail(l, "not a valid optmem report: version is missing");
         return;
     }
+    l->version = (int)json_integer_value(version);
     if (json_integer_value(version) >= 2) {
         l->frames = get(l, root, "", "frames", JSON_ARRAY);
         l->python_frames = get(l, root, "", "python_frames", JSON_ARRAY);

@@ -90,7 +90,7 @@ static void blocks(FILE *out, const struct om_report *r, const struct frame *f,
                 "<rect x=\"%.2f\" y=\"%.2f\" width=\"%.2f\" height=\"%.2f\" "
                 "fill=\"hsl(%u,65%%,60%%)\" fill-opacity=\"0.85\"><title>site %llu ",
                 x, y, px(f, end) - x, py(f, l->offset) - y, hue(l->site),
-                (unsigned long long)l->site);
+                (unsigned long long)r->sites[l->site].id);
         om_xml_escape(out, label);
         fprintf(out, ": %llu bytes at offset %llu, requests %llu..%llu%s</title></rect>\n",
                 (unsigned long long)l->size, (unsigned long long)l->offset,
@@ -174,13 +174,15 @@ static void legend(FILE *out, const struct om_report *r, const struct om_render 
         fprintf(out,
                 "<rect x=\"%d\" y=\"%d\" width=\"10\" height=\"10\" fill=\"hsl(%u,65%%,60%%)\"/>"
                 "<text x=\"%d\" y=\"%d\" font-size=\"11\">site %llu ",
-                x, y - 9, hue(r->peak[i].site), x + 14, y, (unsigned long long)r->peak[i].site);
+                x, y - 9, hue(r->peak[i].site), x + 14, y,
+                (unsigned long long)r->sites[r->peak[i].site].id);
         /* A legend entry has room for about 27 characters of 11 px text, "site N " included
          * (tests/report/check_layout.py measures them in Chromium): a long name keeps its
          * start, cut at a character boundary. */
         char cut[64], id[32];
-        size_t room = LEGEND_CHARS - (size_t)snprintf(id, sizeof id, "site %llu ",
-                                                      (unsigned long long)r->peak[i].site);
+        size_t room =
+            LEGEND_CHARS - (size_t)snprintf(id, sizeof id, "site %llu ",
+                                            (unsigned long long)r->sites[r->peak[i].site].id);
         snprintf(cut, sizeof cut, "%s", label);
         if (strlen(label) > room) {
             size_t at = room - 1;

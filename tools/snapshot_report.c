@@ -45,6 +45,7 @@ static int fill_sites(const struct om_snapshot *s, struct om_report *r)
     for (size_t i = 0; i < s->nsites; i++) {
         const struct om_snap_site *in = &s->sites[i];
         struct om_rsite *o = &r->sites[i];
+        o->id = i;
         o->frames = calloc(in->nframes ? in->nframes : 1, sizeof *o->frames);
         if (!o->frames)
             return -ENOMEM;

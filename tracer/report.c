@@ -9,8 +9,9 @@
 #include <unistd.h>
 
 /* 2: frames written once, in the top-level "frames" and "python_frames" tables, that sites
- * refer to by index. */
-#define REPORT_VERSION 2
+ * refer to by index. 3: only the sites a process used are listed, ids no longer dense
+ * (a forked child's), with folds of sites seen once; the tables hold only their frames. */
+#define REPORT_VERSION 3
 #define PEAK_TOP 20
 #define WRITE_BUF (64u * 1024)
 #define CMDLINE_MAX (64u * 1024)
@@ -46,9 +47,17 @@ struct snap {
     struct om_domain d; /* records and resident point below; no sites, no live table */
     struct om_resident resident;
     struct snap_site *sites;
-    uint32_t nsites;  /* sites copied: the domain's call sites when copied */
+    uint32_t nsites;  /* sites copied: the domain's call sites and folds, by id, compact */
     size_t sites_cap; /* sites has room for this many */
-    pid_t pid;        /* the process that copied them: a forked child copies every site */
+    /* By id, the index in sites of the site, or fold, the id names (a folded site's names its
+     * fold); nids ids when copied. A folded site costs a report these 4 bytes. */
+    uint32_t *slot;
+    uint32_t nids;
+    size_t slot_cap;
+    /* Which of sites the report lists (mark_listed): a byte each. */
+    uint8_t *listed;
+    size_t listed_cap;
+    pid_t pid; /* the process that copied them: a forked child copies every site */
     struct om_record *records;
 };
 
@@ -179,7 +188,7 @@ static void write_peak(struct om_json *w, const struct snap *sn)
             top_blocks[k] = top_blocks[k - 1];
             k--;
         }
-        top[k] = i;
+        top[k] = sn->sites[i].site->id;
         top_bytes[k] = bytes;
         top_blocks[k] = blocks;
     }
@@ -301,6 +310,20 @@ static void write_iterations(struct om_json *w, const struct om_tracer_config *c
     om_json_end(w, '}');
 }
 
+/* The Python frames a report lists, those its sites refer to: pyt.out[id] is a frame's index
+ * in the report + 1, 0 for one left out; frames first seen after the marks (id >= pyt.n)
+ * are left out. Kept from one report to the next; used under the dump lock only. */
+static struct {
+    uint32_t *out;
+    uint32_t n, cap;
+} pyt;
+
+/* The index in python_frames of the frame of id (marked). */
+static uint64_t py_index(uint32_t id)
+{
+    return id < pyt.n && pyt.out[id] ? pyt.out[id] - 1 : 0;
+}
+
 /* The Python frames, innermost first, as [python_frames index, native_index]: the index of
  * the native frame of the eval loop that runs it; the k-th such frame runs the k-th run of
  * Python frames, a run ending at a frame entered from C. Frames past the native ones captured
@@ -314,11 +337,20 @@ static void write_python(struct om_json *w, const struct om_site *s)
         n = 0;
     om_json_key(w, "python");
     om_json_begin(w, '[');
+    if (s->fold && s->py_top) { /* its one Python frame, run by its last native frame */
+        om_json_begin(w, '[');
+        om_json_u64(w, py_index(s->py_top - 1));
+        if (s->depth && om_py_is_eval((uintptr_t)s->frames[s->depth - 1]))
+            om_json_u64(w, s->depth - 1);
+        else
+            om_json_null(w);
+        om_json_end(w, ']');
+    }
     for (unsigned p = 0; p < n; p++) {
         while (f < s->depth && !om_py_is_eval((uintptr_t)s->frames[f]))
             f++;
         om_json_begin(w, '[');
-        om_json_u64(w, py[p] >> 1);
+        om_json_u64(w, py_index(py[p] >> 1));
         if (f < s->depth)
             om_json_u64(w, f);
         else
@@ -341,6 +373,7 @@ static struct {
     uintptr_t *addr;
     struct om_frame_info *info;
     uint32_t *slots; /* 2 cap of them: id + 1, 0 when free */
+    uint32_t *out;   /* the frame's index in this report's table + 1, 0: not listed */
     uint32_t n, cap;
 } ft;
 
@@ -362,10 +395,12 @@ static int frames_reserve(uint32_t want)
     uintptr_t *addr = map_populated(cap * sizeof *addr);
     struct om_frame_info *info = map_populated(cap * sizeof *info);
     uint32_t *slots = map_populated(2 * (size_t)cap * sizeof *slots);
-    if (!addr || !info || !slots) {
+    uint32_t *out = map_populated(cap * sizeof *out);
+    if (!addr || !info || !slots || !out) {
         om_sys_unmap(addr, cap * sizeof *addr);
         om_sys_unmap(info, cap * sizeof *info);
         om_sys_unmap(slots, 2 * (size_t)cap * sizeof *slots);
+        om_sys_unmap(out, cap * sizeof *out);
         return -ENOMEM;
     }
     if (ft.n) {
@@ -375,29 +410,34 @@ static int frames_reserve(uint32_t want)
     om_sys_unmap(ft.addr, ft.cap * sizeof *ft.addr);
     om_sys_unmap(ft.info, ft.cap * sizeof *ft.info);
     om_sys_unmap(ft.slots, 2 * (size_t)ft.cap * sizeof *ft.slots);
+    om_sys_unmap(ft.out, ft.cap * sizeof *ft.out);
     ft.addr = addr;
     ft.info = info;
     ft.slots = slots;
+    ft.out = out;
     ft.cap = cap;
     for (uint32_t id = 0; id < ft.n; id++)
         slots[frame_slot(slots, 2 * cap, addr[id])] = id + 1;
     return 0;
 }
 
-/* The id of a frame the table holds (frames_collect added every frame of the snapshot). */
+/* The index in this report's frames of a frame the table holds (frames_collect added and
+ * marked every frame of the sites listed). */
 static uint32_t frame_id(uintptr_t a)
 {
-    return ft.slots[frame_slot(ft.slots, 2 * ft.cap, a)] - 1;
+    return ft.out[ft.slots[frame_slot(ft.slots, 2 * ft.cap, a)] - 1] - 1;
 }
 
-/* Adds the frames of the snapshot's sites not seen before and resolves them (modules, and
- * with names the functions of every frame still without one). */
+/* Adds the frames of the sites listed not seen before and resolves them (modules, and with
+ * names the functions of every frame still without one). */
 static int frames_collect(struct snap *const *of, unsigned n, int with_names)
 {
     uint32_t seen = ft.n;
     for (unsigned d = 0; d < n; d++) {
         for (uint32_t i = 0; i < of[d]->nsites; i++) {
             const struct om_site *s = of[d]->sites[i].site;
+            if (!of[d]->listed[i])
+                continue;
             for (uint32_t f = 0; f < s->depth; f++) {
                 uintptr_t a = (uintptr_t)s->frames[f];
                 if (ft.cap && ft.slots[frame_slot(ft.slots, 2 * ft.cap, a)])
@@ -417,12 +457,67 @@ static int frames_collect(struct snap *const *of, unsigned n, int with_names)
     return 0;
 }
 
+/* Numbers the native and Python frames that the sites listed refer to, in the order of their
+ * ids: the report's tables hold those only (the sites a forked child did not use, and those
+ * folded, leave theirs out). */
+static int frames_number(struct snap *const *of, unsigned n)
+{
+    uint32_t npy = 0;
+    const char *file, *function;
+    uint32_t line;
+    while (om_py_frame(npy, &file, &function, &line) == 0)
+        npy++;
+    if (npy > pyt.cap) {
+        uint32_t cap = pyt.cap ? pyt.cap : FRAMES_MIN;
+        while (cap < npy)
+            cap *= 2;
+        uint32_t *out = om_sys_map(cap * sizeof *out);
+        if (!out)
+            return -ENOMEM;
+        om_sys_unmap(pyt.out, pyt.cap * sizeof *pyt.out);
+        pyt.out = out;
+        pyt.cap = cap;
+    }
+    pyt.n = npy;
+    if (npy)
+        memset(pyt.out, 0, npy * sizeof *pyt.out);
+    if (ft.n)
+        memset(ft.out, 0, ft.n * sizeof *ft.out);
+    for (unsigned d = 0; d < n; d++) {
+        for (uint32_t i = 0; i < of[d]->nsites; i++) {
+            const struct om_site *s = of[d]->sites[i].site;
+            if (!of[d]->listed[i])
+                continue;
+            for (uint32_t f = 0; f < s->depth; f++)
+                ft.out[ft.slots[frame_slot(ft.slots, 2 * ft.cap, (uintptr_t)s->frames[f])] - 1] = 1;
+            const uint32_t *py = NULL;
+            unsigned np = 0;
+            if (s->py_stack && om_py_stack(s->py_stack, &py, &np) != 0)
+                np = 0;
+            for (unsigned p = 0; p < np; p++)
+                if ((py[p] >> 1) < npy)
+                    pyt.out[py[p] >> 1] = 1;
+            if (s->fold && s->py_top && s->py_top - 1 < npy)
+                pyt.out[s->py_top - 1] = 1;
+        }
+    }
+    for (uint32_t id = 0, k = 0; id < ft.n; id++)
+        if (ft.out[id])
+            ft.out[id] = ++k;
+    for (uint32_t id = 0, k = 0; id < npy; id++)
+        if (pyt.out[id])
+            pyt.out[id] = ++k;
+    return 0;
+}
+
 static void write_frame_tables(struct om_json *w)
 {
     om_json_key(w, "frames");
     om_json_begin(w, '[');
     for (uint32_t id = 0; id < ft.n; id++) {
         const struct om_frame_info *info = &ft.info[id];
+        if (!ft.out[id])
+            continue;
         om_json_begin(w, '{');
         om_json_key(w, "address");
         om_json_hex(w, ft.addr[id]);
@@ -436,13 +531,14 @@ static void write_frame_tables(struct om_json *w)
         om_json_end(w, '}');
     }
     om_json_end(w, ']');
-    /* Python frames have ids of their own, dense from 0 (pyframes.c): all of them are listed,
-     * at least every one the snapshot's sites refer to. */
+    /* Python frames have ids of their own, dense from 0 (pyframes.c). */
     om_json_key(w, "python_frames");
     om_json_begin(w, '[');
     const char *file, *function;
     uint32_t line;
-    for (uint32_t id = 0; om_py_frame(id, &file, &function, &line) == 0; id++) {
+    for (uint32_t id = 0; id < pyt.n && om_py_frame(id, &file, &function, &line) == 0; id++) {
+        if (!pyt.out[id])
+            continue;
         om_json_begin(w, '{');
         kv_str(w, "file", file);
         kv_u64(w, "line", line);
@@ -474,8 +570,12 @@ static void write_sites(struct om_json *w, const struct snap *sn)
     om_json_begin(w, '[');
     for (uint32_t i = 0; i < sn->nsites; i++) {
         const struct snap_site *s = &sn->sites[i];
+        if (!sn->listed[i])
+            continue;
         om_json_begin(w, '{');
-        kv_u64(w, "id", i);
+        kv_u64(w, "id", s->site->id);
+        if (s->site->fold)
+            kv_u64(w, "folded", s->site->nfolded);
         om_json_key(w, "frames");
         om_json_begin(w, '[');
         for (uint32_t f = 0; f < s->site->depth; f++)
@@ -513,8 +613,15 @@ static void write_sites(struct om_json *w, const struct snap *sn)
     om_json_end(w, ']');
 }
 
-static void write_sample(struct om_json *w, const struct om_domain *st, uint64_t first)
+/* The id a report gives the site of id: its fold's, where it was folded. */
+static uint64_t listed_id(const struct snap *sn, uint64_t id)
 {
+    return id < sn->nids ? sn->sites[sn->slot[id]].site->id : id;
+}
+
+static void write_sample(struct om_json *w, const struct snap *sn, uint64_t first)
+{
+    const struct om_domain *st = &sn->d;
     om_json_key(w, "sample");
     om_json_begin(w, '{');
     kv_u64(w, "first_request", first);
@@ -535,7 +642,7 @@ static void write_sample(struct om_json *w, const struct om_domain *st, uint64_t
             om_json_end(w, ']');
             continue;
         }
-        om_json_u64(w, r->site);
+        om_json_u64(w, listed_id(sn, r->site));
         om_json_u64(w, r->size);
         om_json_u64(w, r->birth_seq);
         r->death_seq == OM_NO_DEATH ? om_json_null(w) : om_json_u64(w, r->death_seq);
@@ -623,8 +730,9 @@ static void collect_resident(const struct om_domain *st, uint64_t first, struct 
     }
 }
 
-static void write_resident(struct om_json *w, const struct om_resident *r)
+static void write_resident(struct om_json *w, const struct snap *sn)
 {
+    const struct om_resident *r = &sn->resident;
     om_json_key(w, "resident");
     om_json_begin(w, '{');
     om_json_key(w, "blocks");
@@ -632,7 +740,7 @@ static void write_resident(struct om_json *w, const struct om_resident *r)
     for (uint64_t i = 0; i < r->n; i++) {
         const struct om_resident_block *b = &r->blocks[i];
         om_json_begin(w, '[');
-        om_json_u64(w, b->site);
+        om_json_u64(w, listed_id(sn, b->site));
         om_json_u64(w, b->size);
         om_json_u64(w, b->birth);
         b->death == OM_NO_DEATH ? om_json_null(w) : om_json_u64(w, b->death);
@@ -698,7 +806,13 @@ static void write_domain(struct om_json *w, const struct om_tracer_config *cfg,
     kv_u64(w, "managed_frees", d->frees);
     kv_u64(w, "live_blocks", d->live_blocks);
     kv_u64(w, "live_bytes", d->live_bytes);
-    kv_u64(w, "call_sites", sn->nsites);
+    uint64_t listed = 0, folded = 0;
+    for (uint32_t i = 0; i < sn->nsites; i++) {
+        listed += sn->listed[i];
+        folded += sn->listed[i] && sn->sites[i].site->fold ? sn->sites[i].site->nfolded : 0;
+    }
+    kv_u64(w, "call_sites", listed);
+    kv_u64(w, "folded_sites", folded);
     om_json_end(w, '}');
     kv_u64(w, "lower_bound_bytes", d->lower_bound);
     kv_u64(w, "peak_live_bytes", d->peak_usable);
@@ -707,8 +821,8 @@ static void write_domain(struct om_json *w, const struct om_tracer_config *cfg,
         write_serving(w, &d->serving);
     write_iterations(w, cfg, d, first);
     write_sites(w, sn);
-    write_sample(w, d, first);
-    write_resident(w, &sn->resident);
+    write_sample(w, sn, first);
+    write_resident(w, sn);
 }
 
 static void write_report(struct om_json *w, const struct om_tracer_config *cfg,
@@ -826,7 +940,20 @@ static int snap_domain(struct snap **slot, const struct om_domain *d)
     struct snap *sn = *slot;
     if (!sn->records && !(sn->records = map_populated(OM_SAMPLE_RECORDS * sizeof *sn->records)))
         return -ENOMEM;
-    uint32_t nsites = d->sites.count;
+    uint32_t nids = d->sites.count, nsites = 0;
+    if (nids > sn->slot_cap) {
+        size_t cap = sn->slot_cap ? sn->slot_cap : 1024;
+        while (cap < nids)
+            cap *= 2;
+        uint32_t *slots = om_sys_map(cap * sizeof *slots);
+        if (!slots)
+            return -ENOMEM;
+        om_sys_unmap(sn->slot, sn->slot_cap * sizeof *sn->slot);
+        sn->slot = slots;
+        sn->slot_cap = cap;
+    }
+    for (uint32_t i = 0; i < nids; i++)
+        nsites += d->sites.by_id[i]->id == i;
     if (snap_reserve(sn, nsites) != 0)
         return -ENOMEM;
     /* Every change of a site's counters stamps it with the domain's event count (site_change
@@ -836,13 +963,21 @@ static int snap_domain(struct snap **slot, const struct om_domain *d)
     int same = sn->pid == pid && d->events >= sn->d.events;
     uint64_t copied_at = same ? sn->d.events : 0;
     uint32_t copied = same ? sn->nsites : 0;
-    for (uint32_t i = 0; i < nsites; i++) {
+    for (uint32_t i = 0, k = 0; i < nids; i++) {
         const struct om_site *s = d->sites.by_id[i];
-        if (i >= copied || sn->sites[i].site != s || s->mod_event > copied_at)
-            site_copy(&sn->sites[i], s);
-        memset(sn->sites[i].live_cat_bytes, 0, sizeof sn->sites[i].live_cat_bytes);
+        if (s->id != i)
+            continue;
+        /* A site's place moves when sites before it were folded: it is copied again. */
+        if (k >= copied || sn->sites[k].site != s || s->mod_event > copied_at || s->fold)
+            site_copy(&sn->sites[k], s);
+        memset(sn->sites[k].live_cat_bytes, 0, sizeof sn->sites[k].live_cat_bytes);
+        sn->slot[i] = k++;
     }
+    for (uint32_t i = 0; i < nids; i++) /* a fold may have an id above its sites' */
+        if (d->sites.by_id[i]->id != i)
+            sn->slot[i] = sn->slot[d->sites.by_id[i]->id];
     sn->nsites = nsites;
+    sn->nids = nids;
     sn->pid = pid;
     sn->d = *d;
     sn->d.sites = (struct om_sites){0};
@@ -852,8 +987,8 @@ static int snap_domain(struct snap **slot, const struct om_domain *d)
         for (uint64_t k = 0; k < d->live_cap; k++) {
             const struct om_live *e = &d->live[k];
             uint64_t crossed = d->acct.iter_no - e->birth_iter;
-            if (e->ptr && crossed >= 1 && e->site->id < nsites)
-                sn->sites[e->site->id]
+            if (e->ptr && crossed >= 1 && e->site->id < nids)
+                sn->sites[sn->slot[e->site->id]]
                     .live_cat_bytes[crossed >= 2 ? OM_CAT_PERSISTENT : OM_CAT_PER_ITERATION] +=
                     e->size;
         }
@@ -903,6 +1038,43 @@ int om_report_snapshot(struct om_domain *const *domains, unsigned n, struct om_d
     return 0;
 }
 
+/* Marks the sites the report lists: those this process requested from (a forked child's own,
+ * not every site it inherited), those holding live blocks or bytes at the peak, and those
+ * the sample and the resident blocks name. Outside the tracer's lock. 0 or -ENOMEM. */
+static int mark_listed(struct snap *sn)
+{
+    if (sn->nsites > sn->listed_cap) {
+        size_t cap = sn->listed_cap ? sn->listed_cap : 4096;
+        while (cap < sn->nsites)
+            cap *= 2;
+        uint8_t *listed = om_sys_map(cap);
+        if (!listed)
+            return -ENOMEM;
+        om_sys_unmap(sn->listed, sn->listed_cap);
+        sn->listed = listed;
+        sn->listed_cap = cap;
+    }
+    if (!sn->listed && !(sn->listed = om_sys_map(sn->listed_cap = 4096)))
+        return -ENOMEM;
+    memset(sn->listed, 0, sn->nsites);
+    for (uint32_t i = 0; i < sn->nsites; i++) {
+        const struct snap_site *s = &sn->sites[i];
+        uint64_t blocks;
+        if (s->count || s->live_blocks || site_peak_bytes(&sn->d, s, &blocks))
+            sn->listed[i] = 1;
+    }
+    for (uint64_t k = 0; k < sn->resident.n; k++)
+        if (sn->resident.blocks[k].site < sn->nids)
+            sn->listed[sn->slot[sn->resident.blocks[k].site]] = 1;
+    const struct om_domain *d = &sn->d;
+    for (uint64_t q = sample_first(d); q < d->seq; q++) {
+        const struct om_record *r = &d->records[q % OM_SAMPLE_RECORDS];
+        if (r->birth_seq == q && r->site < sn->nids)
+            sn->listed[sn->slot[r->site]] = 1;
+    }
+    return 0;
+}
+
 struct report_job {
     const struct om_tracer_config *cfg;
     struct snap *const *snaps;
@@ -934,7 +1106,13 @@ int om_report_write(const struct om_tracer_config *cfg, struct om_domain *const 
         return -ENOMEM;
     if (!cmdline_buf)
         cmdline_buf = om_sys_map(CMDLINE_MAX); /* without it, argv is written empty */
-    int rc = frames_collect(of, ndomains, with_names);
+    int rc = 0;
+    for (unsigned i = 0; i < ndomains && rc == 0; i++)
+        rc = mark_listed(of[i]);
+    if (rc == 0)
+        rc = frames_collect(of, ndomains, with_names);
+    if (rc == 0)
+        rc = frames_number(of, ndomains);
     if (rc != 0)
         return rc;
     struct report_job job = {cfg, of, ndomains, write_buf};

@@ -434,26 +434,128 @@ static int grow_ids(struct om_sites *sites)
 {
     uint32_t cap = sites->capacity ? sites->capacity * 2 : 256;
     struct om_site **fresh = om_sys_alloc(cap * sizeof *fresh);
-    if (!fresh)
+    uint64_t *hashes = om_sys_alloc(cap * sizeof *hashes);
+    if (!fresh || !hashes) {
+        om_sys_free(fresh, cap * sizeof *fresh);
+        om_sys_free(hashes, cap * sizeof *hashes);
         return -1;
-    if (sites->count)
+    }
+    if (sites->count) {
         memcpy(fresh, sites->by_id, sites->count * sizeof *fresh);
+        memcpy(hashes, sites->hashes, sites->count * sizeof *hashes);
+    }
     /* The old array is kept: the symbolizer may be reading it without the lock. */
     __atomic_store_n(&sites->by_id, fresh, __ATOMIC_RELEASE);
+    om_sys_free(sites->hashes, sites->capacity * sizeof *sites->hashes);
+    sites->hashes = hashes;
     sites->capacity = cap;
     return 0;
 }
 
 /* The sites index's hash: one multiply a word (a deep stack's key is 136 bytes, and every
  * request looks its site up). */
-static unsigned site_hash(void *const *key, unsigned n)
+static uint64_t site_hash(void *const *key, unsigned n)
 {
     uint64_t h = n;
     for (unsigned i = 0; i < n; i++)
         h = (h ^ (uintptr_t)key[i]) * 0x9e3779b97f4a7c15ull;
     h ^= h >> 32;
     h *= 0x9e3779b97f4a7c15ull;
-    return (unsigned)(h >> 32);
+    return h ^ (h >> 29);
+}
+
+/* ---- the sites' memory: a region of their own, compacted once folding left it half dead ---- */
+
+struct om_site_block {
+    struct om_site_block *next;
+    size_t size, used; /* bytes of data */
+    char data[];
+};
+
+#define SITE_BLOCK (256u * 1024)
+
+/* A site (or fold) record and its key, size bytes, zeroed: the record first, the key after
+ * it. NULL when out of memory. */
+static struct om_site *site_mem(struct om_sites *sites, size_t size)
+{
+    struct om_site_block *b = sites->blocks;
+    size = (size + 15) & ~(size_t)15;
+    if (!b || b->size - b->used < size) {
+        size_t want = sizeof *b + (size > SITE_BLOCK ? size : SITE_BLOCK);
+        b = om_sys_map(want);
+        if (!b)
+            return NULL;
+        b->size = want - sizeof *b;
+        b->next = sites->blocks;
+        sites->blocks = b;
+    }
+    void *p = b->data + b->used;
+    b->used += size;
+    sites->live_bytes += size;
+    return p;
+}
+
+static size_t site_bytes(const struct om_site *s)
+{
+    return (sizeof *s + (s->depth + 1) * sizeof(void *) + 15) & ~(size_t)15;
+}
+
+static struct om_site *site_new(struct om_sites *sites, void *const *key, unsigned depth)
+{
+    struct om_site *s = site_mem(sites, sizeof *s + (depth + 1) * sizeof(void *));
+    if (!s)
+        return NULL;
+    s->frames = (void **)(s + 1);
+    memcpy(s->frames, key, (depth + 1) * sizeof(void *));
+    s->depth = depth;
+    s->life_req_min = s->life_ns_min = s->min_size = UINT64_MAX;
+    return s;
+}
+
+static void blocks_unmap(struct om_site_block *b)
+{
+    while (b) {
+        struct om_site_block *next = b->next;
+        om_sys_unmap(b, sizeof *b + b->size);
+        b = next;
+    }
+}
+
+/* Moves every site and fold still named into one new block, then calls relink (which finds
+ * each record it holds at by_id[its old record's id]) and unmaps the old blocks. 0, or
+ * -ENOMEM (nothing moved). */
+static int sites_compact(struct om_sites *sites, void (*relink)(void *ctx), void *ctx)
+{
+    struct om_site_block *old = sites->blocks;
+    size_t want = sites->live_bytes;
+    sites->blocks = NULL;
+    sites->live_bytes = sites->dead_bytes = 0;
+    if (want && !site_mem(sites, want)) {
+        sites->blocks = old;
+        sites->live_bytes = want;
+        return -ENOMEM;
+    }
+    if (sites->blocks) {
+        sites->blocks->used = 0;
+        sites->live_bytes = 0;
+    }
+    for (uint32_t i = 0; i < sites->count; i++) {
+        struct om_site *s = sites->by_id[i];
+        if (s->id != i)
+            continue;
+        struct om_site *c = site_mem(sites, site_bytes(s));
+        memcpy(c, s, site_bytes(s));
+        c->frames = (void **)(c + 1);
+        sites->by_id[i] = c;
+    }
+    for (uint32_t i = 0; i < sites->count; i++)
+        if (sites->by_id[i]->id != i) /* still the old fold: it was not moved yet */
+            sites->by_id[i] = sites->by_id[sites->by_id[i]->id];
+    if (relink)
+        relink(ctx);
+    blocks_unmap(old);
+    sites->moves++;
+    return 0;
 }
 
 struct om_site *om_sites_intern(struct om_sites *sites, const struct om_stack *stack)
@@ -465,34 +567,136 @@ struct om_site *om_sites_intern(struct om_sites *sites, const struct om_stack *s
     void *key[OM_TRACER_MAX_DEPTH + 1];
     memcpy(key, stack->frames, depth * sizeof(void *));
     key[depth] = (void *)(uintptr_t)stack->py_stack;
-    size_t keylen = (depth + 1) * sizeof(void *);
-    uint32_t hashv = site_hash(key, depth + 1);
+    uint64_t hash = site_hash(key, depth + 1);
+    uint32_t hashv = (uint32_t)(hash >> 32);
     for (uint32_t pos = 0, id; (id = om_id_index_next(&sites->index, hashv, &pos));) {
         s = sites->by_id[id - 1];
-        if (s->depth == depth && s->py_stack == stack->py_stack &&
+        if (s->id == id - 1 && s->depth == depth && s->py_stack == stack->py_stack &&
             memcmp(s->frames, key, depth * sizeof(void *)) == 0)
             return s;
     }
     if (sites->count == sites->capacity && grow_ids(sites) != 0)
         return NULL;
-    s = om_sys_alloc(sizeof *s);
-    void **frames = om_sys_alloc(keylen);
-    if (!s || !frames || om_id_index_add(&sites->index, hashv, sites->count) != 0) {
-        om_sys_free(s, sizeof *s);
-        om_sys_free(frames, keylen);
+    if (!(s = site_new(sites, key, depth)))
+        return NULL;
+    if (om_id_index_add(&sites->index, hashv, sites->count) != 0) {
+        sites->live_bytes -= site_bytes(s); /* left unused in its block */
+        sites->dead_bytes += site_bytes(s);
         return NULL;
     }
-    memcpy(frames, key, keylen);
-    s->frames = frames;
-    s->depth = depth;
     s->py_stack = stack->py_stack;
     s->id = sites->count;
-    s->life_req_min = UINT64_MAX;
-    s->life_ns_min = UINT64_MAX;
-    s->min_size = UINT64_MAX;
     sites->by_id[s->id] = s;
+    sites->hashes[s->id] = hash;
     __atomic_store_n(&sites->count, s->id + 1, __ATOMIC_RELEASE);
     return s;
+}
+
+/* ---- folds: sites seen once, long ago, kept as one entry per innermost frames ---- */
+
+/* A fold's key: the innermost native frames, up to and including the first frame of
+ * CPython's eval loop (what runs the innermost Python frame), at most OM_FOLD_FRAMES; and
+ * that Python frame's id + 1 (0: none). */
+static unsigned fold_key(const struct om_site *s, void **key)
+{
+    unsigned n = s->depth < OM_FOLD_FRAMES ? s->depth : OM_FOLD_FRAMES, k = 0;
+    while (k < n) {
+        key[k] = s->frames[k];
+        if (om_py_is_eval((uintptr_t)s->frames[k++]))
+            break;
+    }
+    const uint32_t *py = NULL;
+    unsigned np = 0;
+    key[k] = (void *)(uintptr_t)0;
+    if (s->py_stack && om_py_stack(s->py_stack, &py, &np) == 0 && np > 0)
+        key[k] = (void *)(uintptr_t)((py[0] >> 1) + 1);
+    return k;
+}
+
+static struct om_site *fold_of(struct om_sites *sites, const struct om_site *s)
+{
+    void *key[OM_FOLD_FRAMES + 1];
+    unsigned depth = fold_key(s, key);
+    uint32_t py_top = (uint32_t)(uintptr_t)key[depth];
+    uint64_t hash = site_hash(key, depth + 1);
+    uint32_t hashv = (uint32_t)(hash >> 32);
+    struct om_site *f;
+    for (uint32_t pos = 0, id; (id = om_id_index_next(&sites->folds, hashv, &pos));) {
+        f = sites->by_id[id - 1];
+        if (f->depth == depth && f->py_top == py_top &&
+            memcmp(f->frames, key, depth * sizeof(void *)) == 0)
+            return f;
+    }
+    if (sites->count == sites->capacity && grow_ids(sites) != 0)
+        return NULL;
+    if (!(f = site_new(sites, key, depth)))
+        return NULL;
+    if (om_id_index_add(&sites->folds, hashv, sites->count) != 0) {
+        sites->live_bytes -= site_bytes(f);
+        sites->dead_bytes += site_bytes(f);
+        return NULL;
+    }
+    f->fold = 1;
+    f->py_top = py_top;
+    f->id = sites->count;
+    sites->by_id[f->id] = f;
+    sites->hashes[f->id] = hash;
+    __atomic_store_n(&sites->count, f->id + 1, __ATOMIC_RELEASE);
+    return f;
+}
+
+static uint64_t min64(uint64_t a, uint64_t b)
+{
+    return a < b ? a : b;
+}
+
+static uint64_t max64(uint64_t a, uint64_t b)
+{
+    return a > b ? a : b;
+}
+
+/* The fold takes s's counters: every one of them is a sum, a minimum or a maximum. */
+static void fold_add(struct om_site *f, const struct om_site *s)
+{
+    f->nfolded++;
+    f->count += s->count;
+    f->total_bytes += s->total_bytes;
+    f->min_size = min64(f->min_size, s->min_size);
+    f->max_size = max64(f->max_size, s->max_size);
+    f->freed += s->freed;
+    f->life_req_min = min64(f->life_req_min, s->life_req_min);
+    f->life_req_max = max64(f->life_req_max, s->life_req_max);
+    f->life_req_sum += s->life_req_sum;
+    f->life_ns_min = min64(f->life_ns_min, s->life_ns_min);
+    f->life_ns_max = max64(f->life_ns_max, s->life_ns_max);
+    f->life_ns_sum += s->life_ns_sum;
+    for (int c = 0; c < OM_CAT_COUNT; c++)
+        f->cat_bytes[c] += s->cat_bytes[c];
+    f->last_seq = max64(f->last_seq, s->last_seq);
+}
+
+int om_sites_fold(struct om_sites *sites, int (*foldable)(const struct om_site *s, void *ctx),
+                  void (*relink)(void *ctx), void *ctx)
+{
+    int folded = 0;
+    for (uint32_t i = 0; i < sites->count; i++) {
+        struct om_site *s = sites->by_id[i];
+        if (s->id != i || s->fold || !foldable(s, ctx))
+            continue;
+        struct om_site *f = fold_of(sites, s);
+        if (!f)
+            return -ENOMEM;
+        fold_add(f, s);
+        sites->by_id[i] = f;
+        sites->live_bytes -= site_bytes(s);
+        sites->dead_bytes += site_bytes(s);
+        folded++;
+    }
+    /* Amortized: a compaction moves the live bytes, fewer than the dead ones left since the
+     * last. */
+    if (sites->dead_bytes > sites->live_bytes && sites->dead_bytes >= SITE_BLOCK)
+        (void)sites_compact(sites, relink, ctx);
+    return folded;
 }
 
 /* ---- symbolization ---- */

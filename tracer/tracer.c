@@ -60,9 +60,11 @@ static uint32_t sequence_of(unsigned domain)
     return domain == OM_TRACER_HOST ? current_tid() : OM_ALL_THREADS;
 }
 
-static uint64_t token_of(uint32_t site, uint64_t size)
+/* A request's token: its call site's stack (the hash of it, not the site's id, which changes
+ * when a site is folded and its stack seen again) and its size. */
+static uint64_t token_of(uint64_t site_hash, uint64_t size)
 {
-    uint64_t h = ((uint64_t)site << 40) ^ size;
+    uint64_t h = site_hash ^ (size * 0xc4ceb9fe1a85ec53ull);
     h ^= h >> 31;
     h *= 0x9e3779b97f4a7c15ull;
     return h ^ (h >> 29);
@@ -229,6 +231,7 @@ static void domain_restart(struct om_domain *d)
     for (uint32_t i = 0; i < d->sites.count; i++) {
         struct om_site *s = d->sites.by_id[i];
         s->count = s->total_bytes = s->freed = 0;
+        s->nfolded = 0; /* a fold of the parent's holds nothing of the child's */
         s->life_req_sum = s->life_req_max = s->life_ns_sum = s->life_ns_max = 0;
         s->life_req_min = s->life_ns_min = s->min_size = UINT64_MAX;
         s->max_size = 0;
@@ -401,9 +404,10 @@ void om_tracer_set_arena(unsigned domain, const void *base, size_t size)
     om_unlock(&lock);
 }
 
-/* Under the lock: the birth of a block from site. 0, or -ENOMEM (not recorded). */
-static int birth(struct om_domain *d, struct om_site *site, void *ptr, size_t size, size_t usable,
-                 size_t alignment, uint64_t now, uint32_t tid, uint32_t seq_tid,
+/* Under the lock: the birth of a block from site, of id (a folded site's id names its fold,
+ * site). 0, or -ENOMEM (not recorded). */
+static int birth(struct om_domain *d, struct om_site *site, uint32_t id, void *ptr, size_t size,
+                 size_t usable, size_t alignment, uint64_t now, uint32_t tid, uint32_t seq_tid,
                  struct om_alloc_info *info)
 {
     if ((d->live_used + 1) * 2 > d->live_cap && live_grow(d) != 0)
@@ -417,7 +421,7 @@ static int birth(struct om_domain *d, struct om_site *site, void *ptr, size_t si
         if (seq_tid == d->threads.det_tid) {
             d->start_now = 0;
             d->det_live += size;
-            om_period_push(&d->det, token_of(site->id, size), seq, d->det_live, size,
+            om_period_push(&d->det, token_of(d->sites.hashes[id], size), seq, d->det_live, size,
                            on_period_start, d);
             if (info) {
                 info->iteration_start = d->start_now;
@@ -433,7 +437,7 @@ static int birth(struct om_domain *d, struct om_site *site, void *ptr, size_t si
     if (info) {
         info->seq = seq;
         info->ns = now;
-        info->site = site->id + 1;
+        info->site = id + 1;
     }
     d->seq++;
     d->events++;
@@ -452,6 +456,7 @@ static int birth(struct om_domain *d, struct om_site *site, void *ptr, size_t si
 
     site_change(d, site, (int64_t)size, 1);
     site->count++;
+    site->last_seq = seq;
     site->total_bytes += size;
     if (size < site->min_size)
         site->min_size = size;
@@ -488,17 +493,21 @@ static void on_alloc(unsigned domain, void *ptr, size_t size, size_t usable, siz
     uint32_t tid = current_tid(), seq_tid = sequence_of(domain);
     int new_site = 0;
     struct om_site *site = NULL;
+    uint32_t id = 0;
     om_lock(&lock);
     if (stack) {
         uint32_t known_sites = d->sites.count;
         site = om_sites_intern(&d->sites, stack);
         new_site = d->sites.count != known_sites;
+        id = site ? site->id : 0;
     } else if (site_id && site_id - 1 < d->sites.count) {
-        /* Sites are never removed (a fork child keeps them): an id once given stays valid. */
-        site = d->sites.by_id[site_id - 1];
+        /* An id once given stays valid (a fork child keeps the sites; a folded site's names
+         * its fold). */
+        id = site_id - 1;
+        site = d->sites.by_id[id];
     }
     if (site)
-        birth(d, site, ptr, size, usable, alignment, now, tid, seq_tid, info);
+        birth(d, site, id, ptr, size, usable, alignment, now, tid, seq_tid, info);
     om_unlock(&lock);
     /* A new site found by the fast walk (a known native stack under other Python frames)
      * read no unwind tables: nothing to give back. */
@@ -626,6 +635,49 @@ static uint64_t events_seen(void)
 
 enum dump_kind { DUMP_ASKED, DUMP_CHECKPOINT, DUMP_FINAL };
 
+/* ---- folds: what a call site seen once costs ---- */
+
+/* A program's imports make most of its call sites (PyTorch's, well over a hundred thousand),
+ * each requested once. Such a site is folded (stacks.c) once it tells nothing the report
+ * shows of its own: one request, freed, no bytes at the peak (whose contributors stay
+ * named), and its block dead before the sample's first request (before the first steady
+ * iteration, or before the ring's oldest record), so that neither the sample nor the
+ * resident blocks name it. The detector's tokens are the stacks' hashes: a folded site seen
+ * again is a new site with the same token. */
+static int foldable(const struct om_site *s, void *ctx)
+{
+    const struct om_domain *d = ctx;
+    if (s->count != 1 || s->live_blocks || s->freed != 1)
+        return 0;
+    uint64_t death = s->last_seq + s->life_req_max;
+    if (!(d->have_steady && death <= d->first_steady_seq) &&
+        !(d->seq >= death && d->seq - death >= OM_SAMPLE_RECORDS))
+        return 0;
+    /* Its bytes at the peak: its live bytes (none now) when it has not changed since, else
+     * what its first change after the peak saved (site_change). */
+    return s->mod_event <= d->peak_event || s->snap_for != d->peak_event + 1 || s->snap_bytes == 0;
+}
+
+/* The sites' records moved: the live blocks' point at them. */
+static void relink_live(void *ctx)
+{
+    struct om_domain *d = ctx;
+    for (uint64_t k = 0; k < d->live_cap; k++)
+        if (d->live[k].ptr)
+            d->live[k].site = d->sites.by_id[d->live[k].site->id];
+}
+
+/* Under the dump lock (a report being written reads sites without the tracer's lock) and
+ * the tracer's. */
+static void fold_sites(void)
+{
+    for (unsigned i = 0; i < ndoms; i++) {
+        int n = om_sites_fold(&doms[i]->sites, foldable, relink_live, doms[i]);
+        if (n > 0)
+            om_debug("%s: %d call sites folded", doms[i]->name, n);
+    }
+}
+
 /* Under dump_lock. A report the program asked for is always written; one optmem writes by
  * itself (checkpoints, exit) only by a process that made managed requests, and, where the
  * template has no %p, to a path no other process of the run holds (lineage.c). */
@@ -656,6 +708,7 @@ static int dump_locked(const char *tmpl, enum dump_kind kind, char *expanded, si
     struct om_domain *copies[OM_TRACER_DOMAINS];
     om_lock(&lock);
     unsigned n = ndoms;
+    fold_sites();
     rc = om_report_snapshot(doms, n, copies);
     ckpt_events = events_seen();
     ckpt_plans = plans_made();

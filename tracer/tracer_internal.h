@@ -136,6 +136,10 @@ struct om_site {
     uint32_t depth;
     void **frames;     /* depth native frames, then the Python stack's id: the interning key */
     uint32_t py_stack; /* the calling thread's Python stack (om_py_stack), 0: none */
+    /* A fold (om_sites_fold): the sites folded into it (since a fork, in a child), and its
+     * innermost Python frame's id + 1 (0: none); its frames are their innermost ones. */
+    uint32_t fold, nfolded, py_top;
+    uint64_t last_seq; /* the request number of its latest request */
     uint64_t count, total_bytes;
     uint64_t min_size, max_size;
     uint64_t live_blocks, live_bytes;
@@ -147,14 +151,42 @@ struct om_site {
     uint64_t mod_event, snap_for, snap_bytes, snap_blocks;
 };
 
+struct om_site_block; /* stacks.c */
+
 struct om_sites {
     struct om_id_index index; /* by the hash of the frames */
-    struct om_site **by_id;   /* append-only */
+    struct om_id_index folds; /* the folds, by the hash of their innermost frames */
+    /* Append-only: a folded site's id names its fold from then on (by_id[id]->id != id),
+     * so that the records and the ids handed out (om_alloc_info.site) that name it stay
+     * valid. */
+    struct om_site **by_id;
+    /* By id, a 64-bit hash of the site's stack: the iteration detector's token, which its
+     * folding leaves as it was (and the site's stack seen again after it was folded, as a
+     * new site, has again). */
+    uint64_t *hashes;
     uint32_t count, capacity;
+    /* The records of the sites and folds (with their keys), in blocks of their own: folded
+     * sites leave dead bytes there, and once they outweigh the live ones the records still
+     * named are moved into one new block and the old ones unmapped (moves counts that). */
+    struct om_site_block *blocks;
+    uint64_t live_bytes, dead_bytes;
+    uint32_t moves;
 };
 
 /* Finds or adds the call site of stack. NULL when out of memory. */
 struct om_site *om_sites_intern(struct om_sites *sites, const struct om_stack *stack);
+/* Folds each call site that foldable(site, ctx) accepts (never a fold, never one already
+ * folded) into the fold of its innermost frames (the native frames up to the innermost
+ * Python frame's eval loop, at most OM_FOLD_FRAMES, and that Python frame), made when
+ * new: the fold takes its counters (they add up exactly), its id comes to name the fold,
+ * and its record and frames are given up. foldable must accept only sites without live
+ * blocks. Where the records still named get moved (see om_sites.blocks), relink(ctx) is
+ * called before the old ones are unmapped: whatever holds a record p must take
+ * by_id[p->id] instead. The sites folded, or -ENOMEM (those folded until then stay
+ * folded). */
+#define OM_FOLD_FRAMES 8
+int om_sites_fold(struct om_sites *sites, int (*foldable)(const struct om_site *s, void *ctx),
+                  void (*relink)(void *ctx), void *ctx);
 /* The top (highest address, exclusive) of the calling thread's stack, 0 when unknown. */
 uintptr_t om_stack_top(void);
 /* Drops the frames that lie in this library (the tracer and whatever links it). */

@@ -1,7 +1,7 @@
 """Checks of `optmem report` (tests/report/CMakeLists.txt runs one subcommand per test).
 
 Usage: check_report.py --optmem CLI [--preload LIB] SUBCOMMAND [ARGS...]
-Subcommands: golden NAME FIXTURE... (with --update to rewrite the golden file), chrome, svg, html, errors, merge, versions, symbolize PROGRAM, run PROGRAM, domains PROGRAM, names WORKLOAD.py, help."""
+Subcommands: golden NAME FIXTURE... (with --update to rewrite the golden file), chrome, svg, html, errors, merge, versions, fork, folds, symbolize PROGRAM, run PROGRAM, domains PROGRAM, names WORKLOAD.py, help."""
 import argparse
 import json
 import os
@@ -233,9 +233,29 @@ def compact(r):
     return r
 
 
+def sparse(v2):
+    """A version 2 report as version 3 writes it: the same sites with ids that leave gaps (as
+    a forked child's, or where sites were folded), the references renumbered with them."""
+    r = json.loads(json.dumps(v2))
+    r["version"] = 3
+    ids = {s["id"]: 3 * s["id"] + 2 for s in r["sites"]}
+    for s in r["sites"]:
+        s["id"] = ids[s["id"]]
+    for p in r["peak"]["sites"]:
+        p["site"] = ids[p["site"]]
+    for rec in r["sample"]["lifetimes"]:
+        if rec:
+            rec[0] = ids[rec[0]]
+    for rec in r.get("resident", {}).get("blocks", []):
+        rec[0] = ids[rec[0]]
+    r["counters"]["folded_sites"] = 0
+    return r
+
+
 def versions(args, rest, tmp):
-    """The same report written as version 1 and as version 2 renders the same; a version 2
-    report whose sites point outside its tables is refused with one line."""
+    """The same report written as version 1, 2 and 3 renders the same; a version 2 report
+    whose sites point outside its tables, and a version 3 report whose ids do not ascend or
+    are named and not listed, are refused with one line."""
     with open(LOOP) as f:
         v1 = json.load(f)
     # Python frames on the two largest sites at the peak, in place of their second frame
@@ -248,8 +268,9 @@ def versions(args, rest, tmp):
         {"file": "/w/train.py", "line": 12, "function": "step", "native_index": 1}]
     v2 = compact(v1)
     expect(len(v2["python_frames"]) == 2, "python frames not shared: %r" % v2["python_frames"])
+    v3 = sparse(v2)
     outs = {}
-    for version, r in ((1, v1), (2, v2)):
+    for version, r in ((1, v1), (2, v2), (3, v3)):
         d = os.path.join(tmp, "v%d" % version)
         os.mkdir(d)
         with open(os.path.join(d, "r.json"), "w") as f:
@@ -258,6 +279,8 @@ def versions(args, rest, tmp):
                          for fmt in ("text", "folded", "json")]
     expect(outs[1] == outs[2], "versions 1 and 2 render differently:\n%s\n---\n%s" %
            (outs[1][0], outs[2][0]))
+    expect(outs[1] == outs[3], "versions 1 and 3 render differently:\n%s\n---\n%s" %
+           (outs[1][0], outs[3][0]))
     expect("step  /w/train.py:12" in outs[2][0], "no Python frame in:\n%s" % outs[2][0])
     # Folded stacks, outermost first: the frame past the native stack leads, the eval loop's
     # frame gives way to the Python frame it runs, as py-spy writes them.
@@ -272,9 +295,20 @@ def versions(args, rest, tmp):
     bad_py["sites"][b]["python"][0] = [7, 0]
     no_table = json.loads(json.dumps(v2))
     del no_table["frames"]
+    # Version 3: ids ascend, references name listed ids, "folded" is version 3's.
+    descending = json.loads(json.dumps(v3))
+    descending["sites"][0]["id"], descending["sites"][1]["id"] = (
+        descending["sites"][1]["id"], descending["sites"][0]["id"])
+    dangling = json.loads(json.dumps(v3))
+    dangling["peak"]["sites"][0]["site"] += 1  # a gap: no site has that id
+    folded_v2 = json.loads(json.dumps(v2))
+    folded_v2["sites"][0]["folded"] = 3
     for name, r, pattern in (("bad_frame.json", bad, r"not an index of frames"),
                              ("bad_python.json", bad_py, r"python_frames index"),
-                             ("no_table.json", no_table, r"frames is missing")):
+                             ("no_table.json", no_table, r"frames is missing"),
+                             ("descending.json", descending, r"id is not above"),
+                             ("dangling.json", dangling, r"peak.sites\[0\].site is not a site"),
+                             ("folded_v2.json", folded_v2, r"folded in a version 2")):
         path = os.path.join(tmp, name)
         with open(path, "w") as f:
             json.dump(r, f)
@@ -307,6 +341,145 @@ def merge(args, rest, tmp):
     out, _ = rep(args, [LOOP, LOOP, "--format", "json", "--no-symbolize"])
     expect(all(s["processes"] == 2 for s in json.loads(out)["peak_sites"]),
            "identical stacks were not merged")
+
+
+# A parent that requests from many lines (one call site each), frees those blocks, keeps one,
+# and forks a child that requests from one line of its own.
+FORKING = r"""
+import os, sys
+PARENT_SITES = 60
+exec(compile("\n".join("b = bytearray(%d); del b" % (8192 + 64 * i)
+                         for i in range(PARENT_SITES)), "parent_lines.py", "exec"))
+kept = bytearray(1 << 16)
+pid = os.fork()
+if pid == 0:
+    for _ in range(5):
+        c = bytearray(20000); del c
+    sys.exit(0)
+_, status = os.waitpid(pid, 0)
+sys.exit(os.waitstatus_to_exitcode(status))
+"""
+
+
+def fork(args, rest, tmp):
+    """A forked child's report lists the sites it used, not every site its parent had; optmem
+    report reads it alone and merged with its parent's."""
+    env = dict(os.environ, LD_PRELOAD=args.preload, OPTMEM_MODE="trace",
+               OPTMEM_REPORT=os.path.join(tmp, "r_%p.json"))
+    proc = subprocess.run(["/usr/bin/python3", "-c", FORKING], env=env, capture_output=True,
+                          text=True, timeout=120)
+    expect(proc.returncode == 0, "the forking program failed:\n" + proc.stderr[-2000:])
+    paths = sorted(os.path.join(tmp, n) for n in os.listdir(tmp) if n.startswith("r_"))
+    reports = {}
+    for path in paths:
+        with open(path) as f:
+            r = json.load(f)
+        report_schema.validate(r)
+        reports[path] = r
+    children = [p for p, r in reports.items() if r["process"]["forked_at_request"] is not None]
+    parents = [p for p, r in reports.items() if r["process"]["forked_at_request"] is None]
+    expect(len(children) == 1 and len(parents) == 1, "reports %s" % sorted(reports))
+    child, parent = reports[children[0]], reports[parents[0]]
+    # Every site the child lists is one it requested from, or one its report names (the
+    # block it inherited, live at its peak and before its sample).
+    named = {p["site"] for p in child["peak"]["sites"]}
+    named |= {b[0] for b in child["resident"]["blocks"]}
+    named |= {rec[0] for rec in child["sample"]["lifetimes"] if rec}
+    idle = [s["id"] for s in child["sites"] if s["count"] == 0 and s["id"] not in named]
+    expect(not idle, "the child lists %d sites it did not use: %s" % (len(idle), idle[:10]))
+    expect(child["counters"]["call_sites"] < parent["counters"]["call_sites"] - 50,
+           "the child lists %d sites, its parent %d" % (child["counters"]["call_sites"],
+                                                        parent["counters"]["call_sites"]))
+    expect(sum(s["count"] for s in child["sites"]) == child["counters"]["managed_requests"] == 5,
+           "the child's sites do not add up to its 5 requests")
+    # Its tables hold only the frames of the sites it lists.
+    used = {f for s in child["sites"] for f in s["frames"]}
+    expect(used == set(range(len(child["frames"]))), "the child's frames table holds frames "
+           "no site lists: %d of %d used" % (len(used), len(child["frames"])))
+    used_py = {p for s in child["sites"] for p, _ in s["python"]}
+    expect(used_py == set(range(len(child["python_frames"]))),
+           "the child's python_frames hold frames no site lists")
+    for fmt in ("text", "json", "folded", "chrome", "svg", "html"):
+        rep(args, [children[0], "--format", fmt, "--no-symbolize"])
+    out, _ = rep(args, [parents[0], children[0], "--format", "json", "--no-symbolize",
+                        "--top", "1000"])
+    summary = json.loads(out)
+    expect(sorted(p["pid"] for p in summary["processes"]) ==
+           sorted(r["process"]["pid"] for r in (parent, child)), "merged pids")
+    at_peak = sum(s["bytes"] for r in (parent, child) for s in r["peak"]["sites"])
+    expect(sum(s["bytes"] for s in summary["peak_sites"]) == at_peak,
+           "merged sites do not add up to the peaks")
+    # The block the child inherited is the parent's site too: one merged site of both.
+    expect(any(s["processes"] == 2 for s in summary["peak_sites"]),
+           "no site merged across parent and child")
+
+
+# A warm-up that requests once from each of 300 lines, through one function (as imports read
+# files through importlib's get_data), makes the run's peak with one block from a line of its
+# own, and frees them all; then a loop whose iterations the tracer finds.
+FOLDING = r"""
+def once(n):
+    return bytearray(n)
+
+WARMUP = 300
+exec(compile("\n".join("b = once(%d); del b" % (8192 + 64 * i) for i in range(WARMUP)),
+             "warmup_lines.py", "exec"))
+big = bytearray(64 << 20)
+del big
+
+def step():
+    a = bytearray(40000)
+    b = bytearray(50000)
+    del a
+    c = bytearray(30000)
+    del b, c
+
+for _ in range(40):
+    step()
+"""
+
+
+def folds(args, rest, tmp):
+    """Call sites seen once before the first steady iteration fold into one entry of their
+    innermost frames: the counts still add up, the peak's site keeps its stack, and the sample
+    and the resident blocks name no fold."""
+    path = os.path.join(tmp, "r.json")
+    env = dict(os.environ, LD_PRELOAD=args.preload, OPTMEM_MODE="trace", OPTMEM_REPORT=path)
+    proc = subprocess.run(["/usr/bin/python3", "-c", FOLDING], env=env, capture_output=True,
+                          text=True, timeout=120)
+    expect(proc.returncode == 0, "the program failed:\n" + proc.stderr[-2000:])
+    with open(path) as f:
+        r = json.load(f)
+    report_schema.validate(r)  # version 3: the counts add up to managed_requests
+    expect(r["iterations"]["found"], "no iterations found")
+    pf = r["python_frames"]
+
+    def innermost(s):
+        return pf[s["python"][0][0]] if s["python"] else {}
+
+    warm = [s for s in r["sites"] if innermost(s).get("function") == "once"]
+    expect(len(warm) == 1 and warm[0].get("folded") == 300,
+           "the warm-up's 300 sites are not one fold of 300: %s" %
+           [(s["id"], s.get("folded"), s["count"]) for s in warm][:8])
+    f = warm[0]
+    sizes = [8192 + 64 * i + 1 for i in range(300)]  # a bytearray's buffer ends in a NUL
+    expect(f["count"] == 300 and f["total_bytes"] == sum(sizes) and f["min_size"] == sizes[0]
+           and f["max_size"] == sizes[-1] and f["freed"] == 300 and len(f["python"]) == 1,
+           "the fold's counters: %s" % {k: f[k] for k in ("count", "total_bytes", "min_size",
+                                                           "max_size", "freed")})
+    expect(r["counters"]["folded_sites"] >= 300, "counters %s" % r["counters"])
+    # The peak's block came once, before the loop: its site is named, with its whole stack.
+    top = next(s for s in r["sites"] if s["id"] == r["peak"]["sites"][0]["site"])
+    expect("folded" not in top and top["max_size"] == (64 << 20) + 1 and len(top["python"]) >= 1
+           and pf[top["python"][0][0]]["file"] == "<string>",
+           "the peak's site is not the 64 MiB line's: %s" % top)
+    folded_ids = {s["id"] for s in r["sites"] if "folded" in s}
+    named = {rec[0] for rec in r["sample"]["lifetimes"] if rec}
+    named |= {b[0] for b in r["resident"]["blocks"]}
+    expect(not named & folded_ids, "the sample or the resident blocks name a fold")
+    # Every format reads it.
+    for fmt in ("text", "json", "folded", "chrome", "svg", "html"):
+        rep(args, [path, "--format", fmt, "--no-symbolize"])
 
 
 def symbolize(args, rest, tmp):
@@ -618,7 +791,7 @@ def main():
     commands = {"golden": golden, "chrome": chrome, "svg": svg,
                 "html": html, "errors": errors, "merge": merge, "symbolize": symbolize,
                 "run": run, "domains": domains, "help": help_, "names": names,
-                "versions": versions}
+                "versions": versions, "fork": fork, "folds": folds}
     tmp = tempfile.mkdtemp(prefix="optmem-report-test.")
     try:
         commands[args.command](args, args.rest, tmp)

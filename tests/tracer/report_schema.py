@@ -1,6 +1,6 @@
-"""Validator of the optmem lifetime report, schema "optmem-report" versions 1 and 2
-(docs/report-schema.md), and expand(), which gives a version 2 report's sites their frames
-in place, as version 1 wrote them."""
+"""Validator of the optmem lifetime report, schema "optmem-report" versions 1 to 3
+(docs/report-schema.md), and expand(), which gives a version 2 or 3 report's sites their
+frames in place, as version 1 wrote them (and version 3's site ids dense, as before)."""
 
 CATEGORIES = ("temporary", "per_iteration", "persistent")
 
@@ -75,17 +75,29 @@ SERVING_KEYS = ("serving_requests", "hits", "misses", "served_from_plan", "fallb
                 "cheap_key_collisions")
 
 
-VERSIONS = (1, 2)
+VERSIONS = (1, 2, 3)
 
 
 def expand(r):
-    """Rewrites a version 2 report, in place, as the version 1 report of the same content:
+    """Rewrites a version 2 or 3 report, in place, as the version 1 report of the same content:
     each site's frame indices replaced by the frames of the top-level tables ({address,
     module, offset, function}; python: {file, line, function, native_index}), the tables
-    dropped. Returns r; a version 1 report is returned as it is."""
+    dropped; version 3's sites numbered by their index (peak, sample and resident blocks
+    renumbered with them; a fold keeps its "folded", the counters their "folded_sites").
+    Returns r; a version 1 report is returned as it is."""
     if r.get("version", 1) < 2:
         return r
     for sec in [r] + r.get("device_domains", []):
+        index = {s["id"]: i for i, s in enumerate(sec.get("sites", []))}
+        for i, s in enumerate(sec.get("sites", [])):
+            s["id"] = i
+        for p in sec.get("peak", {}).get("sites", []):
+            p["site"] = index[p["site"]]
+        for rec in sec.get("sample", {}).get("lifetimes", []):
+            if rec:
+                rec[0] = index[rec[0]]
+        for rec in sec.get("resident", {}).get("blocks", []):
+            rec[0] = index[rec[0]]
         for s in sec.get("sites", []):
             s["frames"] = [dict(r["frames"][i]) for i in s["frames"]]
             s["python"] = [dict(r["python_frames"][i], native_index=at)
@@ -126,9 +138,10 @@ def _domain(r, c, forked, tables):
                 raise SchemaError("serving: plan peak %d outside [proven bound %d, greedy %d]"
                                   % (v["plan_peak_bytes"], v["plan_proven_bound_bytes"],
                                      v["plan_greedy_bytes"]))
+    v3 = c["version"] >= 3
     k = r["counters"]
     _obj(k, "counters", ("managed_requests", "managed_frees", "live_blocks", "live_bytes",
-                         "call_sites"))
+                         "call_sites") + (("folded_sites",) if v3 else ()))
     for key in k:
         _uint(k[key], "counters." + key)
     _uint(r["lower_bound_bytes"], "lower_bound_bytes")
@@ -136,6 +149,8 @@ def _domain(r, c, forked, tables):
     if r["peak_live_bytes"] < r["lower_bound_bytes"]:
         _fail("peak_live_bytes", "below lower_bound_bytes")
     nsites = k["call_sites"]
+    sites = _list(r["sites"], "sites")
+    ids = set(s.get("id") for s in sites if isinstance(s, dict))
     pk = r["peak"]
     _obj(pk, "peak", ("request", "live_bytes", "sites"))
     _uint(pk["request"], "peak.request")
@@ -146,7 +161,7 @@ def _domain(r, c, forked, tables):
         _obj(s, "peak.sites[%d]" % i, ("site", "bytes", "blocks"))
         for key in s:
             _uint(s[key], "peak.sites[%d].%s" % (i, key))
-        if s["site"] >= nsites:
+        if s["site"] not in ids:
             _fail("peak.sites[%d].site" % i, "no such site")
         total += s["bytes"]
     if total > pk["live_bytes"]:
@@ -198,18 +213,25 @@ def _domain(r, c, forked, tables):
             _uint(cat[name]["bytes"], "categories.%s.bytes" % name)
             _uint(cat[name]["blocks"], "categories.%s.blocks" % name)
 
-    sites = _list(r["sites"], "sites")
     if len(sites) != nsites:
         _fail("sites", "length differs from counters.call_sites")
     site_keys = ("id", "frames", "count", "total_bytes", "min_size", "max_size", "live_blocks",
                  "live_bytes", "freed", "lifetime_requests", "lifetime_ns", "category_bytes",
                  "category")
+    folded = 0
     for i, s in enumerate(sites):
         path = "sites[%d]" % i
         # "python" came with Python frames (2026-11-26); older reports lack it.
-        _obj(s, path, site_keys + (("python",) if "python" in s else ()))
-        if s["id"] != i:
+        _obj(s, path, site_keys + (("python",) if "python" in s else ()) +
+             (("folded",) if v3 and "folded" in s else ()))
+        _uint(s["id"], path + ".id")
+        if not v3 and s["id"] != i:
             _fail(path + ".id", "ids must equal the index")
+        if v3 and i and s["id"] <= sites[i - 1]["id"]:
+            _fail(path + ".id", "ids must ascend")
+        if "folded" in s:
+            _uint(s["folded"], path + ".folded")
+            folded += s["folded"]
         frames = _list(s["frames"], path + ".frames")
         for j, f in enumerate(frames):
             fp = "%s.frames[%d]" % (path, j)
@@ -248,6 +270,12 @@ def _domain(r, c, forked, tables):
             _uint(s["category_bytes"][name], "%s.category_bytes.%s" % (path, name))
         if s["category"] is not None and s["category"] not in CATEGORIES:
             _fail(path + ".category", "unknown category")
+    if v3:
+        # Every request is some listed site's or fold's: the counts add up exactly.
+        if sum(s["count"] for s in sites) != k["managed_requests"]:
+            _fail("sites", "counts do not add up to counters.managed_requests")
+        if folded != k["folded_sites"]:
+            _fail("counters.folded_sites", "differs from the sites folded into the folds")
 
     sm = r["sample"]
     _obj(sm, "sample", ("first_request", "end_request", "fields", "lifetimes", "live_bytes"))
@@ -276,7 +304,7 @@ def _domain(r, c, forked, tables):
         _uint(size, path)
         if birth != sm["first_request"] + i:
             _fail(path, "birth_request out of order")
-        if site >= nsites:
+        if site not in ids:
             _fail(path, "no such site")
         _uint(death, path, nullable=True)
         _uint(bns, path)
@@ -298,7 +326,7 @@ def _domain(r, c, forked, tables):
         for v in (site, size, birth):
             _uint(v, path)
         _uint(death, path, nullable=True)
-        if site >= nsites:
+        if site not in ids:
             _fail(path, "no such site")
         # Born before the sample, live at its first request.
         if birth >= sm["first_request"] or (death is not None and death <= sm["first_request"]):
@@ -319,7 +347,7 @@ def _domain(r, c, forked, tables):
 
 
 def validate(r):
-    """Raise SchemaError unless r (parsed JSON) is a valid report of version 1 or 2."""
+    """Raise SchemaError unless r (parsed JSON) is a valid report of version 1 to 3."""
     if not isinstance(r, dict) or r.get("schema") != "optmem-report" or \
             r.get("version") not in VERSIONS:
         _fail("$", "not an optmem-report of version %s" % " or ".join(map(str, VERSIONS)))
@@ -366,7 +394,7 @@ def validate(r):
         _uint(c["warmup"], "configuration.warmup")
     _uint(c["sample_capacity"], "configuration.sample_capacity")
     _uint(r["duration_ns"], "duration_ns")
-    _domain(r, c, forked, tables)
+    _domain(r, dict(c, version=r["version"]), forked, tables)
 
     devices = _list(r["device_domains"], "device_domains")
     names = ["cpu"]
@@ -378,7 +406,7 @@ def validate(r):
             _fail(path + ".name", "expected 1 to 15 printable ASCII characters, no spaces")
         names.append(d["name"])
         try:
-            _domain(d, c, forked, tables)
+            _domain(d, dict(c, version=r["version"]), forked, tables)
         except SchemaError as e:
             raise SchemaError("%s.%s" % (path, e))
     if len(set(names)) != len(names):

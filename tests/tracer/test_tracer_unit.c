@@ -402,6 +402,112 @@ static void test_interning(void **state)
     assert_int_equal(sa->frames[1], (void *)0x2000);
 }
 
+static int fold_once(const struct om_site *s, void *ctx)
+{
+    (void)ctx;
+    return s->count == 1;
+}
+
+/* Folding: sites that share their innermost frames become one entry whose counters add up
+ * exactly, their ids name it, and a folded stack seen again is a new site of the same hash
+ * (the detector's token). */
+static void test_folding(void **state)
+{
+    static struct om_sites sites;
+    enum { N = 100 };
+    struct om_stack st[N + 1];
+    for (unsigned i = 0; i <= N; i++) {
+        st[i] = (struct om_stack){.depth = 10};
+        for (unsigned k = 0; k < 8; k++)
+            st[i].frames[k] = (void *)(uintptr_t)(0x1000 + 16 * k + (i == N ? 8 : 0));
+        st[i].frames[8] = (void *)(uintptr_t)(0x9000 + 16 * i);
+        st[i].frames[9] = (void *)0x42;
+        struct om_site *s = om_sites_intern(&sites, &st[i]);
+        assert_int_equal(s->id, i);
+        s->count = i == N ? 2 : 1;
+        s->total_bytes = s->min_size = s->max_size = 1000 + i;
+        s->freed = 1;
+        s->life_req_min = s->life_req_max = s->life_req_sum = i + 1;
+        s->life_ns_min = s->life_ns_max = s->life_ns_sum = 10 * (i + 1);
+        s->cat_bytes[OM_CAT_TEMPORARY] = i;
+    }
+    uint64_t hash5 = sites.hashes[5];
+    assert_int_equal(om_sites_fold(&sites, fold_once, NULL, NULL), N);
+    struct om_site *f = sites.by_id[0];
+    assert_true(f->fold);
+    assert_int_equal(f->id, N + 1);
+    assert_int_equal(f->depth, 8);
+    assert_int_equal(f->frames[7], (void *)(0x1000 + 16 * 7));
+    assert_int_equal(f->nfolded, N);
+    assert_int_equal(f->count, N);
+    assert_int_equal(f->total_bytes, N * 1000 + N * (N - 1) / 2);
+    assert_int_equal(f->min_size, 1000);
+    assert_int_equal(f->max_size, 1000 + N - 1);
+    assert_int_equal(f->freed, N);
+    assert_int_equal(f->life_req_min, 1);
+    assert_int_equal(f->life_req_max, N);
+    assert_int_equal(f->life_req_sum, N * (N + 1) / 2);
+    assert_int_equal(f->life_ns_sum, 10 * N * (N + 1) / 2);
+    assert_int_equal(f->cat_bytes[OM_CAT_TEMPORARY], N * (N - 1) / 2);
+    for (unsigned i = 0; i < N; i++)
+        assert_ptr_equal(sites.by_id[i], f);
+    assert_int_equal(sites.by_id[N]->id, N); /* requested twice: kept */
+    assert_false(sites.by_id[N]->fold);
+    struct om_site *again = om_sites_intern(&sites, &st[5]);
+    assert_int_equal(again->id, N + 2);
+    assert_int_equal(sites.hashes[N + 2], hash5);
+    assert_ptr_equal(om_sites_intern(&sites, &st[N]), sites.by_id[N]);
+    /* Folded again, into the same fold; nothing else qualifies. */
+    again->count = 1;
+    assert_int_equal(om_sites_fold(&sites, fold_once, NULL, NULL), 1);
+    assert_ptr_equal(sites.by_id[N + 2], f);
+    assert_int_equal(f->nfolded, N + 1);
+    assert_int_equal(sites.count, N + 3);
+}
+
+static void relink_count(void *ctx)
+{
+    (*(int *)ctx)++;
+}
+
+/* Once folded sites leave the records' blocks more dead than live, the records still named
+ * move into one block: by_id names the copies, whose keys still match their stacks. */
+static void test_fold_compaction(void **state)
+{
+    static struct om_sites sites;
+    enum { N = 4000, KEEP = 7 };
+    struct om_stack st = {.depth = 12};
+    for (unsigned i = 0; i < N; i++) {
+        for (unsigned k = 0; k < 12; k++)
+            st.frames[k] = (void *)(uintptr_t)(0x1000 + 16 * k + (k == 10 ? 16 * i : 0));
+        struct om_site *s = om_sites_intern(&sites, &st);
+        assert_int_equal(s->id, i);
+        s->count = i % (N / KEEP) == 0 ? 5 : 1; /* a few requested more than once */
+        s->total_bytes = 100;
+    }
+    int relinked = 0;
+    assert_int_equal(om_sites_fold(&sites, fold_once, relink_count, &relinked), N - KEEP - 1);
+    assert_int_equal(relinked, 1);
+    assert_int_equal(sites.moves, 1);
+    assert_int_equal(sites.dead_bytes, 0);
+    uint64_t total = 0;
+    for (unsigned i = 0; i < N; i++) {
+        const struct om_site *s = sites.by_id[i];
+        assert_true(s->frames == (void *const *)(s + 1));
+        if (s->id == i) {
+            assert_int_equal(s->count, 5);
+            for (unsigned k = 0; k < 12; k++)
+                st.frames[k] = (void *)(uintptr_t)(0x1000 + 16 * k + (k == 10 ? 16 * i : 0));
+            assert_ptr_equal(om_sites_intern(&sites, &st), s);
+        } else {
+            assert_true(sites.by_id[s->id] == s && s->fold);
+        }
+    }
+    for (unsigned i = 0; i < sites.count; i++)
+        total += sites.by_id[i]->id == i ? sites.by_id[i]->total_bytes : 0;
+    assert_int_equal(total, 100 * N);
+}
+
 static void test_sysmem(void **state)
 {
     char *p[64];
@@ -664,6 +770,8 @@ int main(void)
         cmocka_unit_test_setup(test_two_threads, setup_det),
         cmocka_unit_test(test_threads_switch_to_majority),
         cmocka_unit_test(test_interning),
+        cmocka_unit_test(test_folding),
+        cmocka_unit_test(test_fold_compaction),
         cmocka_unit_test(test_sysmem),
         cmocka_unit_test(test_table_grow),
         cmocka_unit_test(test_json_escaping),
