@@ -144,7 +144,6 @@ struct om_pool {
     uint64_t period;     /* the tracer's period followed while learning */
     uint64_t cursor, observed;
     struct om_plan plan; /* the plan serving, or the last one that did */
-    struct om_plan next; /* the iteration being learnt and planned: records, then slots */
     struct record *ring;
     uint64_t learnt;      /* requests put in the ring: the index of the next */
     uint64_t ring_first;  /* the first after the last gap (requests not learnt) */
@@ -167,18 +166,9 @@ struct om_pool {
     uint64_t iteration_unknown, stale_iterations;
     int stale_replanned;
     int after_unknown; /* the last request served had a token without a slot */
-    /* Periods whose plans missed: sub-periods (a layer repeated inside a step) that the
-     * detector locks onto before the whole step. Not planned again until a plan holds, or
-     * until the period has repeated over twice the requests it had when it was planned. */
-    struct {
-        uint64_t period, evidence; /* planned again once it repeats over this many requests */
-    } failed[FAILED_PERIODS];
-    unsigned nfailed;
     /* How long the iteration to plan took, for the search's budget; when recording began. */
     uint64_t iteration_ns, record_start_ns;
-    /* OPTMEM_PLAN_FILE */
-    char plan_file[PATH_MAX];
-    struct om_saved_plan saved; /* loaded: its prologue is being served */
+    /* OPTMEM_PLAN_FILE (its name and the plan loaded: below) */
     uint64_t prologue_cursor, prologue_misses;
     int grace;                 /* the iteration after the prologue: its misses do not count */
     struct om_request_log log; /* not loaded: this run's main-thread requests */
@@ -193,8 +183,7 @@ struct om_pool {
     size_t release_next, release_to;
     /* Large blocks freed while a plan served: their pages go back a slice a call, from the
      * free on (om_pool_release_block): a 12 MiB block's at once held its free for over a
-     * millisecond. */
-    struct om_page_drop drops[OM_DROPS];
+     * millisecond. In drops (below), oldest first from drop_head. */
     unsigned drop_head, ndrops;
     int drop_thread; /* the optmem-pages thread goes on with them between calls */
     uint64_t main_requests;
@@ -213,9 +202,24 @@ struct om_pool {
     /* The plan serving was followed over a whole window while it was searched: right for a
      * phase of the program, as one that served an iteration. */
     int plan_followed;
-    struct om_kept_plan kept[KEPT_PLANS];
     unsigned kept_from; /* the kept plan serving now + 1; 0: a plan made for this phase */
     uint64_t kept_clock;
+
+    /* Large, and seldom read while a plan serves: after the fields above, which requests and
+     * frees touch, so that those lie in few lines (docs/serving.md, "Lines a request
+     * touches"). */
+    struct om_plan next; /* the iteration being learnt and planned: records, then slots */
+    /* Periods whose plans missed: sub-periods (a layer repeated inside a step) that the
+     * detector locks onto before the whole step. Not planned again until a plan holds, or
+     * until the period has repeated over twice the requests it had when it was planned. */
+    struct {
+        uint64_t period, evidence; /* planned again once it repeats over this many requests */
+    } failed[FAILED_PERIODS];
+    unsigned nfailed;
+    char plan_file[PATH_MAX];   /* OPTMEM_PLAN_FILE */
+    struct om_saved_plan saved; /* loaded: its prologue is being served */
+    struct om_page_drop drops[OM_DROPS];
+    struct om_kept_plan kept[KEPT_PLANS];
 };
 
 /* ---- pool.c: the entry points and placement ---- */

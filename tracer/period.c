@@ -24,24 +24,18 @@ int om_period_init(struct om_period *d)
 {
     memset(d, 0, sizeof *d);
     d->hist = om_sys_map(H * sizeof *d->hist);
-    d->tag = om_sys_map(H * sizeof *d->tag);
-    d->live = om_sys_map(H * sizeof *d->live);
-    d->born = om_sys_map(H * sizeof *d->born);
     d->kgram_last = om_sys_map(OM_PERIOD_KGRAM_SLOTS * sizeof *d->kgram_last);
-    if (!d->hist || !d->tag || !d->live || !d->born || !d->kgram_last)
+    if (!d->hist || !d->kgram_last)
         return -ENOMEM;
     return 0;
 }
 
 void om_period_reset(struct om_period *d)
 {
-    uint64_t *hist = d->hist, *tag = d->tag, *live = d->live, *born = d->born;
+    struct om_period_entry *hist = d->hist;
     uint64_t *kl = d->kgram_last;
     memset(d, 0, sizeof *d);
     d->hist = hist;
-    d->tag = tag;
-    d->live = live;
-    d->born = born;
     d->kgram_last = kl;
     memset(kl, 0, OM_PERIOD_KGRAM_SLOTS * sizeof *kl);
 }
@@ -49,15 +43,12 @@ void om_period_reset(struct om_period *d)
 void om_period_unmap(struct om_period *d)
 {
     om_sys_unmap(d->hist, H * sizeof *d->hist);
-    om_sys_unmap(d->tag, H * sizeof *d->tag);
-    om_sys_unmap(d->live, H * sizeof *d->live);
-    om_sys_unmap(d->born, H * sizeof *d->born);
     om_sys_unmap(d->kgram_last, OM_PERIOD_KGRAM_SLOTS * sizeof *d->kgram_last);
 }
 
 static inline uint64_t at(const struct om_period *d, uint64_t i)
 {
-    return d->hist[i % H];
+    return d->hist[i % H].token;
 }
 
 /* Substitutions cost two mismatches (the odd token against its neighbours one period
@@ -83,9 +74,10 @@ static uint64_t mix(uint64_t h)
  * like the caller's counts; only their differences matter. */
 static int unbalanced(const struct om_period *d, uint64_t i, uint64_t p)
 {
-    uint64_t grew = d->live[i % H] - d->live[(i - p) % H];
+    const struct om_period_entry *now = &d->hist[i % H], *then = &d->hist[(i - p) % H];
+    uint64_t grew = now->live - then->live;
     uint64_t moved = (int64_t)grew < 0 ? -grew : grew;
-    uint64_t requested = d->born[i % H] - d->born[(i - p) % H];
+    uint64_t requested = now->born - then->born;
     return moved > requested / BALANCE_SLACK;
 }
 
@@ -181,7 +173,7 @@ static void lock(struct om_period *d, const struct om_period_candidate *c, om_pe
     d->locks++;
     uint64_t last = d->n - 1, s = d->s0;
     for (; s <= last; s += p)
-        fn(ctx, d->tag[s % H], s == d->s0 ? OM_START_LOCK : OM_START_RETRO);
+        fn(ctx, d->hist[s % H].tag, s == d->s0 ? OM_START_LOCK : OM_START_RETRO);
     d->next_start = s;
 }
 
@@ -194,10 +186,8 @@ void om_period_push(struct om_period *d, uint64_t token, uint64_t tag, uint64_t 
                     om_period_start_fn fn, void *ctx)
 {
     uint64_t i = d->n++;
-    d->hist[i % H] = token;
-    d->tag[i % H] = tag;
-    d->live[i % H] = live;
-    d->born[i % H] = d->born_total += size;
+    d->born_total += size;
+    d->hist[i % H] = (struct om_period_entry){token, tag, live, d->born_total};
 
     if (d->p && i == d->next_start) {
         fn(ctx, tag, OM_START_LIVE);

@@ -131,24 +131,26 @@ struct om_frame_info {
     const char *function; /* NULL when dladdr does not know it */
 };
 
+/* What a birth writes first, then what a death adds, then the key (read at interning only):
+ * a birth touches two lines (docs/serving.md, "Lines a request touches"). */
 struct om_site {
     uint32_t id;
     uint32_t depth;
+    uint64_t count, total_bytes;
+    uint64_t min_size, max_size;
+    uint64_t live_blocks, live_bytes;
+    uint64_t last_seq; /* the request number of its latest request */
+    /* The live bytes at the peak, kept lazily: see om_site_touch. */
+    uint64_t mod_event, snap_for, snap_bytes, snap_blocks;
+    uint64_t freed; /* completed lifetimes behind the sums below */
+    uint64_t life_req_min, life_req_max, life_req_sum;
+    uint64_t life_ns_min, life_ns_max, life_ns_sum;
+    uint64_t cat_bytes[OM_CAT_COUNT]; /* completed lifetimes by category */
     void **frames;     /* depth native frames, then the Python stack's id: the interning key */
     uint32_t py_stack; /* the calling thread's Python stack (om_py_stack), 0: none */
     /* A fold (om_sites_fold): the sites folded into it (since a fork, in a child), and its
      * innermost Python frame's id + 1 (0: none); its frames are their innermost ones. */
     uint32_t fold, nfolded, py_top;
-    uint64_t last_seq; /* the request number of its latest request */
-    uint64_t count, total_bytes;
-    uint64_t min_size, max_size;
-    uint64_t live_blocks, live_bytes;
-    uint64_t freed; /* completed lifetimes behind the sums below */
-    uint64_t life_req_min, life_req_max, life_req_sum;
-    uint64_t life_ns_min, life_ns_max, life_ns_sum;
-    uint64_t cat_bytes[OM_CAT_COUNT]; /* completed lifetimes by category */
-    /* The live bytes at the peak, kept lazily: see om_site_touch. */
-    uint64_t mod_event, snap_for, snap_bytes, snap_blocks;
 };
 
 struct om_site_block; /* stacks.c */
@@ -247,19 +249,27 @@ struct om_period_candidate {
     uint64_t unbalanced; /* comparisons among the last p where live bytes moved */
 };
 
+/* One token of the history. A push writes all four and a comparison reads the token with
+ * the live and born bytes beside it, so they share a line (four arrays took four lines a
+ * request: docs/serving.md, "Lines a request touches"). */
+struct om_period_entry {
+    uint64_t token;
+    uint64_t tag;  /* a caller value per token (the global sequence number) */
+    uint64_t live; /* the stream's live bytes once the token's request was made */
+    uint64_t born; /* bytes requested by the stream up to and including the token */
+};
+
+/* Read and written by every push first, then the candidates, which only a few are. */
 struct om_period {
-    uint64_t *hist;       /* tokens, by stream index modulo OM_PERIOD_HISTORY */
-    uint64_t *tag;        /* a caller value per token (the global sequence number) */
-    uint64_t *live;       /* the stream's live bytes once the token's request was made */
-    uint64_t *born;       /* bytes requested by the stream up to and including the token */
-    uint64_t *kgram_last; /* stream index + 1 of the last k-gram with this hash */
-    uint64_t n;           /* tokens seen */
+    uint64_t n; /* tokens seen */
     uint64_t born_total;
-    struct om_period_candidate cand[OM_PERIOD_CANDIDATES];
     unsigned ncand;
     /* The locked period: iterations start at s0 + k p in stream indices. */
     uint64_t p, s0, next_start;
-    uint64_t locks; /* how many times a period was locked */
+    struct om_period_entry *hist; /* by stream index modulo OM_PERIOD_HISTORY */
+    uint64_t *kgram_last;         /* stream index + 1 of the last k-gram with this hash */
+    uint64_t locks;               /* how many times a period was locked */
+    struct om_period_candidate cand[OM_PERIOD_CANDIDATES];
 };
 
 /* How an iteration start was found: the first steady iteration of a newly locked period
@@ -425,9 +435,9 @@ int om_report_claim(struct om_claim *claim, const struct om_lineage *me, uint64_
 struct om_tracer_config {
     size_t min_bytes;
     unsigned stack_depth, warmup;
+    uint64_t t0_ns; /* read by every request and free, as warmup: in the same line */
     char report_template[4096];
     const char *mode_name;
-    uint64_t t0_ns;
     struct om_lineage lineage;
 };
 
@@ -435,6 +445,8 @@ struct om_tracer_config {
 
 /* One memory domain's record: everything the report shows per domain. */
 struct om_domain {
+    /* What every request and free reads and writes comes first, in as few lines as it fits
+     * (docs/serving.md, "Lines a request touches"). */
     char name[OM_DOMAIN_NAME];
     uint64_t fork_seq; /* requests made before this process forked from its parent */
 
@@ -446,20 +458,20 @@ struct om_domain {
     struct om_live *live;
     uint64_t live_cap, live_used;
     struct om_record *records;
-    struct om_timeline timeline;
-    struct om_iter_acct acct;
-
-    /* Iterations: detected on one thread's stream, or marked. */
-    struct om_period det;
-    struct om_threads threads;
     /* Bytes of the live blocks the detector's thread requested: its balance over a period
      * tells a training step from a layer repeated inside one. Wraps around when the thread
      * changes; only differences are used. */
     uint64_t det_live;
+    int start_now; /* the request being recorded begins an iteration */
+    struct om_iter_acct acct __attribute__((aligned(64)));
+
+    /* Iterations: detected on one thread's stream, or marked. */
+    struct om_period det;
+    struct om_threads threads;
+    struct om_timeline timeline;
     uint64_t starts[OM_STARTS], nstarts;
     uint64_t first_steady_seq, period_fixed;
     int have_steady;
-    int start_now; /* the request being recorded begins an iteration */
     struct om_serving_stats serving;
     int have_serving;
     uintptr_t arena_base, arena_size; /* the pool's arena, for offsets in the sample */
