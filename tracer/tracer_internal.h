@@ -397,6 +397,7 @@ struct om_tracer_config {
     const char *mode_name;
     uint64_t t0_ns;
     struct om_lineage lineage;
+    long rank; /* the report's: set under the dump lock as each report begins */
 };
 
 #define OM_DOMAIN_NAME 16 /* bytes of a domain's name, with its terminating NUL */
