@@ -151,9 +151,12 @@ static void *real_alloc(size_t size, size_t alignment, int zero, const struct om
     return p;
 }
 
+/* A request that succeeds, and a free, leave errno as it was, whatever optmem did inside
+ * (a thread that could not be started, a page that could not go back): as glibc. */
 void *om_engine_alloc(size_t size, size_t alignment, int zero)
 {
     struct om_stack stack;
+    int saved_errno = errno;
     om_guard_enter();
     void *p = NULL;
     int taken = 0;
@@ -170,6 +173,8 @@ void *om_engine_alloc(size_t size, size_t alignment, int zero)
         p = real_alloc(size, alignment, zero, &stack);
     om_checkpoint_note_request();
     om_guard_leave();
+    if (p)
+        errno = saved_errno;
     return p;
 }
 
@@ -185,15 +190,19 @@ static int may_be_managed(void *ptr)
 int om_engine_free(void *ptr)
 {
     if (pool_on && om_pool_contains(host_pool, ptr)) {
+        int saved_errno = errno;
         om_guard_enter();
         om_pool_free(host_pool, ptr, OM_STREAM_NONE);
         om_guard_leave();
+        errno = saved_errno;
         return 0;
     }
     if (may_be_managed(ptr)) {
+        int saved_errno = errno;
         om_guard_enter(); /* from here on this thread may hold the tracer's lock */
         int found = om_tracer_on_free(OM_TRACER_HOST, ptr);
         om_guard_leave();
+        errno = saved_errno;
         if (found)
             __atomic_fetch_sub(&om_real_managed, 1, __ATOMIC_RELAXED);
     }
