@@ -74,6 +74,8 @@ def main():
     args = ap.parse_args()
     if bool(args.module) == bool(args.command):
         ap.error("give --module or a command, not both")
+    if args.plain_runs < 1:
+        ap.error("--plain-runs: at least one plain run gives the verdict to compare with")
     settings = dict(SETTINGS)
     if args.setting:
         settings = {}
