@@ -23,6 +23,9 @@ static void *checkpoint_loop(void *arg)
     pthread_setname_np(pthread_self(), "optmem-report");
     const struct timespec poll = {0, OM_CHECKPOINT_POLL_MS * 1000000L};
     om_tracer_report_prepare();
+    /* A fork child may set its rank before its first checkpoint: the program's next request
+     * reads it (a checkpoint never reads the environment itself). */
+    __atomic_store_n(&om_tracer_rank_wanted, 1, __ATOMIC_RELAXED);
     while (__atomic_load_n(&state, __ATOMIC_ACQUIRE) == CKPT_RUNNING) {
         nanosleep(&poll, NULL);
         if (__atomic_load_n(&state, __ATOMIC_ACQUIRE) != CKPT_RUNNING)
@@ -74,8 +77,10 @@ OM_COLD static void start(void)
 
 void om_checkpoint_note_request(void)
 {
-    if (OM_LIKELY(__atomic_load_n(&state, __ATOMIC_RELAXED) != CKPT_IDLE) || !om_cfg.report[0])
+    if (OM_LIKELY(__atomic_load_n(&state, __ATOMIC_RELAXED) != CKPT_IDLE) || !om_cfg.report[0]) {
+        om_tracer_rank_poll();
         return;
+    }
     start();
 }
 

@@ -151,9 +151,12 @@ static void *real_alloc(size_t size, size_t alignment, int zero, const struct om
     return p;
 }
 
+/* A request that succeeds, and a free, leave errno as it was, whatever optmem did inside
+ * (a thread that could not be started, a page that could not go back): as glibc. */
 void *om_engine_alloc(size_t size, size_t alignment, int zero)
 {
     struct om_stack stack;
+    int saved_errno = errno;
     om_guard_enter();
     void *p = NULL;
     int taken = 0;
@@ -170,6 +173,8 @@ void *om_engine_alloc(size_t size, size_t alignment, int zero)
         p = real_alloc(size, alignment, zero, &stack);
     om_checkpoint_note_request();
     om_guard_leave();
+    if (p)
+        errno = saved_errno;
     return p;
 }
 
@@ -185,25 +190,45 @@ static int may_be_managed(void *ptr)
 int om_engine_free(void *ptr)
 {
     if (pool_on && om_pool_contains(host_pool, ptr)) {
+        int saved_errno = errno;
         om_guard_enter();
         om_pool_free(host_pool, ptr, OM_STREAM_NONE);
         om_guard_leave();
+        errno = saved_errno;
         return 0;
     }
-    if (may_be_managed(ptr) && om_tracer_on_free(OM_TRACER_HOST, ptr))
-        __atomic_fetch_sub(&om_real_managed, 1, __ATOMIC_RELAXED);
+    if (may_be_managed(ptr)) {
+        int saved_errno = errno;
+        om_guard_enter(); /* from here on this thread may hold the tracer's lock */
+        int found = om_tracer_on_free(OM_TRACER_HOST, ptr);
+        om_guard_leave();
+        errno = saved_errno;
+        if (found)
+            __atomic_fetch_sub(&om_real_managed, 1, __ATOMIC_RELAXED);
+    }
     return -ENOENT;
 }
 
 int om_engine_owns(void *ptr)
 {
-    return (pool_on && om_pool_contains(host_pool, ptr)) ||
-           (may_be_managed(ptr) && om_tracer_block_size(OM_TRACER_HOST, ptr) != 0);
+    if (pool_on && om_pool_contains(host_pool, ptr))
+        return 1;
+    if (!may_be_managed(ptr))
+        return 0;
+    om_guard_enter();
+    int owned = om_tracer_block_size(OM_TRACER_HOST, ptr) != 0;
+    om_guard_leave();
+    return owned;
 }
 
 size_t om_engine_usable_size(void *ptr)
 {
-    return pool_on && om_pool_contains(host_pool, ptr) ? om_pool_usable_size(host_pool, ptr) : 0;
+    if (!pool_on || !om_pool_contains(host_pool, ptr))
+        return 0;
+    om_guard_enter();
+    size_t usable = om_pool_usable_size(host_pool, ptr);
+    om_guard_leave();
+    return usable;
 }
 
 /* Every domain's counters into the tracer, before a report. */
@@ -217,8 +242,11 @@ static void publish(void)
 
 void om_engine_step(void)
 {
-    if (engine_on)
-        om_tracer_step();
+    if (!engine_on)
+        return;
+    om_guard_enter();
+    om_tracer_step();
+    om_guard_leave();
 }
 
 int om_engine_dump(const char *path)
@@ -233,9 +261,11 @@ int om_engine_dump(const char *path)
 }
 
 /* The count is read again after each lock: a domain registered under an earlier domain's
- * lock (a device, under the set-up lock) is seen once that lock is held. */
+ * lock (a device, under the set-up lock) is seen once that lock is held. From the first lock
+ * to the fork's end this thread is inside optmem (a signal handler's _exit writes no report). */
 void om_engine_atfork_prepare(void)
 {
+    om_guard_enter();
     for (int i = 0; i < __atomic_load_n(&ndomains, __ATOMIC_ACQUIRE); i++)
         if (domains[i].ops->lock)
             domains[i].ops->lock(domains[i].ctx);
@@ -250,6 +280,7 @@ void om_engine_atfork_parent(void)
     for (int i = __atomic_load_n(&ndomains, __ATOMIC_ACQUIRE) - 1; i >= 0; i--)
         if (domains[i].ops->unlock)
             domains[i].ops->unlock(domains[i].ctx);
+    om_guard_leave();
 }
 
 void om_engine_atfork_child(void)
@@ -260,6 +291,7 @@ void om_engine_atfork_child(void)
     for (int i = __atomic_load_n(&ndomains, __ATOMIC_ACQUIRE) - 1; i >= 0; i--)
         if (domains[i].ops->atfork_child)
             domains[i].ops->atfork_child(domains[i].ctx);
+    om_guard_leave();
 }
 
 void om_engine_checkpoint(uint64_t interval_ns)

@@ -1,6 +1,7 @@
 /* Process life around the library: start-up, fork, exit, and the public optmem.h calls. */
 #include "config.h"
 #include "engine.h"
+#include "guard.h"
 #include "route.h"
 #include "optmem.h"
 
@@ -48,10 +49,12 @@ __attribute__((destructor)) static void optmem_stop(void)
 
 /* Processes that end with _exit (forked workers: Python's os._exit, DataLoader workers)
  * run no destructor; they write their report here. glibc's own exit path does not come
- * through this symbol, so a report is never written twice. */
+ * through this symbol, so a report is never written twice. _exit is async-signal-safe: a
+ * signal handler may call it on a thread that is inside optmem, holding a lock the report
+ * needs, which would wait forever; that exit writes no report (the last checkpoint stays). */
 OM_EXPORT __attribute__((noreturn)) void _exit(int status)
 {
-    if (owner_pid == getpid())
+    if (owner_pid == getpid() && !om_guard_inside())
         om_engine_at_exit();
     for (;;)
         syscall(SYS_exit_group, status);

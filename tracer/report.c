@@ -112,7 +112,7 @@ static void write_process(struct om_json *w, const struct om_tracer_config *cfg,
     }
     om_json_end(w, ']');
     om_json_key(w, "rank");
-    om_json_i64(w, om_env_rank());
+    om_json_i64(w, cfg->rank);
     char exe[4096];
     ssize_t n = readlink("/proc/self/exe", exe, sizeof exe);
     om_json_key(w, "exe");

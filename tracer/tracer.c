@@ -25,6 +25,13 @@ static int report_final;
 static struct om_claim claim;
 /* What the last checkpoint (or report) saw: activity since, and the time it was written. */
 static uint64_t ckpt_events, ckpt_plans, ckpt_ns;
+/* The rank (RANK, else LOCAL_RANK) of reports and their paths. The environment is read on the
+ * program's threads only: getenv on the optmem-report thread while a program thread adds a
+ * variable (setenv moves the array and frees the old one) reads freed memory. A checkpoint
+ * shows the rank that the program's first managed request after the last poll read; a
+ * report at exit or on request reads it itself. */
+static long env_rank;
+int om_tracer_rank_wanted;
 static __thread unsigned tls_gen;
 static __thread uint32_t tls_tid;
 
@@ -307,6 +314,12 @@ static int name_check(const char *name, size_t *len)
 
 /* ---- the API ---- */
 
+void om_tracer_rank_refresh(void)
+{
+    __atomic_store_n(&om_tracer_rank_wanted, 0, __ATOMIC_RELAXED);
+    __atomic_store_n(&env_rank, om_env_rank(), __ATOMIC_RELAXED);
+}
+
 int om_tracer_init(const struct om_tracer_options *options)
 {
     memset(&cfg, 0, sizeof cfg);
@@ -325,6 +338,7 @@ int om_tracer_init(const struct om_tracer_options *options)
     claim = (struct om_claim){0};
     ckpt_events = ckpt_plans = 0;
     ckpt_ns = cfg.t0_ns;
+    om_tracer_rank_refresh();
     om_lineage_init(&cfg.lineage);
     struct om_domain *host;
     int rc = domain_new("cpu", 3, &host);
@@ -683,7 +697,10 @@ static void fold_sites(void)
  * template has no %p, to a path no other process of the run holds (lineage.c). */
 static int dump_locked(const char *tmpl, enum dump_kind kind, char *expanded, size_t len)
 {
-    int rc = om_path_expand(tmpl, (long)getpid(), om_env_rank(), expanded, len);
+    if (kind != DUMP_CHECKPOINT)
+        om_tracer_rank_refresh(); /* on a thread of the program's */
+    cfg.rank = __atomic_load_n(&env_rank, __ATOMIC_RELAXED);
+    int rc = om_path_expand(tmpl, (long)getpid(), cfg.rank, expanded, len);
     if (rc != 0)
         return rc;
     om_lock(&lock);
@@ -762,7 +779,9 @@ int om_tracer_checkpoint(uint64_t interval_ns)
     int due = plans_made() != ckpt_plans ||
               (events_seen() != ckpt_events && mono_ns() - ckpt_ns >= interval_ns);
     om_unlock(&lock);
-    return due ? dump(cfg.report_template, DUMP_CHECKPOINT) : 0;
+    int rc = due ? dump(cfg.report_template, DUMP_CHECKPOINT) : 0;
+    __atomic_store_n(&om_tracer_rank_wanted, 1, __ATOMIC_RELAXED);
+    return rc;
 }
 
 void om_tracer_atfork_prepare(void)
@@ -802,6 +821,9 @@ void om_tracer_atfork_child(void)
     claim = (struct om_claim){0};
     ckpt_events = ckpt_plans = 0;
     ckpt_ns = mono_ns();
+    /* The child's first request reads its rank: a fork that came while a thread of the
+     * parent's was in setenv leaves the child's environment as the program's own code finds it. */
+    __atomic_store_n(&om_tracer_rank_wanted, 1, __ATOMIC_RELAXED);
 }
 
 void om_tracer_at_exit(void)

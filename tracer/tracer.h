@@ -174,6 +174,16 @@ int om_path_expand(const char *tmpl, long pid, long rank, char *out, size_t outl
 /* RANK, else LOCAL_RANK, else 0. */
 long om_env_rank(void);
 
+/* Raised by each checkpoint: the program's next managed request reads the rank that the next
+ * checkpoint's path and report show (om_tracer_rank_refresh, on the program's thread). */
+extern int om_tracer_rank_wanted;
+void om_tracer_rank_refresh(void);
+static inline void om_tracer_rank_poll(void)
+{
+    if (__builtin_expect(__atomic_load_n(&om_tracer_rank_wanted, __ATOMIC_RELAXED), 0))
+        om_tracer_rank_refresh();
+}
+
 /* Replaces the file at path atomically: fill(fd, ctx) writes a temporary file next to it,
  * which is renamed over path only if everything was written. A path that exists and is not
  * a regular file (/dev/null, /dev/stderr, a FIFO) is written in place instead: renaming over

@@ -439,6 +439,7 @@ struct om_tracer_config {
     char report_template[4096];
     const char *mode_name;
     struct om_lineage lineage;
+    long rank; /* the report's: set under the dump lock as each report begins */
 };
 
 #define OM_DOMAIN_NAME 16 /* bytes of a domain's name, with its terminating NUL */

@@ -1,5 +1,5 @@
 /* Unit tests of the tracer's memory domains: opening, separate records interleaved, marks,
- * fork, serving and the report's domain sections. */
+ * fork, serving, the report's domain sections, and checkpoints that read no environment. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -477,6 +477,54 @@ static void test_report_copies_changed_sites(void **state)
     unlink(path);
 }
 
+/* ---- the environment is read on the program's threads only ---- */
+
+static unsigned getenv_calls;
+char *__real_getenv(const char *name);
+char *__wrap_getenv(const char *name);
+char *__wrap_getenv(const char *name)
+{
+    getenv_calls++;
+    return __real_getenv(name);
+}
+
+/* A checkpoint runs on the optmem-report thread, where getenv while the program adds a
+ * variable (setenv frees the array it moves) reads freed memory: the checkpoint reads no
+ * variable and shows the rank that a request of the program's read since the last poll. */
+static void test_checkpoint_reads_no_environment(void **state)
+{
+    (void)state;
+    char dir[] = "/tmp/optmem-rank-XXXXXX", tmpl[64], path[64];
+    assert_non_null(mkdtemp(dir));
+    snprintf(tmpl, sizeof tmpl, "%s/r.%%r.json", dir);
+    setenv("RANK", "3", 1);
+    struct om_tracer_options opt = {
+        .min_bytes = 4096, .stack_depth = 4, .mode_name = "plan", .report_template = tmpl};
+    assert_int_equal(om_tracer_init(&opt), 0);
+    struct om_stack s = stack_of(1);
+    char a[2];
+    om_tracer_on_alloc(OM_TRACER_HOST, &a[0], 5000, 5000, 0, &s, NULL);
+    setenv("RANK", "5", 1);
+    getenv_calls = 0;
+    assert_int_equal(om_tracer_checkpoint(0), 0);
+    assert_int_equal(getenv_calls, 0);
+    snprintf(path, sizeof path, "%s/r.3.json", dir);
+    assert_non_null(strstr(read_all(path), "\"rank\":3,"));
+    assert_int_equal(unlink(path), 0);
+    /* The program's next request reads the rank once; the next checkpoint shows it. */
+    om_tracer_rank_poll();
+    om_tracer_rank_poll();
+    assert_int_equal(getenv_calls, 1);
+    om_tracer_on_alloc(OM_TRACER_HOST, &a[1], 6000, 6000, 0, &s, NULL);
+    assert_int_equal(om_tracer_checkpoint(0), 0);
+    assert_int_equal(getenv_calls, 1);
+    snprintf(path, sizeof path, "%s/r.5.json", dir);
+    assert_non_null(strstr(read_all(path), "\"rank\":5,"));
+    assert_int_equal(unlink(path), 0);
+    unsetenv("RANK");
+    assert_int_equal(rmdir(dir), 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -488,6 +536,7 @@ int main(void)
         cmocka_unit_test(test_report_sections),
         cmocka_unit_test(test_report_written_outside_the_lock),
         cmocka_unit_test(test_report_copies_changed_sites),
+        cmocka_unit_test(test_checkpoint_reads_no_environment),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
