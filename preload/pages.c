@@ -289,6 +289,23 @@ static size_t next_free(const struct om_arena *a, size_t off)
     return k < a->free.n ? a->free.v[k].off : a->top;
 }
 
+/* Free pages that no slot covers, from the layout's next window up, given back until need
+ * bytes went back; the layout's walk stays where it was. */
+static void give_back_ahead(struct om_pool *pool, size_t need)
+{
+    struct om_arena *a = &pool->arena;
+    size_t window = OM_LAYOUT_SLICE > a->page ? OM_LAYOUT_SLICE : a->page;
+    size_t before = pool->stats.released_bytes, at = pool->layout_next - 1;
+    while (pool->stats.released_bytes - before < need) {
+        at = next_free(a, at);
+        if (at >= a->top)
+            break;
+        size_t from = at & ~(a->page - 1);
+        om_pool_release_uncovered(pool, from, from + window);
+        at = from + window;
+    }
+}
+
 void om_pool_lay_out_slice(struct om_pool *pool, size_t need)
 {
     struct om_arena *a = &pool->arena;
@@ -301,12 +318,7 @@ void om_pool_lay_out_slice(struct om_pool *pool, size_t need)
     pool->stats.layout_calls++;
     struct timespec t0, t1;
     clock_gettime(CLOCK_MONOTONIC, &t0);
-    /* Past the first window with work, on only while the call has given back less than it
-     * made resident: served slots whose pages the layout has not moved there yet fault
-     * them in, and the pages the layout is to give back would stay resident beside them. */
-    for (unsigned w = 0;
-         (w < LAYOUT_WINDOWS && !work) || pool->stats.released_bytes - released_before < need;
-         w++) {
+    for (unsigned w = 0; w < LAYOUT_WINDOWS && !work; w++) {
         size_t at = next_free(a, pool->layout_next - 1);
         if (at >= a->top) {
             pool->layout_next = 0;
@@ -318,7 +330,7 @@ void om_pool_lay_out_slice(struct om_pool *pool, size_t need)
                                           pool->failing ? NULL : &pool->layout_run);
         pool->stats.moved_bytes += moved;
         om_pool_release_uncovered(pool, from, to);
-        work += moved + (pool->stats.released_bytes - released);
+        work = moved + (pool->stats.released_bytes - released);
         pool->layout_next = to + 1;
     }
     clock_gettime(CLOCK_MONOTONIC, &t1);
@@ -329,6 +341,13 @@ void om_pool_lay_out_slice(struct om_pool *pool, size_t need)
         pool->stats.layout_max_bytes = work;
     if (us > pool->stats.layout_max_us)
         pool->stats.layout_max_us = us;
+    /* The call made more pages resident than its window gave back (a served slot whose
+     * pages the layout has not moved there yet faults them in): free pages the layout would
+     * give back or move later go back now, so that the resident pages do not grow while
+     * the layout goes on. Not the layout's work: the same release as before a plan. */
+    size_t gone = pool->stats.released_bytes - released_before;
+    if (pool->layout_next && gone < need)
+        give_back_ahead(pool, need - gone);
 }
 
 void om_pool_release_slice(struct om_pool *pool, size_t need)
