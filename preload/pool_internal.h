@@ -405,7 +405,8 @@ void om_pool_page_work(struct om_pool *pool, size_t need);
 void om_pool_lay_out_pages(struct om_pool *pool);
 
 /* One slice of the layout under way, if any: the pages of one OM_LAYOUT_SLICE window moved
- * or given back, and of more windows until need bytes went back. A plan no longer served
+ * or given back; where that gave back less than need (the pages the call made resident),
+ * the rest from free pages no slot covers in the windows ahead. A plan no longer served
  * ends it. Called once by every call into the pool. */
 void om_pool_lay_out_slice(struct om_pool *pool, size_t need);
 
