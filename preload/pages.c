@@ -289,20 +289,26 @@ static size_t next_free(const struct om_arena *a, size_t off)
     return k < a->free.n ? a->free.v[k].off : a->top;
 }
 
-/* Free pages that no slot covers, from the layout's next window up, given back until need
- * bytes went back; the layout's walk stays where it was. */
+/* Free pages that no slot covers, above the layout's walk, given back from the arena's top
+ * down until need bytes went back; the walk stays where it was. The highest are those the
+ * layout gives back rather than moves where it has more free pages than the slots lack
+ * (its moves take their sources bottom up), so that the moves it makes are kept. */
 static void give_back_ahead(struct om_pool *pool, size_t need)
 {
     struct om_arena *a = &pool->arena;
     size_t window = OM_LAYOUT_SLICE > a->page ? OM_LAYOUT_SLICE : a->page;
-    size_t before = pool->stats.released_bytes, at = pool->layout_next - 1;
-    while (pool->stats.released_bytes - before < need) {
-        at = next_free(a, at);
-        if (at >= a->top)
+    size_t before = pool->stats.released_bytes, floor = pool->layout_next - 1;
+    /* Giving pages back changes the unbacked set only: the free extents stay as they are. */
+    for (size_t k = a->free.n; k-- > 0 && pool->stats.released_bytes - before < need;) {
+        size_t lo = a->free.v[k].off, hi = lo + a->free.v[k].len;
+        if (hi <= floor)
             break;
-        size_t from = at & ~(a->page - 1);
-        om_pool_release_uncovered(pool, from, from + window);
-        at = from + window;
+        lo = lo > floor ? lo : floor;
+        while (hi > lo && pool->stats.released_bytes - before < need) {
+            size_t from = hi - lo > window ? hi - window : lo;
+            om_pool_release_uncovered(pool, from, hi);
+            hi = from;
+        }
     }
 }
 
