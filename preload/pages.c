@@ -289,34 +289,10 @@ static size_t next_free(const struct om_arena *a, size_t off)
     return k < a->free.n ? a->free.v[k].off : a->top;
 }
 
-/* Free pages that no slot covers, above the layout's walk, given back from the arena's top
- * down until need bytes went back; the walk stays where it was. The highest are those the
- * layout gives back rather than moves where it has more free pages than the slots lack
- * (its moves take their sources bottom up), so that the moves it makes are kept. */
-static void give_back_ahead(struct om_pool *pool, size_t need)
-{
-    struct om_arena *a = &pool->arena;
-    size_t window = OM_LAYOUT_SLICE > a->page ? OM_LAYOUT_SLICE : a->page;
-    size_t before = pool->stats.released_bytes, floor = pool->layout_next - 1;
-    /* Giving pages back changes the unbacked set only: the free extents stay as they are. */
-    for (size_t k = a->free.n; k-- > 0 && pool->stats.released_bytes - before < need;) {
-        size_t lo = a->free.v[k].off, hi = lo + a->free.v[k].len;
-        if (hi <= floor)
-            break;
-        lo = lo > floor ? lo : floor;
-        while (hi > lo && pool->stats.released_bytes - before < need) {
-            size_t from = hi - lo > window ? hi - window : lo;
-            om_pool_release_uncovered(pool, from, hi);
-            hi = from;
-        }
-    }
-}
-
-void om_pool_lay_out_slice(struct om_pool *pool, size_t need)
+void om_pool_lay_out_slice(struct om_pool *pool)
 {
     struct om_arena *a = &pool->arena;
     size_t window = OM_LAYOUT_SLICE > a->page ? OM_LAYOUT_SLICE : a->page, work = 0;
-    size_t released_before = pool->stats.released_bytes;
     if (pool->phase != SERVE) { /* the plan went: so do its pages (om_pool_release_free_later) */
         pool->layout_next = 0;
         return;
@@ -347,13 +323,6 @@ void om_pool_lay_out_slice(struct om_pool *pool, size_t need)
         pool->stats.layout_max_bytes = work;
     if (us > pool->stats.layout_max_us)
         pool->stats.layout_max_us = us;
-    /* The call made more pages resident than its window gave back (a served slot whose
-     * pages the layout has not moved there yet faults them in): free pages the layout would
-     * give back or move later go back now, so that the resident pages do not grow while
-     * the layout goes on. Not the layout's work: the same release as before a plan. */
-    size_t gone = pool->stats.released_bytes - released_before;
-    if (pool->layout_next && gone < need)
-        give_back_ahead(pool, need - gone);
 }
 
 void om_pool_release_slice(struct om_pool *pool, size_t need)
@@ -504,7 +473,7 @@ void om_pool_page_work(struct om_pool *pool, size_t need)
 {
     size_t before = pool->stats.released_bytes;
     if (pool->layout_next)
-        om_pool_lay_out_slice(pool, need);
+        om_pool_lay_out_slice(pool);
     if (pool->release_next)
         om_pool_release_slice(pool, need_left(pool, need, before));
     /* One release slice a call, or what the call made resident: the layout and a dropped

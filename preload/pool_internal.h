@@ -404,11 +404,9 @@ void om_pool_page_work(struct om_pool *pool, size_t need);
  * The work is done a slice a call (om_pool_lay_out_slice), from this call on. */
 void om_pool_lay_out_pages(struct om_pool *pool);
 
-/* One slice of the layout under way, if any: the pages of one OM_LAYOUT_SLICE window moved
- * or given back; where that gave back less than need (the pages the call made resident),
- * the rest from free pages no slot covers in the windows ahead. A plan no longer served
- * ends it. Called once by every call into the pool. */
-void om_pool_lay_out_slice(struct om_pool *pool, size_t need);
+/* One slice of the layout under way, if any: at most OM_LAYOUT_SLICE bytes of pages moved
+ * or given back. A plan no longer served ends it. Called once by every call into the pool. */
+void om_pool_lay_out_slice(struct om_pool *pool);
 
 /* ---- pool_saved.c: OPTMEM_PLAN_FILE in the pool ---- */
 
