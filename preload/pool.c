@@ -84,6 +84,11 @@ static int take_planned(struct om_pool *pool, size_t offset, size_t slot_len, si
 {
     if (slot_len < len || (offset & (alignment - 1)))
         return 0;
+    /* While the plan's pages are laid out, a slot that no move has reached yet takes free
+     * pages no slot covers first, instead of faulting its own in beside them. */
+    if (pool->layout_next && pool->moves_left && stream == OM_STREAM_NONE)
+        pool->stats.moved_bytes +=
+            om_arena_move_onto(&pool->arena, offset, len, &pool->covered, &pool->moves_left);
     int rc = stream != OM_STREAM_NONE && pool->pending.live
                  ? om_pending_take(&pool->pending, &pool->arena, offset, len, stream)
                  : om_arena_take(&pool->arena, offset, len);
