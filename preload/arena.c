@@ -239,46 +239,44 @@ static int move_pages(struct om_arena *a, size_t from, size_t to, size_t n)
     return 0;
 }
 
-size_t om_arena_move_into(struct om_arena *a, size_t from, size_t to, const struct om_extents *keep,
-                          size_t *moves_left, struct om_move_run *run)
+/* Adds to src the whole free pages inside [from, to) that are resident, and removes those
+ * on which a range of keep lies. 0 or -ENOMEM. */
+static int add_idle_pages(const struct om_arena *a, struct om_extents *src, size_t from, size_t to,
+                          const struct om_extents *keep)
 {
-    size_t page = a->page, moved = 0;
-    struct om_extents src, dst;
-    if ((!*moves_left && !run) || !a->backend->move || om_extents_init(&src) != 0)
-        return 0;
-    if (om_extents_init(&dst) != 0)
-        goto out_src;
-    /* Sources: whole free pages inside [from, to), resident, on which no kept range lies.
-     * Free extents end at or below top, and top at or below touched_end. */
+    size_t page = a->page;
+    /* Free extents end at or below top, and top at or below touched_end. */
     ptrdiff_t first = om_extents_at_or_below(&a->free, from);
     for (size_t i = first < 0 ? 0 : (size_t)first; i < a->free.n && a->free.v[i].off < to; i++) {
         size_t lo = align_up(a->free.v[i].off > from ? a->free.v[i].off : from, page);
         size_t end = a->free.v[i].off + a->free.v[i].len;
         size_t hi = (end < to ? end : to) & ~(page - 1);
-        if (hi > lo && om_extents_add(&src, lo, hi - lo) != 0)
-            goto out;
+        if (hi > lo && om_extents_add(src, lo, hi - lo) != 0)
+            return -ENOMEM;
     }
     first = om_extents_at_or_below(&a->unbacked, from);
     for (size_t i = first < 0 ? 0 : (size_t)first; i < a->unbacked.n && a->unbacked.v[i].off < to;
          i++)
-        if (om_extents_remove(&src, a->unbacked.v[i].off, a->unbacked.v[i].len) < 0)
-            goto out;
-    if (!src.n)
-        goto out;
-    /* Destinations: the kept pages that are wholly free and not resident. */
-    for (size_t i = 0; i < keep->n; i++) {
+        if (om_extents_remove(src, a->unbacked.v[i].off, a->unbacked.v[i].len) < 0)
+            return -ENOMEM;
+    for (size_t i = 0; i < keep->n && src->n; i++) {
         size_t lo = keep->v[i].off & ~(page - 1);
         size_t hi = align_up(keep->v[i].off + keep->v[i].len, page);
-        if (hi > a->reserved)
-            hi = a->reserved & ~(page - 1);
-        if (om_extents_remove(&src, lo, hi - lo) < 0 || add_empty_pages(a, &dst, lo, hi) != 0)
-            goto out;
+        if (om_extents_remove(src, lo, hi - lo) < 0)
+            return -ENOMEM;
     }
-    size_t si = 0, di = 0, s_done = 0, d_done = 0;
-    while (si < src.n && di < dst.n) {
-        size_t s_left = src.v[si].len - s_done, d_left = dst.v[di].len - d_done;
-        size_t n = s_left < d_left ? s_left : d_left, s = src.v[si].off + s_done;
-        size_t d = dst.v[di].off + d_done;
+    return 0;
+}
+
+/* Moves src's pages onto dst's, in order, while moves are left. Returns the bytes moved. */
+static size_t move_runs(struct om_arena *a, const struct om_extents *src,
+                        const struct om_extents *dst, size_t *moves_left, struct om_move_run *run)
+{
+    size_t moved = 0, si = 0, di = 0, s_done = 0, d_done = 0;
+    while (si < src->n && di < dst->n) {
+        size_t s_left = src->v[si].len - s_done, d_left = dst->v[di].len - d_done;
+        size_t n = s_left < d_left ? s_left : d_left, s = src->v[si].off + s_done;
+        size_t d = dst->v[di].off + d_done;
         int goes_on = run && run->src_end == s && run->dst_end == d;
         if ((!goes_on && !*moves_left) || move_pages(a, s, d, n) != 0)
             break;
@@ -291,6 +289,49 @@ size_t om_arena_move_into(struct om_arena *a, size_t from, size_t to, const stru
         d_done = n == d_left ? 0 : d_done + n;
         di += n == d_left;
     }
+    return moved;
+}
+
+size_t om_arena_move_onto(struct om_arena *a, size_t off, size_t len, const struct om_extents *keep,
+                          size_t *moves_left)
+{
+    size_t page = a->page, moved = 0;
+    struct om_extents src, dst;
+    if (!*moves_left || !a->backend->move || om_extents_init(&src) != 0)
+        return 0;
+    if (om_extents_init(&dst) != 0)
+        goto out_src;
+    if (add_empty_pages(a, &dst, align_up(off, page), (off + len) & ~(page - 1)) == 0 && dst.n &&
+        add_idle_pages(a, &src, 0, SIZE_MAX, keep) == 0)
+        moved = move_runs(a, &src, &dst, moves_left, NULL);
+    om_extents_destroy(&dst);
+out_src:
+    om_extents_destroy(&src);
+    return moved;
+}
+
+size_t om_arena_move_into(struct om_arena *a, size_t from, size_t to, const struct om_extents *keep,
+                          size_t *moves_left, struct om_move_run *run)
+{
+    size_t page = a->page, moved = 0;
+    struct om_extents src, dst;
+    if ((!*moves_left && !run) || !a->backend->move || om_extents_init(&src) != 0)
+        return 0;
+    if (om_extents_init(&dst) != 0)
+        goto out_src;
+    /* Sources: whole free pages inside [from, to), resident, on which no kept range lies. */
+    if (add_idle_pages(a, &src, from, to, keep) != 0 || !src.n)
+        goto out;
+    /* Destinations: the kept pages that are wholly free and not resident. */
+    for (size_t i = 0; i < keep->n; i++) {
+        size_t lo = keep->v[i].off & ~(page - 1);
+        size_t hi = align_up(keep->v[i].off + keep->v[i].len, page);
+        if (hi > a->reserved)
+            hi = a->reserved & ~(page - 1);
+        if (add_empty_pages(a, &dst, lo, hi) != 0)
+            goto out;
+    }
+    moved = move_runs(a, &src, &dst, moves_left, run);
 out:
     om_extents_destroy(&dst);
 out_src:

@@ -97,6 +97,12 @@ struct om_move_run {
 size_t om_arena_move_into(struct om_arena *a, size_t from, size_t to, const struct om_extents *keep,
                           size_t *moves_left, struct om_move_run *run);
 
+/* Moves resident pages of free space on which no range of keep lies onto the pages of
+ * [off, off + len) that are free and not resident (a slot about to be served), lowest
+ * first, each move taking one of *moves_left. Returns the bytes moved. */
+size_t om_arena_move_onto(struct om_arena *a, size_t off, size_t len, const struct om_extents *keep,
+                          size_t *moves_left);
+
 /* The end of the highest byte taken: from there on to the reservation's end, all is free. */
 size_t om_arena_taken_end(const struct om_arena *a);
 

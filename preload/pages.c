@@ -21,8 +21,10 @@
  * when the arena holds more than 1/RESIDENT_SLACK above the most bytes ever live. */
 #define FREED_RANGES 4096
 #define RESIDENT_SLACK 128
-/* Holes of at least this share of the peak (whole arrays) go back whenever they are idle
- * beyond the slack; smaller ones taken again after they went back widen the slack. */
+/* Holes of at least this share of the peak, or of a release slice (OM_RELEASE_SLICE), are
+ * whole arrays: they go back whenever they are idle beyond the slack. Smaller ones given
+ * back and taken again widen the slack once they add up to more than a large hole's worth
+ * (the share of the peak). */
 #define LARGE_HOLE 16
 
 int om_pool_pages_init(struct om_pool *pool)
@@ -62,18 +64,28 @@ void om_pool_release_free_later(struct om_pool *pool, size_t from, size_t to)
         pool->ndrops = 0; /* every freed block's pages go with the rest */
 }
 
+/* Whether a hole of len bytes is fragmentation rather than a whole array. */
+static int small_hole(const struct om_arena *a, size_t len)
+{
+    return len < a->peak_used / LARGE_HOLE && len < OM_RELEASE_SLICE;
+}
+
 /* Best fit before a plan holds pages that no live block uses; once they exceed a small
  * share of the peak of live bytes, the holes freed longest ago, where still free, give
  * theirs back. A program whose holes fit its next requests keeps its pages and faults
  * nothing in again, where releasing every hole would refault each iteration. Pages of
- * small holes (below 1/LARGE_HOLE of the peak) given back and taken again since were
- * given back too soon: the slack grows by them, as glibc keeps chunks below its trim and
- * mmap thresholds in its heap and raises those to the chunks it sees freed, so that a
- * program whose small holes are fragmented beyond the share pays one release and refault
- * of each, not one per request; a large hole (whole arrays) still goes back. On the host
- * only: a device's release synchronizes the device and its remapping costs more than a
- * fault, so a device arena keeps its pages until a plan trims them or the device is full. */
-void om_pool_release_idle(struct om_pool *pool)
+ * small holes given back and taken again since were given back too soon, once they add up
+ * to more than a large hole's worth: the slack is what they add up to beyond it, as glibc
+ * keeps chunks below its trim and mmap thresholds in its heap and raises those to the
+ * chunks it sees freed, so that a program whose small holes are fragmented beyond the
+ * share pays one release and refault of each, not one per request. A large hole (a whole
+ * array) goes back whenever it is idle, its refault taken as the price of holding no idle
+ * array at the peak, and small holes' refaults are taken up to as much: the slack's pages
+ * are held at every later peak, where a program that gets a plan within a few iterations
+ * would hold them for nothing. On the host only: a device's release synchronizes the
+ * device and its remapping costs more than a fault, so a device arena keeps its pages
+ * until a plan trims them or the device is full. */
+void om_pool_release_idle(struct om_pool *pool, size_t need)
 {
     struct om_arena *a = &pool->arena;
     size_t released = 0, unbacked = a->unbacked.bytes, budget = OM_RELEASE_SLICE;
@@ -81,26 +93,30 @@ void om_pool_release_idle(struct om_pool *pool)
     if (a->released == pool->idle_released && unbacked < pool->idle_unbacked) {
         size_t again = pool->idle_unbacked - unbacked;
         again = again < pool->idle_small ? again : pool->idle_small;
-        pool->idle_slack += again;
+        pool->idle_retaken += again;
         pool->idle_small -= again;
     }
-    size_t share = a->peak_used / RESIDENT_SLACK;
-    size_t limit = a->peak_used + (share > pool->idle_slack ? share : pool->idle_slack);
+    size_t share = a->peak_used / RESIDENT_SLACK, tolerated = a->peak_used / LARGE_HOLE;
+    size_t slack = pool->idle_retaken > tolerated ? pool->idle_retaken - tolerated : 0;
+    size_t limit = a->peak_used + (share > slack ? share : slack);
     pool->idle_due = 0;
     while (pool->nfreed && om_arena_resident(a) > limit) {
-        if (!budget) { /* the rest in the next calls: one hole can be a hundred MiB */
+        /* The rest in the next calls (one hole can be a hundred MiB), once this call gave
+         * back what it made resident: the program's growth never outruns the release. */
+        if (!budget && released >= need) {
             pool->idle_due = 1;
             break;
         }
+        size_t step = budget ? budget : need - released;
         struct om_extent *e = &pool->freed[pool->freed_head];
         size_t whole = pool->freed_head_len ? pool->freed_head_len : e->len;
         size_t from = e->off & ~(a->page - 1);
         size_t end = (e->off + e->len + a->page - 1) & ~(a->page - 1);
-        size_t to = end - from > budget ? from + budget : end;
+        size_t to = end - from > step ? from + step : end;
         size_t r = om_arena_release_free(a, from, to);
-        budget -= to - from;
+        budget -= to - from < budget ? to - from : budget;
         released += r;
-        if (whole < a->peak_used / LARGE_HOLE)
+        if (small_hole(a, whole))
             pool->idle_small += r;
         if (to < end) { /* the hole's rest stays at the head, still counted by its whole size */
             pool->freed_head_len = whole;
@@ -309,11 +325,11 @@ void om_pool_lay_out_slice(struct om_pool *pool)
         pool->stats.layout_max_us = us;
 }
 
-void om_pool_release_slice(struct om_pool *pool)
+void om_pool_release_slice(struct om_pool *pool, size_t need)
 {
     struct om_arena *a = &pool->arena;
     size_t window = OM_RELEASE_SLICE > a->page ? OM_RELEASE_SLICE : a->page, released = 0;
-    for (unsigned w = 0; w < LAYOUT_WINDOWS && !released; w++) {
+    for (unsigned w = 0; (w < LAYOUT_WINDOWS && !released) || released < need; w++) {
         size_t at = next_free(a, pool->release_next - 1);
         if (at >= a->top || at >= pool->release_to) {
             pool->release_next = 0;
@@ -321,11 +337,14 @@ void om_pool_release_slice(struct om_pool *pool)
         }
         size_t from = at & ~(a->page - 1);
         size_t to = pool->release_to - from > window ? from + window : pool->release_to;
-        released = om_arena_release_free(a, from, to);
-        pool->stats.released_bytes += released;
+        size_t r = om_arena_release_free(a, from, to);
+        released += r;
+        pool->stats.released_bytes += r;
         pool->release_next = to + 1;
-        if (to >= pool->release_to)
+        if (to >= pool->release_to) {
             pool->release_next = 0;
+            break;
+        }
     }
 }
 
@@ -443,18 +462,27 @@ void om_pool_pages_atfork_child(struct om_pool *pool)
     pool->drop_thread = 0; /* the thread did not come along: the next call starts one */
 }
 
-void om_pool_page_work(struct om_pool *pool)
+/* What of need is left once the bytes given back rose from before. */
+static size_t need_left(const struct om_pool *pool, size_t need, size_t before)
 {
+    size_t gone = pool->stats.released_bytes - before;
+    return gone < need ? need - gone : 0;
+}
+
+void om_pool_page_work(struct om_pool *pool, size_t need)
+{
+    size_t before = pool->stats.released_bytes;
     if (pool->layout_next)
         om_pool_lay_out_slice(pool);
     if (pool->release_next)
-        om_pool_release_slice(pool);
-    /* One release slice a call: the layout and a dropped plan's release sweep the freed
-     * blocks' pages too, and are done first. */
+        om_pool_release_slice(pool, need_left(pool, need, before));
+    /* One release slice a call, or what the call made resident: the layout and a dropped
+     * plan's release sweep the freed blocks' pages too, and are done first. */
+    need = need_left(pool, need, before);
     int dropped = pool->ndrops && !pool->layout_next && !pool->release_next &&
-                  drop_slice(pool, OM_RELEASE_SLICE);
+                  drop_slice(pool, need > OM_RELEASE_SLICE ? need : OM_RELEASE_SLICE);
     if (pool->ndrops)
         start_drop_thread(pool);
-    if (pool->idle_due && pool->phase != SERVE && !dropped)
-        om_pool_release_idle(pool);
+    if (pool->idle_due && pool->phase != SERVE && (!dropped || need_left(pool, need, before)))
+        om_pool_release_idle(pool, need_left(pool, need, before));
 }

@@ -84,6 +84,11 @@ static int take_planned(struct om_pool *pool, size_t offset, size_t slot_len, si
 {
     if (slot_len < len || (offset & (alignment - 1)))
         return 0;
+    /* While the plan's pages are laid out, a slot that no move has reached yet takes free
+     * pages no slot covers first, instead of faulting its own in beside them. */
+    if (pool->layout_next && pool->moves_left && stream == OM_STREAM_NONE)
+        pool->stats.moved_bytes +=
+            om_arena_move_onto(&pool->arena, offset, len, &pool->covered, &pool->moves_left);
     int rc = stream != OM_STREAM_NONE && pool->pending.live
                  ? om_pending_take(&pool->pending, &pool->arena, offset, len, stream)
                  : om_arena_take(&pool->arena, offset, len);
@@ -256,7 +261,11 @@ static void *alloc_locked(struct om_pool *pool, size_t size, size_t len, size_t 
     int flags;
     if (place(pool, len, alignment, stream, token, cycle_thread, main_thread, &off, &flags) != 0)
         return NULL;
-    if (pool->phase != SERVE && pool->host && om_arena_resident(&pool->arena) > resident)
+    /* The pages this request makes resident: the page work below gives back at least as
+     * many, where pages wait to go, so that it never lags behind the program's growth. */
+    size_t grown =
+        om_arena_resident(&pool->arena) > resident ? om_arena_resident(&pool->arena) - resident : 0;
+    if (pool->phase != SERVE && pool->host && grown)
         pool->idle_due = 1; /* om_pool_page_work, below */
     struct om_block b = {off, len, size, 0, generation, 0, flags};
     /* A saved plan needs the run's main-thread requests from the start until a plan has
@@ -285,9 +294,11 @@ static void *alloc_locked(struct om_pool *pool, size_t size, size_t len, size_t 
         om_tracer_on_alloc_site(pool->domain, p, size, round16(size), alignment, site, &info);
     if (expected != UINT64_MAX && pool->generation == generation)
         cheap_note(pool, &pool->plan.slots[expected], key, token, info.site);
+    /* Before the phase machine: a plan it installs now lays its pages out from the next
+     * call, and this request's pages, placed by best fit, are matched by idle ones first. */
+    om_pool_page_work(pool, grown);
     if (cycle_thread)
         om_pool_after_cycle_request(pool, placed, token, alignment, &info);
-    om_pool_page_work(pool);
     return p;
 }
 
@@ -421,7 +432,7 @@ void om_pool_free(struct om_pool *pool, void *p, uintptr_t stream)
     }
     om_arena_give(&pool->arena, gone.off, gone.len);
     om_pool_pages_freed(pool, &gone);
-    om_pool_page_work(pool);
+    om_pool_page_work(pool, 0);
     if (pool->redzone && om_arena_check(&pool->arena) != 0) {
         pool->stats.verify_violations++;
         om_warn("verify: the arena's free extents are inconsistent");

@@ -131,11 +131,11 @@ struct om_pool {
     size_t freed_head, nfreed;
     size_t freed_head_len; /* the head's length when freed, once part of it went back; else 0 */
     int idle_due;          /* idle pages are to go back (om_pool_release_idle) */
-    /* Idle bytes kept resident above the peak: grows by the bytes of small holes given back
-     * and taken again (idle_small: given back and not yet counted so). The arena's unbacked
-     * and released bytes after the last such release: where nothing else was released
-     * since, unbacked bytes that fell were taken again. */
-    size_t idle_slack, idle_small, idle_unbacked, idle_released;
+    /* The bytes of small holes given back and taken again (idle_small: given back and not
+     * yet counted so); what they add up to beyond a large hole's worth is kept resident
+     * above the peak. The arena's unbacked and released bytes after the last such release:
+     * where nothing else was released since, unbacked bytes that fell were taken again. */
+    size_t idle_retaken, idle_small, idle_unbacked, idle_released;
     size_t max_request; /* larger requests go to the real allocator */
     size_t redzone;
     int hugepages; /* OPTMEM_HUGEPAGES=1 on the host */
@@ -353,15 +353,17 @@ void om_pool_release_free(struct om_pool *pool, size_t from, size_t to);
 void om_pool_release_free_later(struct om_pool *pool, size_t from, size_t to);
 
 /* One slice of the release under way, if any: at most OM_RELEASE_SLICE bytes of pages given
- * back. A plan installed meanwhile ends it (its layout gives back what its slots do not
- * cover). Called once by every call into the pool. */
-void om_pool_release_slice(struct om_pool *pool);
+ * back, or more until need bytes went back (the pages the call made resident). A plan
+ * installed meanwhile ends it (its layout gives back what its slots do not cover). Called
+ * once by every call into the pool. */
+void om_pool_release_slice(struct om_pool *pool, size_t need);
 
 /* Before a plan (host only), after a request that made pages resident: the holes freed
  * longest ago give their pages back while the resident pages exceed the peak of live bytes
- * by more than a small share, at most OM_RELEASE_SLICE bytes of them a call (idle_due says
- * that more are to go). */
-void om_pool_release_idle(struct om_pool *pool);
+ * by more than a small share, at most OM_RELEASE_SLICE bytes of them a call or need bytes
+ * (the pages the call made resident), whichever is more (idle_due says that more are to
+ * go). */
+void om_pool_release_idle(struct om_pool *pool, size_t need);
 
 /* A block freed at once, back in the arena: what becomes of its pages. */
 void om_pool_pages_freed(struct om_pool *pool, const struct om_block *gone);
@@ -396,8 +398,10 @@ void om_pool_pages_atfork_child(struct om_pool *pool);
 
 /* The page work under way, a bounded slice of it: the layout's, a dropped plan's release,
  * the freed blocks' (om_pool_release_block), the idle holes'. Called once by every call
- * into the pool. */
-void om_pool_page_work(struct om_pool *pool);
+ * into the pool; need: the bytes of pages the call made resident (its block's pages that
+ * were not), which the slice gives back at least while pages wait to go, so that the
+ * work pending never lets the resident pages grow (0 for a free). */
+void om_pool_page_work(struct om_pool *pool, size_t need);
 
 /* The plan installed is to be laid over the arena's pages: the free pages no slot covers
  * move onto those slots' pages that are not resident, or go back, and so does the free tail.
