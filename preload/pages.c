@@ -411,18 +411,35 @@ static int drop_slice(struct om_pool *pool, size_t budget)
 #define DROP_CHUNK ((size_t)1 << 20)
 #define DROP_PAUSE_NS 50000
 
-/* optmem-pages: the freed blocks' pages that the calls' slices left, given back while the
- * program computes, not in its calls (a 32 MiB block freed a slice a call kept its pages
- * resident for sixteen calls, beside those the next blocks faulted in). It ends once none
- * are left, as the optmem-plan thread ends with its search. */
+/* A chunk of what calls owe: a dropped plan's free pages, or idle holes before a plan.
+ * Where none can go back, nothing is owed any more. */
+static void pay_owed(struct om_pool *pool)
+{
+    size_t chunk = pool->owed < DROP_CHUNK ? pool->owed : DROP_CHUNK;
+    size_t before = pool->arena.released;
+    if (pool->release_next)
+        om_pool_release_slice(pool, chunk);
+    else if (pool->phase != SERVE && pool->nfreed)
+        om_pool_release_idle(pool, chunk);
+    size_t gone = pool->arena.released - before;
+    pool->owed = gone && gone < pool->owed ? pool->owed - gone : 0;
+}
+
+/* optmem-pages: the freed blocks' pages that the calls' slices left, and what calls owe,
+ * given back while the program computes, not in its calls (a 32 MiB block freed a slice a
+ * call kept its pages resident for sixteen calls, beside those the next blocks faulted
+ * in). It ends once none are left, as the optmem-plan thread ends with its search. */
 static void *drop_thread(void *arg)
 {
     struct om_pool *pool = arg;
     om_guard_enter(); /* what this thread allocates is none of the program's */
     pthread_setname_np(pthread_self(), "optmem-pages");
     om_lock(&pool->lock);
-    while (pool->ndrops) {
-        drop_slice(pool, DROP_CHUNK);
+    while (pool->ndrops || pool->owed) {
+        if (pool->ndrops)
+            drop_slice(pool, DROP_CHUNK);
+        else
+            pay_owed(pool);
         om_unlock(&pool->lock);
         struct timespec pause = {0, DROP_PAUSE_NS};
         nanosleep(&pause, NULL);
@@ -471,6 +488,13 @@ static size_t need_left(const struct om_pool *pool, size_t need, size_t before)
 
 void om_pool_page_work(struct om_pool *pool, size_t need)
 {
+    /* A host call gives back at most a slice of what it made resident (a 16 MiB madvise is
+     * over a millisecond); the optmem-pages thread gives back the rest at once, beside the
+     * program faulting its pages in. */
+    if (pool->host && need > OM_RELEASE_SLICE) {
+        pool->owed += need - OM_RELEASE_SLICE;
+        need = OM_RELEASE_SLICE;
+    }
     size_t before = pool->stats.released_bytes;
     if (pool->layout_next)
         om_pool_lay_out_slice(pool);
@@ -481,7 +505,7 @@ void om_pool_page_work(struct om_pool *pool, size_t need)
     need = need_left(pool, need, before);
     int dropped = pool->ndrops && !pool->layout_next && !pool->release_next &&
                   drop_slice(pool, need > OM_RELEASE_SLICE ? need : OM_RELEASE_SLICE);
-    if (pool->ndrops)
+    if (pool->ndrops || pool->owed)
         start_drop_thread(pool);
     if (pool->idle_due && pool->phase != SERVE && (!dropped || need_left(pool, need, before)))
         om_pool_release_idle(pool, need_left(pool, need, before));

@@ -186,6 +186,9 @@ struct om_pool {
      * millisecond. In drops (below), oldest first from drop_head. */
     unsigned drop_head, ndrops;
     int drop_thread; /* the optmem-pages thread goes on with them between calls */
+    /* What calls made resident beyond what they gave back themselves (om_pool_page_work):
+     * the optmem-pages thread gives it back while the program faults its pages in. */
+    size_t owed;
     uint64_t main_requests;
     /* The search under way on the optmem-plan thread. In PLAN, the program's requests are
      * followed on the iteration searched (next's slots hold its tokens meanwhile):
