@@ -85,10 +85,10 @@ static int small_hole(const struct om_arena *a, size_t len)
  * would hold them for nothing. On the host only: a device's release synchronizes the
  * device and its remapping costs more than a fault, so a device arena keeps its pages
  * until a plan trims them or the device is full. */
-void om_pool_release_idle(struct om_pool *pool, size_t need)
+void om_pool_release_idle(struct om_pool *pool, size_t need, size_t budget)
 {
     struct om_arena *a = &pool->arena;
-    size_t released = 0, unbacked = a->unbacked.bytes, budget = OM_RELEASE_SLICE;
+    size_t released = 0, unbacked = a->unbacked.bytes;
     /* Unbacked bytes fell with nothing else released since: taken again. */
     if (a->released == pool->idle_released && unbacked < pool->idle_unbacked) {
         size_t again = pool->idle_unbacked - unbacked;
@@ -411,18 +411,24 @@ static int drop_slice(struct om_pool *pool, size_t budget)
 #define DROP_CHUNK ((size_t)1 << 20)
 #define DROP_PAUSE_NS 50000
 
+/* What calls owe, given back a quarter of a megabyte at a time under the pool's lock: a
+ * call that finds the lock held waits for that at most, or for a time slice where the
+ * thread is preempted holding it, the less likely the shorter it holds it. */
+#define OWED_CHUNK ((size_t)256 << 10)
+
 /* A chunk of what calls owe: a dropped plan's free pages, or idle holes before a plan.
- * Where none can go back, nothing is owed any more. */
+ * Where none are left to go back, nothing is owed any more. */
 static void pay_owed(struct om_pool *pool)
 {
-    size_t chunk = pool->owed < DROP_CHUNK ? pool->owed : DROP_CHUNK;
+    size_t chunk = pool->owed < OWED_CHUNK ? pool->owed : OWED_CHUNK;
     size_t before = pool->arena.released;
     if (pool->release_next)
         om_pool_release_slice(pool, chunk);
     else if (pool->phase != SERVE && pool->nfreed)
-        om_pool_release_idle(pool, chunk);
+        om_pool_release_idle(pool, chunk, chunk);
     size_t gone = pool->arena.released - before;
-    pool->owed = gone && gone < pool->owed ? pool->owed - gone : 0;
+    int more = pool->release_next || (pool->phase != SERVE && pool->idle_due);
+    pool->owed = more && gone < pool->owed ? pool->owed - gone : 0;
 }
 
 /* optmem-pages: the freed blocks' pages that the calls' slices left, and what calls owe,
@@ -508,5 +514,5 @@ void om_pool_page_work(struct om_pool *pool, size_t need)
     if (pool->ndrops || pool->owed)
         start_drop_thread(pool);
     if (pool->idle_due && pool->phase != SERVE && (!dropped || need_left(pool, need, before)))
-        om_pool_release_idle(pool, need_left(pool, need, before));
+        om_pool_release_idle(pool, need_left(pool, need, before), OM_RELEASE_SLICE);
 }

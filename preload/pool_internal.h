@@ -363,10 +363,10 @@ void om_pool_release_slice(struct om_pool *pool, size_t need);
 
 /* Before a plan (host only), after a request that made pages resident: the holes freed
  * longest ago give their pages back while the resident pages exceed the peak of live bytes
- * by more than a small share, at most OM_RELEASE_SLICE bytes of them a call or need bytes
- * (the pages the call made resident), whichever is more (idle_due says that more are to
- * go). */
-void om_pool_release_idle(struct om_pool *pool, size_t need);
+ * by more than a small share, at most budget bytes of them (a call's: OM_RELEASE_SLICE) or
+ * need bytes (the pages the call made resident), whichever is more (idle_due says that
+ * more are to go). */
+void om_pool_release_idle(struct om_pool *pool, size_t need, size_t budget);
 
 /* A block freed at once, back in the arena: what becomes of its pages. */
 void om_pool_pages_freed(struct om_pool *pool, const struct om_block *gone);
