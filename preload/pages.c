@@ -416,15 +416,21 @@ static int drop_slice(struct om_pool *pool, size_t budget)
  * thread is preempted holding it, the less likely the shorter it holds it. */
 #define OWED_CHUNK ((size_t)256 << 10)
 
-/* A chunk of what calls owe: a dropped plan's free pages, or idle holes before a plan.
- * Where none are left to go back, nothing is owed any more. */
+/* Whether there are pages a call can owe: a dropped plan's free pages, or idle holes
+ * before a plan. */
+static int payable(const struct om_pool *pool)
+{
+    return pool->release_next || (pool->phase != SERVE && pool->nfreed);
+}
+
+/* A chunk of what calls owe. Where none are left to go back, nothing is owed any more. */
 static void pay_owed(struct om_pool *pool)
 {
     size_t chunk = pool->owed < OWED_CHUNK ? pool->owed : OWED_CHUNK;
     size_t before = pool->arena.released;
     if (pool->release_next)
         om_pool_release_slice(pool, chunk);
-    else if (pool->phase != SERVE && pool->nfreed)
+    else if (payable(pool))
         om_pool_release_idle(pool, chunk, chunk);
     size_t gone = pool->arena.released - before;
     int more = pool->release_next || (pool->phase != SERVE && pool->idle_due);
@@ -496,9 +502,11 @@ void om_pool_page_work(struct om_pool *pool, size_t need)
 {
     /* A host call gives back at most a slice of what it made resident (a 16 MiB madvise is
      * over a millisecond); the optmem-pages thread gives back the rest at once, beside the
-     * program faulting its pages in. */
+     * program faulting its pages in. With no pages to give, there is nothing to owe (and
+     * no thread to start for it). */
     if (pool->host && need > OM_RELEASE_SLICE) {
-        pool->owed += need - OM_RELEASE_SLICE;
+        if (payable(pool))
+            pool->owed += need - OM_RELEASE_SLICE;
         need = OM_RELEASE_SLICE;
     }
     size_t before = pool->stats.released_bytes;
