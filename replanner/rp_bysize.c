@@ -78,13 +78,13 @@ static iv *pool_get(pool *p, uint8_t cls)
         return (iv *)(void *)l;
     }
     if (bytes >= SLAB_LAST / 4)
-        return rp_alloc(p->m, (size_t)1 << cls, sizeof(iv));
+        return rp_alloc_raw(p->m, (size_t)1 << cls, sizeof(iv));
     if (p->left < bytes) {
         size_t n = p->next < SLAB_FIRST ? SLAB_FIRST : p->next;
 
         while (n < bytes)
             n *= 2;
-        if (!(p->slab = rp_alloc(p->m, n, 1)))
+        if (!(p->slab = rp_alloc_raw(p->m, n, 1)))
             return NULL;
         p->left = n;
         p->next = n < SLAB_LAST ? 2 * n : n;
@@ -213,11 +213,6 @@ static int inside(unsigned h, uint32_t j, uint32_t a, uint32_t e)
     return lo >= a && lo + ((uint64_t)1 << (ARITY_BITS * h)) <= e;
 }
 
-static ivset *all_of(const tree *t, unsigned h, uint32_t j)
-{
-    return h ? &t->all[node(t, h, j)] : &t->own[node(t, h, j)];
-}
-
 /* The run's canonical nodes, as heights and indices in hs and js: their count. Bottom up,
  * the nodes at each end whose parents reach past the run. */
 static uint32_t canonical(uint32_t a, uint32_t e, uint8_t *hs, uint32_t *js)
@@ -237,24 +232,44 @@ static uint32_t canonical(uint32_t a, uint32_t e, uint8_t *hs, uint32_t *js)
     return c;
 }
 
-/* The sets a run [a, e) must be clear of, appended to sets. */
-static uint32_t run_sets(const tree *t, uint32_t a, uint32_t e, const ivset **sets, uint32_t ns)
-{
+/* A run's nodes, found once for both its search and its insert: its canonical nodes (with
+ * their heights) and, per height above the leaves, the path nodes at its two ends that are
+ * not inside it (NO_NODE where inside, or where the right one is the left one). */
+#define NO_NODE UINT32_MAX
+#define SAME_NODE (UINT32_MAX - 1)
+typedef struct run_nodes {
+    uint32_t nc;
     uint8_t hs[2 * ARITY * (MAX_HEIGHT + 1)];
-    uint32_t js[2 * ARITY * (MAX_HEIGHT + 1)], nc = canonical(a, e, hs, js);
+    uint32_t cn[2 * ARITY * (MAX_HEIGHT + 1)]; /* node numbers */
+    uint32_t pl[MAX_HEIGHT + 1], pr[MAX_HEIGHT + 1];
+} run_nodes;
 
+static void run_nodes_of(const tree *t, uint32_t a, uint32_t e, run_nodes *r)
+{
+    uint32_t js[2 * ARITY * (MAX_HEIGHT + 1)];
+
+    r->nc = canonical(a, e, r->hs, js);
+    for (uint32_t c = 0; c < r->nc; c++)
+        r->cn[c] = node(t, r->hs[c], js[c]);
     for (unsigned h = 1; h <= t->height; h++) {
         uint32_t jl = a >> (ARITY_BITS * h), jr = (e - 1) >> (ARITY_BITS * h);
-        const ivset *s = &t->own[node(t, h, jl)];
 
-        if (s->n && !inside(h, jl, a, e))
-            sets[ns++] = s;
-        s = &t->own[node(t, h, jr)];
-        if (jr != jl && s->n && !inside(h, jr, a, e))
-            sets[ns++] = s;
+        r->pl[h] = inside(h, jl, a, e) ? NO_NODE : node(t, h, jl);
+        r->pr[h] = jr == jl ? SAME_NODE : inside(h, jr, a, e) ? NO_NODE : node(t, h, jr);
     }
-    for (uint32_t c = 0; c < nc; c++) {
-        const ivset *s = all_of(t, hs[c], js[c]);
+}
+
+/* The sets a run must be clear of, appended to sets. */
+static uint32_t run_sets(const tree *t, const run_nodes *r, const ivset **sets, uint32_t ns)
+{
+    for (unsigned h = 1; h <= t->height; h++) {
+        if (r->pl[h] != NO_NODE && t->own[r->pl[h]].n)
+            sets[ns++] = &t->own[r->pl[h]];
+        if (r->pr[h] < SAME_NODE && t->own[r->pr[h]].n)
+            sets[ns++] = &t->own[r->pr[h]];
+    }
+    for (uint32_t c = 0; c < r->nc; c++) {
+        const ivset *s = r->hs[c] ? &t->all[r->cn[c]] : &t->own[r->cn[c]];
 
         if (s->n)
             sets[ns++] = s;
@@ -262,50 +277,60 @@ static uint32_t run_sets(const tree *t, uint32_t a, uint32_t e, const ivset **se
     return ns;
 }
 
-static int run_add(tree *t, uint32_t a, uint32_t e, uint64_t lo, uint64_t hi)
+static int run_add(tree *t, const run_nodes *r, uint64_t lo, uint64_t hi)
 {
-    uint8_t hs[2 * ARITY * (MAX_HEIGHT + 1)];
-    uint32_t js[2 * ARITY * (MAX_HEIGHT + 1)], nc = canonical(a, e, hs, js);
     int rc = 0, held_l = 0, held_r = 0;
 
     /* A parent's all() holds its children's: once a node's set held the range already, so
-     * do all the nodes above it on its path. The leaves are inside the run. */
+     * do all the nodes above it on its path. The leaves are inside the run. Where the two
+     * paths have met, the right one is the left one. */
     for (unsigned h = 1; h <= t->height && !(held_l && held_r); h++) {
-        uint32_t jl = a >> (ARITY_BITS * h), jr = (e - 1) >> (ARITY_BITS * h);
-
-        if (!held_l && !inside(h, jl, a, e) &&
-            (rc = ivset_add(&t->p, &t->all[node(t, h, jl)], lo, hi)) != 0) {
+        if (!held_l && r->pl[h] != NO_NODE &&
+            (rc = ivset_add(&t->p, &t->all[r->pl[h]], lo, hi)) != 0) {
             if (rc < 0)
                 return rc;
             held_l = 1;
         }
-        if (jr == jl) {
+        if (r->pr[h] == SAME_NODE) {
             held_r = held_l;
-        } else if (!held_r && !inside(h, jr, a, e) &&
-                   (rc = ivset_add(&t->p, &t->all[node(t, h, jr)], lo, hi)) != 0) {
+        } else if (!held_r && r->pr[h] != NO_NODE &&
+                   (rc = ivset_add(&t->p, &t->all[r->pr[h]], lo, hi)) != 0) {
             if (rc < 0)
                 return rc;
             held_r = 1;
         }
     }
-    for (uint32_t c = 0; c < nc; c++) {
-        if ((rc = ivset_add(&t->p, &t->own[node(t, hs[c], js[c])], lo, hi)) < 0)
+    for (uint32_t c = 0; c < r->nc; c++) {
+        if ((rc = ivset_add(&t->p, &t->own[r->cn[c]], lo, hi)) < 0)
             return rc;
-        if (hs[c] && (rc = ivset_add(&t->p, &t->all[node(t, hs[c], js[c])], lo, hi)) < 0)
+        if (r->hs[c] && (rc = ivset_add(&t->p, &t->all[r->cn[c]], lo, hi)) < 0)
             return rc;
     }
     return 0;
 }
 
-static int block_add(tree *t, const rp_inst *in, uint32_t i, uint64_t off)
+/* A block's runs' nodes: its lifetime's and, for an arc that wraps, the part from the
+ * period's start. */
+typedef struct block_nodes {
+    uint32_t nr;
+    run_nodes r[2];
+} block_nodes;
+
+static void block_nodes_of(const tree *t, const rp_inst *in, uint32_t i, block_nodes *bn)
 {
-    uint64_t top = off + in->b[i].size;
+    bn->nr = 0;
+    if (in->s0[i] < in->s1[i])
+        run_nodes_of(t, in->s0[i], in->s1[i], &bn->r[bn->nr++]);
+    if (in->w0[i] < in->w1[i])
+        run_nodes_of(t, in->w0[i], in->w1[i], &bn->r[bn->nr++]);
+}
+
+static int block_add(tree *t, const block_nodes *bn, uint64_t lo, uint64_t hi)
+{
     int rc = 0;
 
-    if (in->s0[i] < in->s1[i])
-        rc = run_add(t, in->s0[i], in->s1[i], off, top);
-    if (rc == 0 && in->w0[i] < in->w1[i])
-        rc = run_add(t, in->w0[i], in->w1[i], off, top);
+    for (uint32_t x = 0; x < bn->nr && rc == 0; x++)
+        rc = run_add(t, &bn->r[x], lo, hi);
     return rc;
 }
 
@@ -315,20 +340,17 @@ static int block_add(tree *t, const rp_inst *in, uint32_t i, uint64_t off)
  * range starts, from where its search stopped: until the offset plus the size passes it,
  * the set cannot be in the way, and its ranges are not looked at.
  */
-static uint64_t lowest_fit(const tree *t, const rp_inst *in, uint32_t i)
+static uint64_t lowest_fit(const tree *t, const om_rp_block *b, const block_nodes *bn)
 {
     const ivset *sets[MAX_SETS];
-    const om_rp_block *b = &in->b[i];
     uint32_t ns = 0, still = 0, at[MAX_SETS];
     uint64_t y = rp_align_up(0, b->align), next[MAX_SETS];
 
-    if (in->s0[i] < in->s1[i])
-        ns = run_sets(t, in->s0[i], in->s1[i], sets, ns);
-    if (in->w0[i] < in->w1[i])
-        ns = run_sets(t, in->w0[i], in->w1[i], sets, ns);
+    for (uint32_t r = 0; r < bn->nr; r++)
+        ns = run_sets(t, &bn->r[r], sets, ns);
     for (uint32_t x = 0; x < ns; x++) {
         at[x] = 0;
-        next[x] = 0;
+        next[x] = sets[x]->v[0].lo; /* the sets taken are not empty */
     }
     for (uint32_t x = 0; ns && still < ns; x = x + 1 == ns ? 0 : x + 1) {
         uint64_t z;
@@ -353,6 +375,7 @@ static int fit(const rp_inst *in, const rp_mem *m, const uint32_t *order, const 
 {
     rp_mem own = {m->a, NULL};
     tree t = {0};
+    block_nodes bn;
     uint32_t nsec = in->nsec ? in->nsec : 1;
     int rc = -ENOMEM;
 
@@ -371,9 +394,13 @@ static int fit(const rp_inst *in, const rp_mem *m, const uint32_t *order, const 
     t.all = rp_alloc(&own, (size_t)t.base[0] + 1, sizeof(ivset));
     if (!t.own || !t.all)
         goto out;
-    for (size_t i = 0; i < in->n; i++)
-        if (in->b[i].fixed && (rc = block_add(&t, in, (uint32_t)i, in->b[i].offset)) < 0)
+    for (size_t i = 0; i < in->n; i++) {
+        if (!in->b[i].fixed)
+            continue;
+        block_nodes_of(&t, in, (uint32_t)i, &bn);
+        if ((rc = block_add(&t, &bn, in->b[i].offset, in->b[i].offset + in->b[i].size)) < 0)
             goto out;
+    }
     rc = 0;
     for (uint32_t x = 0; x < in->nm && rc == 0; x++) {
         uint32_t k = order[x], i = in->mov[k];
@@ -384,12 +411,13 @@ static int fit(const rp_inst *in, const rp_mem *m, const uint32_t *order, const 
             break;
         if (x + 1 < in->nm)
             rp_prefetch_block(in, in->mov[order[x + 1]]);
-        o = lowest_fit(&t, in, i);
+        block_nodes_of(&t, in, i, &bn);
+        o = lowest_fit(&t, &in->b[i], &bn);
         *placed = x + 1;
         off[k] = o;
         if (o + in->b[i].size > *peak)
             *peak = o + in->b[i].size;
-        rc = block_add(&t, in, i, o);
+        rc = block_add(&t, &bn, o, o + in->b[i].size);
     }
 out:
     rp_mem_free_all(&own);
@@ -399,7 +427,7 @@ out:
 int rp_greedy_size(const rp_inst *in, rp_mem *m, const rp_clock *clk, uint32_t *order,
                    uint64_t *off, uint64_t *peak, uint32_t *placed)
 {
-    rp_kv *kv = rp_alloc(m, (size_t)in->nm + 1, sizeof(*kv));
+    rp_kv *kv = rp_alloc_raw(m, (size_t)in->nm + 1, sizeof(*kv)); /* written below */
 
     if (!kv)
         return -ENOMEM;

@@ -16,6 +16,8 @@ typedef struct rp_mem {
 } rp_mem;
 
 void *rp_alloc(rp_mem *m, size_t count, size_t elem);
+/* The same, not zeroed: for memory written before it is read. */
+void *rp_alloc_raw(rp_mem *m, size_t count, size_t elem);
 void rp_mem_free_all(rp_mem *m);
 
 /* Sort records: by k1, k2, k3, then v (so the order never depends on the sort). */

@@ -14,7 +14,7 @@ struct rp_chunk {
     uint64_t pad;
 };
 
-void *rp_alloc(rp_mem *m, size_t count, size_t elem)
+void *rp_alloc_raw(rp_mem *m, size_t count, size_t elem)
 {
     struct rp_chunk *c;
     size_t n;
@@ -24,11 +24,19 @@ void *rp_alloc(rp_mem *m, size_t count, size_t elem)
     n = sizeof(*c) + count * elem;
     if (!(c = m->a->alloc(m->a->ctx, n)))
         return NULL;
-    memset(c, 0, n);
     c->size = n;
     c->next = m->head;
     m->head = c;
     return c + 1;
+}
+
+void *rp_alloc(rp_mem *m, size_t count, size_t elem)
+{
+    void *p = rp_alloc_raw(m, count, elem);
+
+    if (p)
+        memset(p, 0, count * elem);
+    return p;
 }
 
 void rp_mem_free_all(rp_mem *m)
@@ -168,7 +176,7 @@ int rp_sort_kv_mem(rp_kv *a, size_t n, rp_mem *m)
         rp_sort_kv(a, n);
         return 0;
     }
-    if (!(tmp = rp_alloc(m, n, sizeof(*tmp))))
+    if (!(tmp = rp_alloc_raw(m, n, sizeof(*tmp)))) /* every pass writes it whole */
         return -ENOMEM;
     for (size_t x = 1; x < n; x++) {
         in_v_order &= a[x].v >= a[x - 1].v;
@@ -218,8 +226,8 @@ int rp_maxtree_init(rp_maxtree *t, rp_mem *m, uint32_t n)
 {
     for (t->n = 1; t->n < n; t->n *= 2)
         ;
-    t->mx = rp_alloc(m, 2 * (size_t)t->n, sizeof(int64_t));
-    t->add = rp_alloc(m, 2 * (size_t)t->n, sizeof(int64_t));
+    t->mx = rp_alloc_raw(m, 2 * (size_t)t->n, sizeof(int64_t));
+    t->add = rp_alloc_raw(m, 2 * (size_t)t->n, sizeof(int64_t));
     if (!t->mx || !t->add)
         return -ENOMEM;
     memset(t->mx, 0, 2 * (size_t)t->n * sizeof(int64_t));
