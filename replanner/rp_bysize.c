@@ -61,7 +61,13 @@ typedef struct pool {
  * [j ARITY^h, (j + 1) ARITY^h); only those that cover a section are kept, a run's nodes
  * never start past the last section. */
 typedef struct tree {
-    ivset *own, *all; /* all() of a leaf is its own(): all has the inner nodes only */
+    /* An inner node's two sets side by side, read and written together (a path node's
+     * own() searched and its all() added to, a canonical node's all() searched and both
+     * added to); a leaf has its own() only, its all(). Nodes below base[0] are inner. */
+    struct inner {
+        ivset own, all;
+    } * inner;
+    ivset *leaf;
     uint32_t height;
     uint32_t base[MAX_HEIGHT + 1];
     pool p;
@@ -263,13 +269,13 @@ static void run_nodes_of(const tree *t, uint32_t a, uint32_t e, run_nodes *r)
 static uint32_t run_sets(const tree *t, const run_nodes *r, const ivset **sets, uint32_t ns)
 {
     for (unsigned h = 1; h <= t->height; h++) {
-        if (r->pl[h] != NO_NODE && t->own[r->pl[h]].n)
-            sets[ns++] = &t->own[r->pl[h]];
-        if (r->pr[h] < SAME_NODE && t->own[r->pr[h]].n)
-            sets[ns++] = &t->own[r->pr[h]];
+        if (r->pl[h] != NO_NODE && t->inner[r->pl[h]].own.n)
+            sets[ns++] = &t->inner[r->pl[h]].own;
+        if (r->pr[h] < SAME_NODE && t->inner[r->pr[h]].own.n)
+            sets[ns++] = &t->inner[r->pr[h]].own;
     }
     for (uint32_t c = 0; c < r->nc; c++) {
-        const ivset *s = r->hs[c] ? &t->all[r->cn[c]] : &t->own[r->cn[c]];
+        const ivset *s = r->hs[c] ? &t->inner[r->cn[c]].all : &t->leaf[r->cn[c] - t->base[0]];
 
         if (s->n)
             sets[ns++] = s;
@@ -286,7 +292,7 @@ static int run_add(tree *t, const run_nodes *r, uint64_t lo, uint64_t hi)
      * paths have met, the right one is the left one. */
     for (unsigned h = 1; h <= t->height && !(held_l && held_r); h++) {
         if (!held_l && r->pl[h] != NO_NODE &&
-            (rc = ivset_add(&t->p, &t->all[r->pl[h]], lo, hi)) != 0) {
+            (rc = ivset_add(&t->p, &t->inner[r->pl[h]].all, lo, hi)) != 0) {
             if (rc < 0)
                 return rc;
             held_l = 1;
@@ -294,17 +300,20 @@ static int run_add(tree *t, const run_nodes *r, uint64_t lo, uint64_t hi)
         if (r->pr[h] == SAME_NODE) {
             held_r = held_l;
         } else if (!held_r && r->pr[h] != NO_NODE &&
-                   (rc = ivset_add(&t->p, &t->all[r->pr[h]], lo, hi)) != 0) {
+                   (rc = ivset_add(&t->p, &t->inner[r->pr[h]].all, lo, hi)) != 0) {
             if (rc < 0)
                 return rc;
             held_r = 1;
         }
     }
     for (uint32_t c = 0; c < r->nc; c++) {
-        if ((rc = ivset_add(&t->p, &t->own[r->cn[c]], lo, hi)) < 0)
+        if (!r->hs[c]) {
+            if ((rc = ivset_add(&t->p, &t->leaf[r->cn[c] - t->base[0]], lo, hi)) < 0)
+                return rc;
+        } else if ((rc = ivset_add(&t->p, &t->inner[r->cn[c]].own, lo, hi)) < 0 ||
+                   (rc = ivset_add(&t->p, &t->inner[r->cn[c]].all, lo, hi)) < 0) {
             return rc;
-        if (r->hs[c] && (rc = ivset_add(&t->p, &t->all[r->cn[c]], lo, hi)) < 0)
-            return rc;
+        }
     }
     return 0;
 }
@@ -390,9 +399,9 @@ static int fit(const rp_inst *in, const rp_mem *m, const uint32_t *order, const 
     for (unsigned h = t.height; h-- > 0;)
         t.base[h] = t.base[h + 1] + (((nsec - 1) >> (ARITY_BITS * (h + 1))) + 1);
     t.p.m = &own;
-    t.own = rp_alloc(&own, (size_t)t.base[0] + nsec, sizeof(ivset));
-    t.all = rp_alloc(&own, (size_t)t.base[0] + 1, sizeof(ivset));
-    if (!t.own || !t.all)
+    t.inner = rp_alloc(&own, (size_t)t.base[0] + 1, sizeof(*t.inner));
+    t.leaf = rp_alloc(&own, nsec, sizeof(ivset));
+    if (!t.inner || !t.leaf)
         goto out;
     for (size_t i = 0; i < in->n; i++) {
         if (!in->b[i].fixed)
