@@ -183,8 +183,10 @@ static int ivset_add(pool *p, ivset *s, uint64_t lo, uint64_t hi)
     }
     if (j > x) {
         s->v[x] = (iv){lo, hi};
-        memmove(s->v + x + 1, s->v + j, (s->n - j) * sizeof(iv));
-        s->n -= j - x - 1;
+        if (j > x + 1) { /* (one range merged: the rest stays where it is) */
+            memmove(s->v + x + 1, s->v + j, (s->n - j) * sizeof(iv));
+            s->n -= j - x - 1;
+        }
         return 0;
     }
     if (!s->cls || s->n == (UINT32_C(1) << s->cls)) {
@@ -200,7 +202,8 @@ static int ivset_add(pool *p, ivset *s, uint64_t lo, uint64_t hi)
         s->v = a;
         s->cls = cls;
     }
-    memmove(s->v + x + 1, s->v + x, (s->n - x) * sizeof(iv));
+    if (x < s->n)
+        memmove(s->v + x + 1, s->v + x, (s->n - x) * sizeof(iv));
     s->v[x] = (iv){lo, hi};
     s->n++;
     return 0;
