@@ -355,7 +355,7 @@ static int block_add(tree *t, const block_nodes *bn, uint64_t lo, uint64_t hi)
 static uint64_t lowest_fit(const tree *t, const om_rp_block *b, const block_nodes *bn)
 {
     const ivset *sets[MAX_SETS];
-    uint32_t ns = 0, still = 0, at[MAX_SETS];
+    uint32_t ns = 0, at[MAX_SETS];
     uint64_t y = rp_align_up(0, b->align), next[MAX_SETS];
 
     for (uint32_t r = 0; r < bn->nr; r++)
@@ -364,19 +364,25 @@ static uint64_t lowest_fit(const tree *t, const om_rp_block *b, const block_node
         at[x] = 0;
         next[x] = sets[x]->v[0].lo; /* the sets taken are not empty */
     }
-    for (uint32_t x = 0; ns && still < ns; x = x + 1 == ns ? 0 : x + 1) {
-        uint64_t z;
+    if (!ns)
+        return y;
+    /* round and round until the set after the last that moved the offset comes round to
+     * it again: every set since has left the offset where it was */
+    for (uint32_t x = 0, last = 0;;) {
+        if (next[x] < y + b->size) {
+            uint64_t z = clear_of(sets[x], &at[x], y, b->size, b->align);
 
-        if (next[x] >= y + b->size) {
-            still++;
-            continue;
+            next[x] = at[x] < sets[x]->n ? sets[x]->v[at[x]].lo : UINT64_MAX;
+            if (z != y) {
+                y = z;
+                last = x;
+            }
         }
-        z = clear_of(sets[x], &at[x], y, b->size, b->align);
-        next[x] = at[x] < sets[x]->n ? sets[x]->v[at[x]].lo : UINT64_MAX;
-        still = z == y ? still + 1 : 1;
-        y = z;
+        if (++x == ns)
+            x = 0;
+        if (x == last)
+            return y;
     }
-    return y;
 }
 
 /* Places movable blocks in order, each at the lowest offset where it fits, until the clock's
