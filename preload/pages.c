@@ -24,7 +24,8 @@
 /* Holes of at least this share of the peak, or of a release slice (OM_RELEASE_SLICE), are
  * whole arrays: they go back whenever they are idle beyond the slack. Smaller ones given
  * back and taken again widen the slack once they add up to more than a large hole's worth
- * (the share of the peak). */
+ * (the share of the peak), by one release slice at most: the size below which a hole is
+ * fragmentation. */
 #define LARGE_HOLE 16
 
 int om_pool_pages_init(struct om_pool *pool)
@@ -78,9 +79,12 @@ static int small_hole(const struct om_arena *a, size_t len)
  * to more than a large hole's worth: the slack is what they add up to beyond it, as glibc
  * keeps chunks below its trim and mmap thresholds in its heap and raises those to the
  * chunks it sees freed, so that a program whose small holes are fragmented beyond the
- * share pays one release and refault of each, not one per request. A large hole (a whole
- * array) goes back whenever it is idle, its refault taken as the price of holding no idle
- * array at the peak, and small holes' refaults are taken up to as much: the slack's pages
+ * share pays one release and refault of each, not one per request; as glibc's thresholds
+ * stop at a maximum, the slack stops at the largest hole still small (a release slice):
+ * counted without end, a program whose warm-up refaults its small holes for a few
+ * iterations held all it had refaulted at its peak until its plan served. A large hole (a
+ * whole array) goes back whenever it is idle, its refault taken as the price of holding no
+ * idle array at the peak, and small holes' refaults are taken up to as much: the slack's pages
  * are held at every later peak, where a program that gets a plan within a few iterations
  * would hold them for nothing. On the host only: a device's release synchronizes the
  * device and its remapping costs more than a fault, so a device arena keeps its pages
@@ -98,6 +102,8 @@ void om_pool_release_idle(struct om_pool *pool, size_t need, size_t budget)
     }
     size_t share = a->peak_used / RESIDENT_SLACK, tolerated = a->peak_used / LARGE_HOLE;
     size_t slack = pool->idle_retaken > tolerated ? pool->idle_retaken - tolerated : 0;
+    if (slack > OM_RELEASE_SLICE)
+        slack = OM_RELEASE_SLICE;
     size_t limit = a->peak_used + (share > slack ? share : slack);
     pool->idle_due = 0;
     while (pool->nfreed && om_arena_resident(a) > limit) {
@@ -411,9 +417,9 @@ static int drop_slice(struct om_pool *pool, size_t budget)
 #define DROP_CHUNK ((size_t)1 << 20)
 #define DROP_PAUSE_NS 50000
 
-/* What calls owe, a quarter of a megabyte at a time: the page work of each under the lock
- * (the books, and any page moves) is short, its release done with the lock let go. */
-#define OWED_CHUNK ((size_t)256 << 10)
+/* What calls owe, a release slice at a time: the page work of each under the lock (the
+ * books) is short, its release done with the lock let go. */
+#define OWED_CHUNK OM_RELEASE_SLICE
 
 /* Whether there are pages a call can owe: a dropped plan's free pages, or idle holes
  * before a plan. */
