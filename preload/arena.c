@@ -117,6 +117,22 @@ int om_arena_give(struct om_arena *a, size_t off, size_t len)
     return 0;
 }
 
+/* Whether [from, to) is recorded in the batch to be released later, rather than now. */
+static int defer_release(struct om_arena *a, size_t from, size_t to)
+{
+    struct om_release_batch *b = a->defer;
+    if (!b)
+        return 0;
+    if (b->n && b->v[b->n - 1].off + b->v[b->n - 1].len == from) {
+        b->v[b->n - 1].len += to - from;
+        return 1;
+    }
+    if (b->n == OM_RELEASE_BATCH)
+        return 0;
+    b->v[b->n++] = (struct om_extent){from, to - from};
+    return 1;
+}
+
 static size_t release_pages(struct om_arena *a, size_t from, size_t to)
 {
     from = align_up(from, a->page);
@@ -124,12 +140,46 @@ static size_t release_pages(struct om_arena *a, size_t from, size_t to)
     if (to > om_arena_touched_end(a))
         to = om_arena_touched_end(a); /* above: never touched, or released already */
     if (to <= from || !a->backend->release || om_extents_reserve(&a->unbacked, 1) != 0 ||
-        a->backend->release(a->backend->ctx, (uintptr_t)a->base + from, to - from) != 0)
+        (!defer_release(a, from, to) &&
+         a->backend->release(a->backend->ctx, (uintptr_t)a->base + from, to - from) != 0))
         return 0;
     size_t before = a->unbacked.bytes;
     (void)om_extents_add(&a->unbacked, from, to - from);
     a->released += a->unbacked.bytes - before;
     return a->unbacked.bytes - before;
+}
+
+void om_arena_withhold(struct om_arena *a, struct om_release_batch *b)
+{
+    size_t kept = 0;
+    for (size_t i = 0; i < b->n; i++) {
+        struct om_extent e = b->v[i];
+        if (om_extents_reserve(&a->free, 1) == 0 &&
+            om_extents_remove(&a->free, e.off, e.len) >= 0) {
+            b->v[kept++] = e;
+            continue;
+        }
+        /* Left free: released now, so that no request placed on it meanwhile loses data. */
+        (void)a->backend->release(a->backend->ctx, (uintptr_t)a->base + e.off, e.len);
+    }
+    b->n = kept;
+}
+
+void om_arena_release_batch(const struct om_arena *a, const struct om_release_batch *b)
+{
+    for (size_t i = 0; i < b->n; i++)
+        (void)a->backend->release(a->backend->ctx, (uintptr_t)a->base + b->v[i].off, b->v[i].len);
+}
+
+int om_arena_restore(struct om_arena *a, struct om_release_batch *b)
+{
+    while (b->n) {
+        const struct om_extent *e = &b->v[b->n - 1];
+        if (om_extents_add(&a->free, e->off, e->len) != 0)
+            return -ENOMEM;
+        b->n--;
+    }
+    return 0;
 }
 
 size_t om_arena_release_tail(struct om_arena *a, size_t keep)

@@ -11,6 +11,15 @@
 #include <stddef.h>
 #include <stdint.h>
 
+/* Pages released outside the caller's lock: while `defer` is set, a release updates the
+ * books at once and only records its pages here (om_arena_withhold and on). */
+#define OM_RELEASE_BATCH 512
+
+struct om_release_batch {
+    size_t n;
+    struct om_extent v[OM_RELEASE_BATCH];
+};
+
 struct om_arena {
     const struct om_backend *backend;
     size_t page; /* the backend's: what map and release work in */
@@ -25,6 +34,8 @@ struct om_arena {
     size_t used_bytes; /* bytes taken */
     size_t peak_used;  /* the most bytes taken at once */
     size_t released;   /* bytes given back to the kernel so far */
+    /* Where set, releases are recorded here rather than made (a full batch makes them). */
+    struct om_release_batch *defer;
 };
 
 /* Pages of a free tail smaller than this stay mapped: returning them only to fault them in
@@ -81,6 +92,18 @@ size_t om_arena_release_range(struct om_arena *a, size_t off, size_t len);
 /* Returns the whole pages of free space inside [from, to) (0, SIZE_MAX: all of it). Returns
  * the bytes released. */
 size_t om_arena_release_free(struct om_arena *a, size_t from, size_t to);
+
+/* The pages recorded in b (free, and counted released already) leave the free space, so
+ * that no request is placed on them while the caller, its lock let go, releases them
+ * (om_arena_release_batch); a piece that cannot leave it is released at once. */
+void om_arena_withhold(struct om_arena *a, struct om_release_batch *b);
+
+/* Releases the pages of b; called without the caller's lock, which only b's pages need. */
+void om_arena_release_batch(const struct om_arena *a, const struct om_release_batch *b);
+
+/* Under the lock again: b's pages are free space once more. 0, or -ENOMEM where the free
+ * extents could not grow: the pieces not yet back stay in b for a later try. */
+int om_arena_restore(struct om_arena *a, struct om_release_batch *b);
 
 /* Where a series of moves (a plan's pages, laid out in slices) ended: a move that goes on
  * from there, source and destination both, extends the mappings the last one made rather

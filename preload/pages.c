@@ -24,7 +24,8 @@
 /* Holes of at least this share of the peak, or of a release slice (OM_RELEASE_SLICE), are
  * whole arrays: they go back whenever they are idle beyond the slack. Smaller ones given
  * back and taken again widen the slack once they add up to more than a large hole's worth
- * (the share of the peak). */
+ * (the share of the peak), by one release slice at most: the size below which a hole is
+ * fragmentation. */
 #define LARGE_HOLE 16
 
 int om_pool_pages_init(struct om_pool *pool)
@@ -78,9 +79,12 @@ static int small_hole(const struct om_arena *a, size_t len)
  * to more than a large hole's worth: the slack is what they add up to beyond it, as glibc
  * keeps chunks below its trim and mmap thresholds in its heap and raises those to the
  * chunks it sees freed, so that a program whose small holes are fragmented beyond the
- * share pays one release and refault of each, not one per request. A large hole (a whole
- * array) goes back whenever it is idle, its refault taken as the price of holding no idle
- * array at the peak, and small holes' refaults are taken up to as much: the slack's pages
+ * share pays one release and refault of each, not one per request; as glibc's thresholds
+ * stop at a maximum, the slack stops at the largest hole still small (a release slice):
+ * counted without end, a program whose warm-up refaults its small holes for a few
+ * iterations held all it had refaulted at its peak until its plan served. A large hole (a
+ * whole array) goes back whenever it is idle, its refault taken as the price of holding no
+ * idle array at the peak, and small holes' refaults are taken up to as much: the slack's pages
  * are held at every later peak, where a program that gets a plan within a few iterations
  * would hold them for nothing. On the host only: a device's release synchronizes the
  * device and its remapping costs more than a fault, so a device arena keeps its pages
@@ -98,6 +102,8 @@ void om_pool_release_idle(struct om_pool *pool, size_t need, size_t budget)
     }
     size_t share = a->peak_used / RESIDENT_SLACK, tolerated = a->peak_used / LARGE_HOLE;
     size_t slack = pool->idle_retaken > tolerated ? pool->idle_retaken - tolerated : 0;
+    if (slack > OM_RELEASE_SLICE)
+        slack = OM_RELEASE_SLICE;
     size_t limit = a->peak_used + (share > slack ? share : slack);
     pool->idle_due = 0;
     while (pool->nfreed && om_arena_resident(a) > limit) {
@@ -405,16 +411,15 @@ static int drop_slice(struct om_pool *pool, size_t budget)
     return pool->stats.released_bytes + pool->stats.moved_bytes != before;
 }
 
-/* Bytes of freed blocks' pages the optmem-pages thread gives back at a time under the pool's
- * lock (a call into the pool waits for one at most), and its pause between two, in which a
+/* Bytes of freed blocks' pages the optmem-pages thread looks at a time under the pool's lock
+ * (their release comes after, with the lock let go), and its pause between two, in which a
  * call waiting for the lock takes it. */
 #define DROP_CHUNK ((size_t)1 << 20)
 #define DROP_PAUSE_NS 50000
 
-/* What calls owe, given back a quarter of a megabyte at a time under the pool's lock: a
- * call that finds the lock held waits for that at most, or for a time slice where the
- * thread is preempted holding it, the less likely the shorter it holds it. */
-#define OWED_CHUNK ((size_t)256 << 10)
+/* What calls owe, a release slice at a time: the page work of each under the lock (the
+ * books) is short, its release done with the lock let go. */
+#define OWED_CHUNK OM_RELEASE_SLICE
 
 /* Whether there are pages a call can owe: a dropped plan's free pages, or idle holes
  * before a plan. */
@@ -437,6 +442,29 @@ static void pay_owed(struct om_pool *pool)
     pool->owed = more && gone < pool->owed ? pool->owed - gone : 0;
 }
 
+/* One round of optmem-pages under the pool's lock: the books say which free pages go back
+ * (a slice of the freed blocks' pages, or of what calls owe), and those pages leave the free
+ * space until their release, done by the caller with the lock let go, is over. So a call
+ * never waits for a release it did not ask for, and no request is placed on pages being
+ * released: those pages were free when recorded, and stay out of reach until they are
+ * back. Page moves stay under the lock (a slot's request may be placed on their
+ * destination any time). */
+static size_t drop_round(struct om_pool *pool)
+{
+    size_t before = pool->stats.released_bytes;
+    pool->arena.defer = &pool->batch;
+    if (pool->ndrops)
+        drop_slice(pool, DROP_CHUNK);
+    else if (pool->owed)
+        pay_owed(pool);
+    pool->arena.defer = NULL;
+    om_arena_withhold(&pool->arena, &pool->batch);
+    /* The report counts them once they are released. */
+    size_t later = pool->stats.released_bytes - before;
+    pool->stats.released_bytes = before;
+    return later;
+}
+
 /* optmem-pages: the freed blocks' pages that the calls' slices left, and what calls owe,
  * given back while the program computes, not in its calls (a 32 MiB block freed a slice a
  * call kept its pages resident for sixteen calls, beside those the next blocks faulted
@@ -446,14 +474,19 @@ static void *drop_thread(void *arg)
     struct om_pool *pool = arg;
     om_guard_enter(); /* what this thread allocates is none of the program's */
     pthread_setname_np(pthread_self(), "optmem-pages");
+    size_t released = 0;
     om_lock(&pool->lock);
-    while (pool->ndrops || pool->owed) {
-        if (pool->ndrops)
-            drop_slice(pool, DROP_CHUNK);
-        else
-            pay_owed(pool);
+    while (pool->ndrops || pool->owed || pool->batch.n) {
+        if (!pool->batch.n) /* else pieces still out of the free space: put back first */
+            released = drop_round(pool);
         om_unlock(&pool->lock);
-        struct timespec pause = {0, DROP_PAUSE_NS};
+        om_arena_release_batch(&pool->arena, &pool->batch);
+        om_lock(&pool->lock);
+        pool->stats.released_bytes += released;
+        released = 0;
+        int stuck = om_arena_restore(&pool->arena, &pool->batch) != 0;
+        om_unlock(&pool->lock);
+        struct timespec pause = {0, DROP_PAUSE_NS * (stuck ? 20 : 1)};
         nanosleep(&pause, NULL);
         om_lock(&pool->lock);
     }
@@ -489,6 +522,11 @@ static void start_drop_thread(struct om_pool *pool)
 void om_pool_pages_atfork_child(struct om_pool *pool)
 {
     pool->drop_thread = 0; /* the thread did not come along: the next call starts one */
+    /* Pages it had out of the free space, maybe not released yet in this process: released
+     * here, then free again (what does not fit back stays out: address space only). */
+    pool->arena.defer = NULL;
+    om_arena_release_batch(&pool->arena, &pool->batch);
+    (void)om_arena_restore(&pool->arena, &pool->batch);
 }
 
 /* What of need is left once the bytes given back rose from before. */

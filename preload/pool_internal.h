@@ -223,6 +223,9 @@ struct om_pool {
     struct om_saved_plan saved; /* loaded: its prologue is being served */
     struct om_page_drop drops[OM_DROPS];
     struct om_kept_plan kept[KEPT_PLANS];
+    /* The pages the optmem-pages thread releases with the lock let go, out of the free space
+     * meanwhile (om_arena_withhold): no call waits for a release it did not ask for. */
+    struct om_release_batch batch;
 };
 
 /* ---- pool.c: the entry points and placement ---- */

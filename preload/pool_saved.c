@@ -111,46 +111,59 @@ void om_pool_save_plan(struct om_pool *pool)
 {
     if (!pool->plan_file[0] || !pool->log.entries)
         return;
+    /* Under the lock, what the build reads (the served plan's arcs, the log as it is now:
+     * a free writes its entries' deaths); the build (a search of up to its budget) and the
+     * file's write with the lock let go, so that other threads' calls at exit do not wait
+     * for them. */
     om_lock(&pool->lock);
     const struct om_plan *served = &pool->plan;
-    uint64_t n0 = served->log_cycle_start;
+    uint64_t n0 = served->log_cycle_start, period = served->period;
     struct om_cycle_arc *arcs = NULL;
     size_t narcs = 0, bytes = (served->nrecords ? served->nrecords : 1) * sizeof *arcs;
+    struct om_request_log log = {0};
+    size_t log_bytes = (pool->log.n ? pool->log.n : 1) * sizeof *log.entries;
     struct om_saved_plan plan = {0};
-    char err[256] = "";
+    char err[256] = "", path[sizeof pool->plan_file];
+    uint32_t budget_ms = om_pool_search_budget_ms(pool, 0);
     int rc = -ENOENT;
+    snprintf(path, sizeof path, "%s", pool->plan_file);
     if (pool->phase == PLAN) { /* its search is abandoned with the process */
         snprintf(err, sizeof err, "the plan was still being made at exit");
-        goto out;
+        goto unlock;
     }
     if (pool->phase != SERVE || n0 == UINT64_MAX || n0 >= pool->log.n) {
         snprintf(err, sizeof err, "no steady iteration of the main thread was learnt");
-        goto out;
+        goto unlock;
     }
     rc = -ENOMEM;
-    if (!(arcs = om_sys_map(bytes)))
-        goto out;
+    if (!(arcs = om_sys_map(bytes)) || !(log.entries = om_sys_map(log_bytes)))
+        goto unlock;
+    memcpy(log.entries, pool->log.entries, pool->log.n * sizeof *log.entries);
+    log.n = log.cap = pool->log.n;
     for (size_t r = 0; r < served->nrecords; r++) {
         const struct record *rec = &served->records[r];
-        if (om_record_periods(rec, served->period) == 0)
+        if (om_record_periods(rec, period) == 0)
             arcs[narcs++] = (struct om_cycle_arc){r,          rec->token, rec->lower,
                                                   rec->upper, rec->len,   rec->alignment};
     }
-    rc = om_saved_plan_build(&pool->log, n0, arcs, narcs, served->period,
-                             om_pool_search_budget_ms(pool, 0), om_stack_room(), &plan, err,
-                             sizeof err);
-    if (rc == 0 && (rc = om_saved_plan_write(pool->plan_file, om_saved_plan_program(), &plan)))
+    rc = 0;
+unlock:
+    om_unlock(&pool->lock);
+    if (rc == 0)
+        rc = om_saved_plan_build(&log, n0, arcs, narcs, period, budget_ms, om_stack_room(), &plan,
+                                 err, sizeof err);
+    if (rc == 0 && (rc = om_saved_plan_write(path, om_saved_plan_program(), &plan)))
         snprintf(err, sizeof err, "%s", strerror(-rc));
-out:
     if (rc == 0)
         om_info("plan saved to %s: %llu prologue requests and an iteration of %llu, peak %.1f "
                 "MiB (%.3f of its lower bound)",
-                pool->plan_file, (unsigned long long)n0, (unsigned long long)served->period,
-                plan.peak / 1048576.0,
+                path, (unsigned long long)n0, (unsigned long long)period, plan.peak / 1048576.0,
                 plan.lower_bound ? (double)plan.peak / (double)plan.lower_bound : 1.0);
     else
-        om_warn("no plan saved to %s: %s", pool->plan_file, err);
+        om_warn("no plan saved to %s: %s", path, err);
     om_saved_plan_free(&plan);
-    om_sys_unmap(arcs, bytes);
-    om_unlock(&pool->lock);
+    if (arcs)
+        om_sys_unmap(arcs, bytes);
+    if (log.entries)
+        om_sys_unmap(log.entries, log_bytes);
 }

@@ -23,6 +23,7 @@
 #include "engine.h"
 #include "log.h"
 #include "pool.h"
+#include "pool_internal.h"
 #include "replanner.h"
 #include "saved_plan.h"
 #include "tracer.h"
@@ -63,7 +64,8 @@ static const char *no_env(const char *name)
 
 /* A fresh tracer and pool; plan_thread as OPTMEM_PLAN_THREAD (0: inline, deterministic),
  * hugepages as OPTMEM_HUGEPAGES (pages do not move), dump as OPTMEM_PLAN_DUMP. */
-static void start_with(int plan_thread, int hugepages, const char *dump)
+static void start_on(const struct om_backend *backend, int plan_thread, int hugepages,
+                     const char *dump)
 {
     assert_int_equal(om_config_load(&om_cfg, no_env), 0);
     om_cfg.plan_thread = plan_thread;
@@ -73,14 +75,18 @@ static void start_with(int plan_thread, int hugepages, const char *dump)
     struct om_tracer_options opt = {
         .min_bytes = 4096, .stack_depth = 3, .report_template = "", .mode_name = "plan"};
     assert_int_equal(om_tracer_init(&opt), 0);
-    assert_int_equal(om_pool_create(&pool, &om_host_backend, OM_TRACER_HOST, ARENA_BYTES, &om_cfg),
-                     0);
+    assert_int_equal(om_pool_create(&pool, backend, OM_TRACER_HOST, ARENA_BYTES, &om_cfg), 0);
     uintptr_t lo;
     size_t len;
     om_pool_range(pool, &lo, &len);
     base = (unsigned char *)lo;
     assert_true(len >= ARENA_BYTES);
     nlive = 0;
+}
+
+static void start_with(int plan_thread, int hugepages, const char *dump)
+{
+    start_on(&om_host_backend, plan_thread, hugepages, dump);
 }
 
 static void start(int plan_thread)
@@ -638,6 +644,110 @@ static void test_idle_release_matches_growth(void **state)
     give(pin);
 }
 
+/* The host backend, whose release, on any thread but the test's, first takes a block where
+ * best fit would put it on the pages being released, were they free space, and dirties it:
+ * the optmem-pages thread releases with the pool's lock let go, and no request is placed on
+ * pages it is releasing (their release would zero the block). */
+static struct {
+    pthread_t test_thread;
+    int nested;              /* a release of the request below's own call */
+    unsigned rounds, locked; /* releases on the thread; those made under the pool's lock */
+    unsigned char *block;    /* taken while pages were being released */
+    size_t block_len;
+    uintptr_t from, to; /* what was being released then */
+} watch;
+
+static int watched_release(void *ctx, uintptr_t addr, size_t len)
+{
+    if (!pthread_equal(pthread_self(), watch.test_thread) && !watch.nested) {
+        watch.rounds++;
+        if (__atomic_load_n(&pool->lock.word, __ATOMIC_ACQUIRE) != 0)
+            watch.locked++; /* no request can be taken: the pool's lock is this thread's */
+        else if (!watch.block) {
+            struct om_stack s = site(77);
+            watch.nested = 1;
+            watch.block = om_pool_alloc(pool, watch.block_len, 0, 0, OM_STREAM_NONE, &s);
+            watch.nested = 0;
+            if (watch.block)
+                memset(watch.block, 5, watch.block_len);
+            watch.from = addr;
+            watch.to = addr + len;
+        }
+    }
+    return om_host_backend.release(ctx, addr, len);
+}
+
+static void test_pages_released_outside_lock(void **state)
+{
+    struct om_backend watched = om_host_backend;
+    watched.release = watched_release;
+    memset(&watch, 0, sizeof watch);
+    watch.test_thread = pthread_self();
+    const size_t hole = 64 * MIB;
+    watch.block_len = hole; /* the hole's exact fit, were the pages released free space */
+    start_on(&watched, 0, 0, "");
+    void *a = take(1, hole, 0, 0), *pin = take(3, 4 * KIB, 0, 0);
+    give(a);
+    /* 80 MiB made resident above a 64 MiB idle hole: the call gives a slice of the hole
+     * back, the optmem-pages thread the rest. */
+    void *b = take(2, 80 * MIB, 0, 0);
+    released_at_least(hole - 2 * MIB);
+    settled_released();
+    assert_true(watch.rounds > 0);
+    assert_int_equal(watch.locked, 0);
+    assert_non_null(watch.block);
+    uintptr_t p = (uintptr_t)watch.block;
+    assert_false(p < watch.to && watch.from < p + watch.block_len);
+    for (size_t i = 0; i < watch.block_len; i += 4096)
+        assert_int_equal(watch.block[i], 5);
+    om_pool_free(pool, watch.block, OM_STREAM_NONE);
+    give(b);
+    give(pin);
+}
+
+/* Before a plan, small holes given back and taken again widen the slack by one release
+ * slice (OM_RELEASE_SLICE) at most, however many there were: after rounds in which 8 MiB of
+ * 1 MiB holes go back and are taken again, 8 MiB of such holes idle beyond the peak still go
+ * back but for the slice (uncapped, the slack had grown by the rounds' retaken pages and
+ * held them all; ResNet-18's warm-up held 17 MiB so). */
+static void test_idle_slack_capped(void **state)
+{
+    enum { PIECES = 8, ROUNDS = 6 };
+    const size_t piece = 1 * MIB;
+    void *weights = take(1, 32 * MIB, 0, 0), *x[PIECES], *pin[ROUNDS + 1];
+    for (unsigned r = 0; r <= ROUNDS; r++) {
+        for (unsigned i = 0; i < PIECES; i++) {
+            x[i] = take(1000 + 20 * r + i, piece, 0, 0); /* no iteration to plan */
+            memset(x[i], 1, piece);
+        }
+        pin[r] = take(1011 + 20 * r, 4 * KIB, 0, 0); /* the holes below are no free tail */
+        for (unsigned i = 0; i < PIECES; i++)
+            give(x[i]);
+        if (r == ROUNDS)
+            break;
+        /* Beyond the holes: they are idle past the limit, and go back. */
+        void *y = take(1010 + 20 * r, PIECES * piece + 64 * KIB, 0, 0);
+        memset(y, 2, PIECES * piece + 64 * KIB);
+        settled_released();
+        give(y);
+    }
+    void *z = take(300, PIECES * piece + 128 * KIB, 0, 0);
+    memset(z, 3, PIECES * piece + 128 * KIB);
+    settled_released();
+    om_pool_lock(pool);
+    size_t resident = om_arena_resident(&pool->arena), peak = pool->arena.peak_used;
+    om_pool_unlock(pool);
+    const size_t slice = 2 * MIB, share = peak / 128;
+    /* The rounds took back more than the tolerance and two slices: uncapped, a slack of more
+     * than a slice. */
+    assert_true(pool->idle_retaken >= peak / 16 + 2 * slice);
+    assert_true(resident <= peak + (share > slice ? share : slice) + 64 * KIB);
+    give(z);
+    for (unsigned r = 0; r <= ROUNDS; r++)
+        give(pin[r]);
+    give(weights);
+}
+
 /* Before a plan, arrays of a release slice or more given back and taken again never widen
  * the slack: their pages go back whenever they are idle beyond the limit, round after
  * round, where a slack grown by them held them resident at every later peak (the MLP's
@@ -1003,6 +1113,8 @@ int main(void)
         cmocka_unit_test_setup(test_phase_comes_back, setup_inline),
         cmocka_unit_test_setup(test_idle_release_matches_growth, setup_inline),
         cmocka_unit_test_setup(test_idle_arrays_go_back, setup_inline),
+        cmocka_unit_test(test_pages_released_outside_lock),
+        cmocka_unit_test_setup(test_idle_slack_capped, setup_inline),
         cmocka_unit_test_setup(test_freed_pages_go_back_later, setup_inline),
         cmocka_unit_test_setup(test_unknown_pointers, setup_inline),
         cmocka_unit_test_setup(test_calloc_in_reused_slot, setup_inline),
