@@ -157,6 +157,7 @@ struct om_pool {
     /* The period the tracer knew at the last request of the cycle thread, and over how many
      * requests it had repeated then. */
     uint64_t tracer_period, tracer_evidence;
+    int tracer_stale; /* that request was only logged: om_tracer_settle says them */
     /* The tracer's period whose iterations a plan of a part of them served, just left: the
      * ring holds them, and it is planned at once rather than at its quietest request. */
     uint64_t outgrown_period;
