@@ -130,7 +130,6 @@ struct om_pool {
     struct om_extent *freed;
     size_t freed_head, nfreed;
     size_t freed_head_len; /* the head's length when freed, once part of it went back; else 0 */
-    int idle_due;          /* idle pages are to go back (om_pool_release_idle) */
     /* The bytes of small holes given back and taken again (idle_small: given back and not
      * yet counted so); what they add up to beyond a large hole's worth is kept resident
      * above the peak. The arena's unbacked and released bytes after the last such release:
@@ -143,6 +142,21 @@ struct om_pool {
     uint32_t generation; /* bumped whenever recording starts again */
     uint64_t period;     /* the tracer's period followed while learning */
     uint64_t cursor, observed;
+    /* The page work that calls do a slice of (om_pool_page_work), beside the phase and the
+     * cursor that every request reads, so that a call with none to do reads one line. The
+     * plan's pages being laid out: the next byte to look at + 1, 0 when none is. Free pages
+     * of a plan dropped or failing going back: the next byte to look at + 1 (0 when none). */
+    size_t layout_next, release_next;
+    /* Large blocks freed while a plan served: their pages go back a slice a call, from the
+     * free on (om_pool_release_block): a 12 MiB block's at once held its free for over a
+     * millisecond. In drops (below), oldest first from drop_head. */
+    unsigned drop_head, ndrops;
+    int drop_thread; /* the optmem-pages thread goes on with them between calls */
+    int idle_due;    /* idle pages are to go back (om_pool_release_idle) */
+    int grace;       /* the iteration after a saved plan's prologue: its misses do not count */
+    /* What calls made resident beyond what they gave back themselves (om_pool_page_work):
+     * the optmem-pages thread gives it back while the program faults its pages in. */
+    size_t owed;
     struct om_plan plan; /* the plan serving, or the last one that did */
     struct record *ring;
     uint64_t learnt;      /* requests put in the ring: the index of the next */
@@ -171,25 +185,11 @@ struct om_pool {
     uint64_t iteration_ns, record_start_ns;
     /* OPTMEM_PLAN_FILE (its name and the plan loaded: below) */
     uint64_t prologue_cursor, prologue_misses;
-    int grace;                 /* the iteration after the prologue: its misses do not count */
-    struct om_request_log log; /* not loaded: this run's main-thread requests */
-    struct om_extents covered; /* the bytes the iteration's slots cover */
-    size_t moves_left;         /* page moves onto them the plan may still make */
-    /* The plan's pages being laid out, a slice a call: the next byte to look at + 1, 0 when
-     * none is; where its moves ended. */
-    size_t layout_next;
-    struct om_move_run layout_run;
-    /* Free pages of a plan dropped or failing going back, a slice a call: the next byte to
-     * look at + 1 (0 when none), the end. */
-    size_t release_next, release_to;
-    /* Large blocks freed while a plan served: their pages go back a slice a call, from the
-     * free on (om_pool_release_block): a 12 MiB block's at once held its free for over a
-     * millisecond. In drops (below), oldest first from drop_head. */
-    unsigned drop_head, ndrops;
-    int drop_thread; /* the optmem-pages thread goes on with them between calls */
-    /* What calls made resident beyond what they gave back themselves (om_pool_page_work):
-     * the optmem-pages thread gives it back while the program faults its pages in. */
-    size_t owed;
+    struct om_request_log log;     /* not loaded: this run's main-thread requests */
+    struct om_extents covered;     /* the bytes the iteration's slots cover */
+    size_t moves_left;             /* page moves onto them the plan may still make */
+    struct om_move_run layout_run; /* where the layout's moves ended (layout_next) */
+    size_t release_to;             /* the end of a release under way (release_next) */
     uint64_t main_requests;
     /* The search under way on the optmem-plan thread. In PLAN, the program's requests are
      * followed on the iteration searched (next's slots hold its tokens meanwhile):
