@@ -125,6 +125,9 @@ struct om_serving_stats {
     uint64_t hits;             /* the request was the slot the cursor expected */
     uint64_t misses;           /* it was not: the cursor looked the token up */
     uint64_t served_from_plan; /* placed at a planned offset, after a hit or a lookup */
+    /* Requests whose call site the cheap key named, without a stack captured; slots where
+     * the cheap key was found to name two requests (served by full keys from then on) */
+    uint64_t served_by_cheap_key, cheap_key_collisions;
     uint64_t fallbacks;        /* placed by best fit above the plan while serving */
     uint64_t guard_rejections; /* a planned offset that overlapped a live block */
     uint64_t plans, replans;   /* plans made; times the program drifted and was relearnt */
@@ -146,9 +149,6 @@ struct om_serving_stats {
      * back; the most bytes one call moved or gave back laying out any plan, and the longest
      * time one call spent on it */
     uint64_t layout_calls, layout_bytes, layout_max_bytes, layout_max_us;
-    /* Requests whose call site the cheap key named, without a stack captured; slots where
-     * the cheap key was found to name two requests (served by full keys from then on) */
-    uint64_t served_by_cheap_key, cheap_key_collisions;
 };
 
 /* The pool's arena: sample records of blocks inside it carry their offset. */
