@@ -255,7 +255,6 @@ static void domain_restart(struct om_domain *d)
     om_period_reset(&d->det);
     memset(&d->threads, 0, sizeof d->threads);
     d->log.word &= ~0xffffffffull; /* the log is empty: recorded before the fork */
-    d->log.det_tid = 0;
     d->nstarts = d->nmarks = 0;
     d->have_steady = 0;
     d->first_steady_seq = d->period_fixed = 0;
@@ -393,8 +392,7 @@ int om_tracer_domain_open(const char *name)
 int om_tracer_on_cycle_thread(unsigned domain)
 {
     const struct om_domain *d = domain_at(domain);
-    return d && (cfg.warmup ||
-                 sequence_of(domain) == __atomic_load_n(&d->log.det_tid, __ATOMIC_RELAXED));
+    return d && (cfg.warmup || sequence_of(domain) == d->threads.det_tid);
 }
 
 void om_tracer_set_serving(unsigned domain, const struct om_serving_stats *stats)
@@ -446,10 +444,7 @@ static int birth(struct om_domain *d, struct om_site *site, uint32_t id, void *p
     }
     uint64_t seq = d->seq;
     if (cfg.warmup == 0) {
-        int switched = om_threads_note(&d->threads, seq_tid);
-        if (d->log.det_tid != d->threads.det_tid) /* a first request, or a switch */
-            __atomic_store_n(&d->log.det_tid, d->threads.det_tid, __ATOMIC_RELAXED);
-        if (switched) {
+        if (om_threads_note(&d->threads, seq_tid)) {
             om_debug("%s: iterations are now detected on thread %u", d->name, d->threads.det_tid);
             om_period_reset(&d->det);
         }

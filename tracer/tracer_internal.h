@@ -469,9 +469,6 @@ struct om_log {
      * is counted in the log's order. */
     uint64_t word;
     uint32_t limit; /* appends allowed before head is read again */
-    /* The detector's thread (threads.det_tid), here for om_tracer_on_cycle_thread: the
-     * request it answers for reads this line to be logged. */
-    uint32_t det_tid;
     struct om_log_entry *entries;
     /* The recorder's, under the tracer's lock: the entries recorded, and what the last
      * request recorded from the log would have been told of the period. */
