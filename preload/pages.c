@@ -538,6 +538,9 @@ static size_t need_left(const struct om_pool *pool, size_t need, size_t before)
 
 void om_pool_page_work(struct om_pool *pool, size_t need)
 {
+    if (!need && !pool->layout_next && !pool->release_next && !pool->ndrops && !pool->owed &&
+        !pool->idle_due)
+        return; /* nothing to do, seen in one line (pool_internal.h) */
     /* A host call gives back at most a slice of what it made resident (a 16 MiB madvise is
      * over a millisecond); the optmem-pages thread gives back the rest at once, beside the
      * program faulting its pages in. With no pages to give, there is nothing to owe (and

@@ -99,6 +99,10 @@ void om_pool_end_of_served_iteration(struct om_pool *pool)
      * finds the whole step only some steps later) serves most requests of the step, so
      * rarely misses enough to be dropped, but turns some away in every window: once the
      * tracer knows a longer period for two of its iterations, that one is planned. */
+    if (pool->window_turned_away && pool->tracer_stale) {
+        om_tracer_settle(pool->domain, &pool->tracer_period, &pool->tracer_evidence);
+        pool->tracer_stale = 0;
+    }
     int outgrown = pool->window_turned_away && pool->tracer_period > plan->period &&
                    pool->tracer_period <= MAX_PERIOD &&
                    pool->tracer_evidence >= 2 * pool->tracer_period &&
@@ -511,8 +515,12 @@ static void learn_request(struct om_pool *pool, struct om_block *b, uint64_t now
 void om_pool_after_cycle_request(struct om_pool *pool, struct om_block *b, uint64_t token,
                                  size_t alignment, const struct om_alloc_info *info)
 {
-    pool->tracer_period = info->period;
-    pool->tracer_evidence = info->periodic;
+    /* A request only logged leaves them to be asked for where they are read. */
+    pool->tracer_stale = info->deferred;
+    if (!info->deferred) {
+        pool->tracer_period = info->period;
+        pool->tracer_evidence = info->periodic;
+    }
     if (pool->job_detached && om_pool_plan_done(pool))
         keep_found(pool);
     uint64_t now = pool->learnt;

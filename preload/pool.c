@@ -241,6 +241,16 @@ static void cheap_note(struct om_pool *pool, struct om_slot *sl, uint64_t key, u
     }
 }
 
+/* Whether the tracer may only log a request served by its cheap key, placed under
+ * generation (docs/serving.md, "The served path's log"): what the phase machine reads of
+ * the tracer's answer (om_pool_after_cycle_request) is then its time alone, while the plan
+ * that placed it serves on and this iteration has missed nothing. */
+static int loggable(const struct om_pool *pool, uint32_t generation, int cycle_thread)
+{
+    return pool->host && cycle_thread && pool->phase == SERVE && pool->generation == generation &&
+           !pool->iteration_misses;
+}
+
 /* Under the lock: places and records a request of the token given, of the call site stack
  * names, or (stack NULL: served by its cheap key) of site. len and alignment as placed. */
 static void *alloc_locked(struct om_pool *pool, size_t size, size_t len, size_t alignment, int zero,
@@ -290,6 +300,8 @@ static void *alloc_locked(struct om_pool *pool, size_t size, size_t len, size_t 
     struct om_alloc_info info;
     if (stack)
         om_tracer_on_alloc(pool->domain, p, size, round16(size), alignment, stack, &info);
+    else if (loggable(pool, generation, cycle_thread))
+        om_tracer_log_alloc(pool->domain, p, size, round16(size), alignment, site, &info);
     else
         om_tracer_on_alloc_site(pool->domain, p, size, round16(size), alignment, site, &info);
     if (expected != UINT64_MAX && pool->generation == generation)
@@ -385,7 +397,10 @@ static struct om_block take_block(struct om_pool *pool, void *p, int *found)
     }
     if (pool->redzone)
         check_redzone(pool, b);
-    om_tracer_on_free(pool->domain, p);
+    if (pool->host) /* recorded in order with the requests logged */
+        om_tracer_log_free(pool->domain, p);
+    else
+        om_tracer_on_free(pool->domain, p);
     if (b->flags & OM_BLOCK_RING) {
         /* Unless a later request took its place in the ring. */
         struct record *e = &pool->ring[(b->record - 1) % RING];

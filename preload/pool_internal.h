@@ -130,19 +130,41 @@ struct om_pool {
     struct om_extent *freed;
     size_t freed_head, nfreed;
     size_t freed_head_len; /* the head's length when freed, once part of it went back; else 0 */
-    int idle_due;          /* idle pages are to go back (om_pool_release_idle) */
+    /* Read or written by every served request, in the line of the phase (the iteration's
+     * misses and unknown requests are judged at its end, om_pool_end_of_served_iteration). */
+    uint64_t iteration_misses;
+    uint64_t window_requests;    /* requests served since the misses were last judged */
+    uint64_t window_turned_away; /* of those, the ones the plan did not serve */
+    int after_unknown;           /* the last request served had a token without a slot */
+    int tracer_stale;            /* the last request of the cycle thread was only logged: the period
+                                  * and evidence below are om_tracer_settle's to say */
+    size_t max_request;          /* larger requests go to the real allocator */
+    size_t redzone;
+    int hugepages; /* OPTMEM_HUGEPAGES=1 on the host */
+    enum phase phase;
+    uint32_t generation; /* bumped whenever recording starts again */
+    int grace;           /* the iteration after a saved plan's prologue: its misses do not count */
+    uint64_t period;     /* the tracer's period followed while learning */
+    uint64_t cursor, observed;
+    /* The page work that calls do a slice of (om_pool_page_work), beside the phase and the
+     * cursor that every request reads, so that a call with none to do reads one line. The
+     * plan's pages being laid out: the next byte to look at + 1, 0 when none is. Free pages
+     * of a plan dropped or failing going back: the next byte to look at + 1 (0 when none). */
+    size_t layout_next, release_next;
+    /* Large blocks freed while a plan served: their pages go back a slice a call, from the
+     * free on (om_pool_release_block): a 12 MiB block's at once held its free for over a
+     * millisecond. In drops (below), oldest first from drop_head. */
+    unsigned drop_head, ndrops;
+    int drop_thread; /* the optmem-pages thread goes on with them between calls */
+    int idle_due;    /* idle pages are to go back (om_pool_release_idle) */
+    /* What calls made resident beyond what they gave back themselves (om_pool_page_work):
+     * the optmem-pages thread gives it back while the program faults its pages in. */
+    size_t owed;
     /* The bytes of small holes given back and taken again (idle_small: given back and not
      * yet counted so); what they add up to beyond a large hole's worth is kept resident
      * above the peak. The arena's unbacked and released bytes after the last such release:
      * where nothing else was released since, unbacked bytes that fell were taken again. */
     size_t idle_retaken, idle_small, idle_unbacked, idle_released;
-    size_t max_request; /* larger requests go to the real allocator */
-    size_t redzone;
-    int hugepages; /* OPTMEM_HUGEPAGES=1 on the host */
-    enum phase phase;
-    uint32_t generation; /* bumped whenever recording starts again */
-    uint64_t period;     /* the tracer's period followed while learning */
-    uint64_t cursor, observed;
     struct om_plan plan; /* the plan serving, or the last one that did */
     struct record *ring;
     uint64_t learnt;      /* requests put in the ring: the index of the next */
@@ -150,10 +172,9 @@ struct om_pool {
     uint64_t steady_from; /* the first known to repeat with period; UINT64_MAX: none */
     uint64_t plan_at;     /* the request after which to plan, + 1; 0: not chosen yet */
     size_t fallback_end;  /* the highest end of a fallback in this served iteration */
-    struct om_serving_stats stats;
-    uint64_t iteration_misses, served_iterations;
-    uint64_t window_requests;    /* requests served since the misses were last judged */
-    uint64_t window_turned_away; /* of those, the ones the plan did not serve */
+    /* Its counters that every served request writes share its first line (tracer.h). */
+    struct om_serving_stats stats __attribute__((aligned(64)));
+    uint64_t served_iterations;
     /* The period the tracer knew at the last request of the cycle thread, and over how many
      * requests it had repeated then. */
     uint64_t tracer_period, tracer_evidence;
@@ -165,30 +186,15 @@ struct om_pool {
      * that had such; whether a plan was already dropped for them. */
     uint64_t iteration_unknown, stale_iterations;
     int stale_replanned;
-    int after_unknown; /* the last request served had a token without a slot */
     /* How long the iteration to plan took, for the search's budget; when recording began. */
     uint64_t iteration_ns, record_start_ns;
     /* OPTMEM_PLAN_FILE (its name and the plan loaded: below) */
     uint64_t prologue_cursor, prologue_misses;
-    int grace;                 /* the iteration after the prologue: its misses do not count */
-    struct om_request_log log; /* not loaded: this run's main-thread requests */
-    struct om_extents covered; /* the bytes the iteration's slots cover */
-    size_t moves_left;         /* page moves onto them the plan may still make */
-    /* The plan's pages being laid out, a slice a call: the next byte to look at + 1, 0 when
-     * none is; where its moves ended. */
-    size_t layout_next;
-    struct om_move_run layout_run;
-    /* Free pages of a plan dropped or failing going back, a slice a call: the next byte to
-     * look at + 1 (0 when none), the end. */
-    size_t release_next, release_to;
-    /* Large blocks freed while a plan served: their pages go back a slice a call, from the
-     * free on (om_pool_release_block): a 12 MiB block's at once held its free for over a
-     * millisecond. In drops (below), oldest first from drop_head. */
-    unsigned drop_head, ndrops;
-    int drop_thread; /* the optmem-pages thread goes on with them between calls */
-    /* What calls made resident beyond what they gave back themselves (om_pool_page_work):
-     * the optmem-pages thread gives it back while the program faults its pages in. */
-    size_t owed;
+    struct om_request_log log;     /* not loaded: this run's main-thread requests */
+    struct om_extents covered;     /* the bytes the iteration's slots cover */
+    size_t moves_left;             /* page moves onto them the plan may still make */
+    struct om_move_run layout_run; /* where the layout's moves ended (layout_next) */
+    size_t release_to;             /* the end of a release under way (release_next) */
     uint64_t main_requests;
     /* The search under way on the optmem-plan thread. In PLAN, the program's requests are
      * followed on the iteration searched (next's slots hold its tokens meanwhile):

@@ -260,7 +260,7 @@ void om_period_push(struct om_period *d, uint64_t token, uint64_t tag, uint64_t 
 
 /* Detection follows the thread that makes most managed requests: the main sequence of a
  * training loop, undisturbed by the timing of helper threads. Switching needs a clear
- * majority, checked every 4096 requests, so that two similar threads do not flap. */
+ * majority, checked every OM_THREADS_CHECK requests, so that two similar threads do not flap. */
 int om_threads_note(struct om_threads *t, uint32_t tid)
 {
     unsigned k = tid % OM_THREADS;
@@ -276,7 +276,7 @@ int om_threads_note(struct om_threads *t, uint32_t tid)
         t->det_tid = tid;
         return 0;
     }
-    if ((t->total & 4095) != 0)
+    if (t->total % OM_THREADS_CHECK != 0)
         return 0;
     unsigned best = 0;
     uint64_t det_count = 0;

@@ -254,6 +254,7 @@ static void domain_restart(struct om_domain *d)
         d->acct.iter_no = 0; /* no category before the child finds its own iterations */
     om_period_reset(&d->det);
     memset(&d->threads, 0, sizeof d->threads);
+    d->log.word &= ~0xffffffffull; /* the log is empty: recorded before the fork */
     d->nstarts = d->nmarks = 0;
     d->have_steady = 0;
     d->first_steady_seq = d->period_fixed = 0;
@@ -269,6 +270,7 @@ static void domain_unmap(struct om_domain *d)
     om_sys_unmap(d->records, OM_SAMPLE_RECORDS * sizeof *d->records);
     om_sys_unmap(d->old_deaths, OM_OLD_DEATHS * sizeof *d->old_deaths);
     om_sys_unmap(d->live, d->live_cap * sizeof *d->live);
+    om_sys_unmap(d->log.entries, OM_LOG_ENTRIES * sizeof *d->log.entries);
     om_sys_unmap(d, sizeof *d);
 }
 
@@ -283,8 +285,10 @@ static int domain_new(const char *name, size_t len, struct om_domain **out)
     d->live = om_sys_map(d->live_cap * sizeof *d->live);
     d->records = om_sys_map(OM_SAMPLE_RECORDS * sizeof *d->records);
     d->old_deaths = om_sys_map(OM_OLD_DEATHS * sizeof *d->old_deaths);
+    d->log.entries = om_sys_map(OM_LOG_ENTRIES * sizeof *d->log.entries);
+    d->log.limit = OM_LOG_ENTRIES;
     int rc = om_period_init(&d->det);
-    if (!d->live || !d->records || !d->old_deaths || rc != 0)
+    if (!d->live || !d->records || !d->old_deaths || !d->log.entries || rc != 0)
         goto fail;
     d->timeline.width = 1;
     if (cfg.warmup)
@@ -385,11 +389,6 @@ int om_tracer_domain_open(const char *name)
     return rc;
 }
 
-const struct om_domain *om_tracer_domain(unsigned domain)
-{
-    return domain_at(domain);
-}
-
 int om_tracer_on_cycle_thread(unsigned domain)
 {
     const struct om_domain *d = domain_at(domain);
@@ -418,14 +417,31 @@ void om_tracer_set_arena(unsigned domain, const void *base, size_t size)
     om_unlock(&lock);
 }
 
+/* ---- the served path's log: counting births ---- */
+
+#define LOG_MASK (OM_LOG_ENTRIES - 1)
+#define LOW32 0xffffffffull
+
+/* A birth counted for om_threads_note that did not reach it (the live table could not grow). */
+static void uncount_birth(struct om_domain *d)
+{
+    uint64_t w = __atomic_load_n(&d->log.word, __ATOMIC_RELAXED);
+    while (!__atomic_compare_exchange_n(&d->log.word, &w, (w & ~LOW32) | (uint32_t)(w - 1), 0,
+                                        __ATOMIC_RELAXED, __ATOMIC_RELAXED))
+        ;
+}
+
 /* Under the lock: the birth of a block from site, of id (a folded site's id names its fold,
  * site). 0, or -ENOMEM (not recorded). */
 static int birth(struct om_domain *d, struct om_site *site, uint32_t id, void *ptr, size_t size,
                  size_t usable, size_t alignment, uint64_t now, uint32_t tid, uint32_t seq_tid,
                  struct om_alloc_info *info)
 {
-    if ((d->live_used + 1) * 2 > d->live_cap && live_grow(d) != 0)
+    if ((d->live_used + 1) * 2 > d->live_cap && live_grow(d) != 0) {
+        if (cfg.warmup == 0)
+            uncount_birth(d);
         return -ENOMEM; /* out of memory: the block is simply not recorded */
+    }
     uint64_t seq = d->seq;
     if (cfg.warmup == 0) {
         if (om_threads_note(&d->threads, seq_tid)) {
@@ -494,65 +510,12 @@ static int birth(struct om_domain *d, struct om_site *site, uint32_t id, void *p
     return 0;
 }
 
-/* A request of the call site stack names, or (stack NULL) of the site of id + 1 site_id. */
-static void on_alloc(unsigned domain, void *ptr, size_t size, size_t usable, size_t alignment,
-                     const struct om_stack *stack, uint32_t site_id, struct om_alloc_info *info)
+/* Under the lock: the death of the live block at ptr, at now. 1, or 0 when it is none. */
+static int death(struct om_domain *d, uintptr_t ptr, uint64_t now)
 {
-    if (info)
-        *info = (struct om_alloc_info){0};
-    struct om_domain *d = domain_at(domain);
-    if (!d)
-        return;
-    uint64_t now = mono_ns() - cfg.t0_ns;
-    uint32_t tid = current_tid(), seq_tid = sequence_of(domain);
-    int new_site = 0;
-    struct om_site *site = NULL;
-    uint32_t id = 0;
-    om_lock(&lock);
-    if (stack) {
-        uint32_t known_sites = d->sites.count;
-        site = om_sites_intern(&d->sites, stack);
-        new_site = d->sites.count != known_sites;
-        id = site ? site->id : 0;
-    } else if (site_id && site_id - 1 < d->sites.count) {
-        /* An id once given stays valid (a fork child keeps the sites; a folded site's names
-         * its fold). */
-        id = site_id - 1;
-        site = d->sites.by_id[id];
-    }
-    if (site)
-        birth(d, site, id, ptr, size, usable, alignment, now, tid, seq_tid, info);
-    om_unlock(&lock);
-    /* A new site found by the fast walk (a known native stack under other Python frames)
-     * read no unwind tables: nothing to give back. */
-    if (stack && ((new_site && stack->full) || stack->walked))
-        om_unwind_pages_drop(stack);
-}
-
-void om_tracer_on_alloc(unsigned domain, void *ptr, size_t size, size_t usable, size_t alignment,
-                        const struct om_stack *stack, struct om_alloc_info *info)
-{
-    on_alloc(domain, ptr, size, usable, alignment, stack, 0, info);
-}
-
-void om_tracer_on_alloc_site(unsigned domain, void *ptr, size_t size, size_t usable,
-                             size_t alignment, uint32_t site, struct om_alloc_info *info)
-{
-    on_alloc(domain, ptr, size, usable, alignment, NULL, site, info);
-}
-
-int om_tracer_on_free(unsigned domain, void *ptr)
-{
-    struct om_domain *d = domain_at(domain);
-    if (!d)
+    struct om_live *e = live_find(d, ptr);
+    if (!e)
         return 0;
-    uint64_t now = mono_ns() - cfg.t0_ns;
-    om_lock(&lock);
-    struct om_live *e = live_find(d, (uintptr_t)ptr);
-    if (!e) {
-        om_unlock(&lock);
-        return 0;
-    }
     struct om_live b = *e;
     live_remove(d, e);
     d->events++;
@@ -589,8 +552,225 @@ int om_tracer_on_free(unsigned domain, void *ptr)
         d->old_deaths[d->nold_deaths++ % OM_OLD_DEATHS] =
             (struct om_old_death){b.birth_seq, d->seq, b.size, s->id};
     }
-    om_unlock(&lock);
     return 1;
+}
+
+/* ---- the served path's log: recording it ---- */
+
+static void replay(struct om_domain *d, unsigned domain, const struct om_log_entry *e)
+{
+    if (!e->site) {
+        death(d, e->ptr, e->ns);
+        return;
+    }
+    size_t size = (size_t)(e->shape & ((1ull << 48) - 1));
+    size_t usable = size + (size_t)((e->shape >> 48) & 15);
+    unsigned a = (unsigned)(e->shape >> 52) & 63;
+    size_t alignment = a ? (size_t)1 << (a - 1) : 0;
+    uint32_t id = e->site - 1, seq_tid = domain == OM_TRACER_HOST ? e->tid : OM_ALL_THREADS;
+    struct om_alloc_info info = {0};
+    if (id < d->sites.count)
+        birth(d, d->sites.by_id[id], id, (void *)e->ptr, size, usable, alignment, e->ns, e->tid,
+              seq_tid, &info);
+    else if (cfg.warmup == 0)
+        uncount_birth(d);
+    d->log.last_period = info.period;
+    d->log.last_periodic = info.periodic;
+}
+
+/* Under the lock: records what the domain's log holds, in its order. */
+static void settle(unsigned domain)
+{
+    struct om_domain *d = doms[domain];
+    struct om_log *l = &d->log;
+    uint32_t tail = (uint32_t)(__atomic_load_n(&l->word, __ATOMIC_ACQUIRE) >> 32);
+    if (l->head == tail)
+        return;
+    for (uint32_t h = l->head; h != tail; h++)
+        replay(d, domain, &l->entries[h & LOG_MASK]);
+    __atomic_store_n(&l->head, tail, __ATOMIC_RELEASE);
+}
+
+static void settle_all(void)
+{
+    for (unsigned i = 0; i < ndoms; i++)
+        settle(i);
+}
+
+/* Under the lock, the log recorded: counts a birth recorded at once for om_threads_note,
+ * after every birth logged before it (an append between the recording and the count is
+ * recorded first). */
+static void count_birth(unsigned domain)
+{
+    struct om_log *l = &doms[domain]->log;
+    uint64_t w = __atomic_load_n(&l->word, __ATOMIC_ACQUIRE);
+    for (;;) {
+        if ((uint32_t)(w >> 32) != l->head) {
+            settle(domain);
+            w = __atomic_load_n(&l->word, __ATOMIC_ACQUIRE);
+            continue;
+        }
+        if (__atomic_compare_exchange_n(&l->word, &w, (w & ~LOW32) | (uint32_t)(w + 1), 0,
+                                        __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
+            return;
+    }
+}
+
+/* Appends e (a birth when counted); -EAGAIN where the birth must be recorded at once: the
+ * detector's thread test looks at it. A full log is recorded first. */
+static int log_append(unsigned domain, struct om_domain *d, const struct om_log_entry *e,
+                      int counted)
+{
+    struct om_log *l = &d->log;
+    uint64_t w = __atomic_load_n(&l->word, __ATOMIC_RELAXED);
+    uint32_t tail = (uint32_t)(w >> 32);
+    if (counted && (uint32_t)(w + 1) % OM_THREADS_CHECK == 0)
+        return -EAGAIN;
+    if (tail == l->limit) {
+        l->limit = __atomic_load_n(&l->head, __ATOMIC_ACQUIRE) + OM_LOG_ENTRIES;
+        if (tail == l->limit) {
+            om_lock(&lock);
+            settle(domain);
+            om_unlock(&lock);
+            l->limit = tail + OM_LOG_ENTRIES;
+        }
+    }
+    l->entries[tail & LOG_MASK] = *e;
+    for (;;) {
+        uint32_t births = (uint32_t)w + (uint32_t)counted;
+        if (counted && births % OM_THREADS_CHECK == 0)
+            return -EAGAIN; /* a birth recorded at once came between */
+        uint64_t next = (uint64_t)(tail + 1) << 32 | births;
+        if (__atomic_compare_exchange_n(&l->word, &w, next, 0, __ATOMIC_RELEASE, __ATOMIC_RELAXED))
+            return 0;
+    }
+}
+
+/* Where the log can hold the request's shape: sizes below 2^48, usable within 15 bytes
+ * above, power-of-two alignments below 2^62. */
+static int shape_of(size_t size, size_t usable, size_t alignment, uint64_t *shape)
+{
+    if ((uint64_t)size >> 48 || usable < size || usable - size > 15 ||
+        (alignment & (alignment - 1)) || (uint64_t)alignment >> 62)
+        return -ERANGE;
+    unsigned a = alignment ? (unsigned)__builtin_ctzll(alignment) + 1 : 0;
+    *shape = (uint64_t)size | (uint64_t)(usable - size) << 48 | (uint64_t)a << 52;
+    return 0;
+}
+
+/* A request of the call site stack names, or (stack NULL) of the site of id + 1 site_id. */
+static void on_alloc(unsigned domain, void *ptr, size_t size, size_t usable, size_t alignment,
+                     const struct om_stack *stack, uint32_t site_id, struct om_alloc_info *info)
+{
+    if (info)
+        *info = (struct om_alloc_info){0};
+    struct om_domain *d = domain_at(domain);
+    if (!d)
+        return;
+    uint64_t now = mono_ns() - cfg.t0_ns;
+    uint32_t tid = current_tid(), seq_tid = sequence_of(domain);
+    int new_site = 0;
+    struct om_site *site = NULL;
+    uint32_t id = 0;
+    om_lock(&lock);
+    settle(domain);
+    if (stack) {
+        uint32_t known_sites = d->sites.count;
+        site = om_sites_intern(&d->sites, stack);
+        new_site = d->sites.count != known_sites;
+        id = site ? site->id : 0;
+    } else if (site_id && site_id - 1 < d->sites.count) {
+        /* An id once given stays valid (a fork child keeps the sites; a folded site's names
+         * its fold). */
+        id = site_id - 1;
+        site = d->sites.by_id[id];
+    }
+    if (site && cfg.warmup == 0)
+        count_birth(domain);
+    if (site)
+        birth(d, site, id, ptr, size, usable, alignment, now, tid, seq_tid, info);
+    om_unlock(&lock);
+    /* A new site found by the fast walk (a known native stack under other Python frames)
+     * read no unwind tables: nothing to give back. */
+    if (stack && ((new_site && stack->full) || stack->walked))
+        om_unwind_pages_drop(stack);
+}
+
+void om_tracer_on_alloc(unsigned domain, void *ptr, size_t size, size_t usable, size_t alignment,
+                        const struct om_stack *stack, struct om_alloc_info *info)
+{
+    on_alloc(domain, ptr, size, usable, alignment, stack, 0, info);
+}
+
+void om_tracer_on_alloc_site(unsigned domain, void *ptr, size_t size, size_t usable,
+                             size_t alignment, uint32_t site, struct om_alloc_info *info)
+{
+    on_alloc(domain, ptr, size, usable, alignment, NULL, site, info);
+}
+
+void om_tracer_log_alloc(unsigned domain, void *ptr, size_t size, size_t usable, size_t alignment,
+                         uint32_t site, struct om_alloc_info *info)
+{
+    *info = (struct om_alloc_info){0};
+    struct om_domain *d = domain_at(domain);
+    uint64_t shape;
+    if (!d || !site || shape_of(size, usable, alignment, &shape) != 0)
+        goto now;
+    struct om_log_entry e = {(uintptr_t)ptr, mono_ns() - cfg.t0_ns, shape, site, current_tid()};
+    if (log_append(domain, d, &e, cfg.warmup == 0) != 0)
+        goto now;
+    info->ns = e.ns;
+    info->site = site;
+    info->deferred = 1;
+    return;
+now:
+    om_tracer_on_alloc_site(domain, ptr, size, usable, alignment, site, info);
+}
+
+void om_tracer_log_free(unsigned domain, void *ptr)
+{
+    struct om_domain *d = domain_at(domain);
+    if (!d)
+        return;
+    struct om_log_entry e = {(uintptr_t)ptr, mono_ns() - cfg.t0_ns, 0, 0, 0};
+    log_append(domain, d, &e, 0);
+}
+
+const struct om_domain *om_tracer_domain(unsigned domain)
+{
+    struct om_domain *d = domain_at(domain);
+    if (d) {
+        om_lock(&lock);
+        settle(domain);
+        om_unlock(&lock);
+    }
+    return d;
+}
+
+void om_tracer_settle(unsigned domain, uint64_t *period, uint64_t *periodic)
+{
+    struct om_domain *d = domain_at(domain);
+    *period = *periodic = 0;
+    if (!d)
+        return;
+    om_lock(&lock);
+    settle(domain);
+    *period = d->log.last_period;
+    *periodic = d->log.last_periodic;
+    om_unlock(&lock);
+}
+
+int om_tracer_on_free(unsigned domain, void *ptr)
+{
+    struct om_domain *d = domain_at(domain);
+    if (!d)
+        return 0;
+    uint64_t now = mono_ns() - cfg.t0_ns;
+    om_lock(&lock);
+    settle(domain);
+    int found = death(d, (uintptr_t)ptr, now);
+    om_unlock(&lock);
+    return found;
 }
 
 size_t om_tracer_block_size(unsigned domain, const void *ptr)
@@ -599,6 +779,7 @@ size_t om_tracer_block_size(unsigned domain, const void *ptr)
     if (!d)
         return 0;
     om_lock(&lock);
+    settle(domain);
     struct om_live *e = live_find(d, (uintptr_t)ptr);
     size_t size = e ? e->size : 0;
     om_unlock(&lock);
@@ -626,6 +807,7 @@ void om_tracer_step(void)
     if (!tracer_on)
         return;
     om_lock(&lock);
+    settle_all();
     for (unsigned i = 0; i < ndoms; i++)
         step_domain(doms[i]);
     om_unlock(&lock);
@@ -704,6 +886,7 @@ static int dump_locked(const char *tmpl, enum dump_kind kind, char *expanded, si
     if (rc != 0)
         return rc;
     om_lock(&lock);
+    settle_all();
     uint64_t requests = om_report_requests(doms, ndoms);
     int iterations = om_report_iterations(doms, ndoms);
     om_unlock(&lock);
@@ -724,6 +907,7 @@ static int dump_locked(const char *tmpl, enum dump_kind kind, char *expanded, si
     }
     struct om_domain *copies[OM_TRACER_DOMAINS];
     om_lock(&lock);
+    settle_all();
     unsigned n = ndoms;
     fold_sites();
     rc = om_report_snapshot(doms, n, copies);
@@ -776,6 +960,7 @@ int om_tracer_checkpoint(uint64_t interval_ns)
     if (!tracer_on || !cfg.report_template[0])
         return 0;
     om_lock(&lock);
+    settle_all();
     int due = plans_made() != ckpt_plans ||
               (events_seen() != ckpt_events && mono_ns() - ckpt_ns >= interval_ns);
     om_unlock(&lock);
@@ -790,6 +975,7 @@ void om_tracer_atfork_prepare(void)
         return;
     pthread_mutex_lock(&dump_lock);
     om_lock(&lock);
+    settle_all(); /* the child starts with the parent's record, and no log */
     om_py_atfork_prepare();
     om_sys_lock();
 }

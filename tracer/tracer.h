@@ -79,6 +79,9 @@ struct om_alloc_info {
     uint64_t periodic;
     uint64_t ns;   /* when it was made, in ns since the tracer started */
     uint32_t site; /* its call site's id + 1, for om_tracer_on_alloc_site; 0: not recorded */
+    /* om_tracer_log_alloc only: the request was logged, not recorded yet; seq,
+     * iteration_start, period and periodic are then 0 (om_tracer_settle gives the last two) */
+    int deferred;
 };
 
 /* Records the birth of a managed block; usable is what its allocator really holds for it
@@ -92,6 +95,26 @@ void om_tracer_on_alloc(unsigned domain, void *ptr, size_t size, size_t usable, 
 void om_tracer_on_alloc_site(unsigned domain, void *ptr, size_t size, size_t usable,
                              size_t alignment, uint32_t site, struct om_alloc_info *info);
 
+/* The served path's log (docs/serving.md, "The served path's log"): a request whose call
+ * site is known and a free are appended to their domain's log, and recorded in the log's
+ * order before anything else reads or writes the domain's record (another request or free
+ * recorded at once, a report, a checkpoint, an iteration mark, a fork), so that the record
+ * is the one the calls made one by one would have left. The caller serialises the appends
+ * to a domain (the pool's lock), and may hold that lock while it calls the tracer. */
+
+/* As om_tracer_on_alloc_site. The request is logged (info->deferred) unless it cannot be:
+ * a birth that the detector's thread test looks at, a shape the log cannot hold; it is then
+ * recorded at once, as om_tracer_on_alloc_site does. */
+void om_tracer_log_alloc(unsigned domain, void *ptr, size_t size, size_t usable, size_t alignment,
+                         uint32_t site, struct om_alloc_info *info);
+
+/* As om_tracer_on_free, logged; whether ptr was a live managed block is not said. */
+void om_tracer_log_free(unsigned domain, void *ptr);
+
+/* Records what the domain's log holds. *period and *periodic: what om_alloc_info would have
+ * said of the last request logged (0 and 0 when none was). */
+void om_tracer_settle(unsigned domain, uint64_t *period, uint64_t *periodic);
+
 /* Whether the calling thread makes the requests that define iterations (the busiest
  * thread when iterations are detected; every thread when they are marked). */
 int om_tracer_on_cycle_thread(unsigned domain);
@@ -102,6 +125,9 @@ struct om_serving_stats {
     uint64_t hits;             /* the request was the slot the cursor expected */
     uint64_t misses;           /* it was not: the cursor looked the token up */
     uint64_t served_from_plan; /* placed at a planned offset, after a hit or a lookup */
+    /* Requests whose call site the cheap key named, without a stack captured; slots where
+     * the cheap key was found to name two requests (served by full keys from then on) */
+    uint64_t served_by_cheap_key, cheap_key_collisions;
     uint64_t fallbacks;        /* placed by best fit above the plan while serving */
     uint64_t guard_rejections; /* a planned offset that overlapped a live block */
     uint64_t plans, replans;   /* plans made; times the program drifted and was relearnt */
@@ -123,9 +149,6 @@ struct om_serving_stats {
      * back; the most bytes one call moved or gave back laying out any plan, and the longest
      * time one call spent on it */
     uint64_t layout_calls, layout_bytes, layout_max_bytes, layout_max_us;
-    /* Requests whose call site the cheap key named, without a stack captured; slots where
-     * the cheap key was found to name two requests (served by full keys from then on) */
-    uint64_t served_by_cheap_key, cheap_key_collisions;
 };
 
 /* The pool's arena: sample records of blocks inside it carry their offset. */

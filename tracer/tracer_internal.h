@@ -298,6 +298,8 @@ uint64_t om_period_covered(const struct om_period *d);
 /* The one sequence of a device domain's requests, whichever thread makes them (no thread
  * has this id: Linux's thread ids stay below 2^22). */
 #define OM_ALL_THREADS UINT32_MAX
+/* The detector's thread may change at a request whose count is a multiple of this. */
+#define OM_THREADS_CHECK 4096u
 struct om_threads {
     uint32_t det_tid;
     uint64_t total, switches;
@@ -445,6 +447,35 @@ struct om_tracer_config {
 #define OM_DOMAIN_NAME 16 /* bytes of a domain's name, with its terminating NUL */
 
 /* One memory domain's record: everything the report shows per domain. */
+/* ---- the served path's log (tracer.c) ---- */
+
+#define OM_LOG_ENTRIES 1024u /* a power of two */
+
+/* A request (site, its call site's id + 1) or a free (site 0). shape: the size (bits 0-47),
+ * usable - size (48-51), and 0 or log2(alignment) + 1 (52-57). */
+struct om_log_entry {
+    uintptr_t ptr;
+    uint64_t ns;
+    uint64_t shape;
+    uint32_t site, tid;
+};
+
+struct om_log {
+    /* The appender's line. word: the entries appended (high 32 bits) and, low 32 bits,
+     * the births om_threads_note counted or will count once the log is recorded (it may
+     * change the detector's thread on every OM_THREADS_CHECK-th, which must be seen at
+     * once), changed
+     * together by one compare-and-swap so that a birth recorded at once by another thread
+     * is counted in the log's order. */
+    uint64_t word;
+    uint32_t limit; /* appends allowed before head is read again */
+    struct om_log_entry *entries;
+    /* The recorder's, under the tracer's lock: the entries recorded, and what the last
+     * request recorded from the log would have been told of the period. */
+    uint32_t head __attribute__((aligned(64)));
+    uint64_t last_period, last_periodic;
+};
+
 struct om_domain {
     /* What every request and free reads and writes comes first, in as few lines as it fits
      * (docs/serving.md, "Lines a request touches"). */
@@ -487,6 +518,7 @@ struct om_domain {
      * under the lock from the live table, the ring and old_deaths, which it has not. */
     const struct om_resident *resident;
     uint64_t nold_deaths;
+    struct om_log log __attribute__((aligned(64)));
 };
 
 /* The state of an open domain, NULL for one that is not open. Readers of its counters

@@ -525,6 +525,73 @@ static void test_checkpoint_reads_no_environment(void **state)
     assert_int_equal(rmdir(dir), 0);
 }
 
+/* ---- the served path's log ---- */
+
+static void *births_thread(void *arg)
+{
+    unsigned n = *(const unsigned *)arg;
+    struct om_stack s = stack_of(7);
+    for (unsigned i = 0; i < n; i++) {
+        void *p = (void *)(uintptr_t)(0x40000000 + 4096 * (uintptr_t)i);
+        om_tracer_on_alloc(OM_TRACER_HOST, p, 4096, 4096, 16, &s, NULL);
+        om_tracer_on_free(OM_TRACER_HOST, p);
+    }
+    return NULL;
+}
+
+/* Logged requests and frees are recorded in their order among those recorded at once, and a
+ * logged request that changes the detector's thread is recorded at once, so that the next
+ * call sees the change. */
+static void test_log_in_order(void **state)
+{
+    (void)state;
+    assert_int_equal(init_tracer(0), 0);
+    struct om_stack a = stack_of(1), b = stack_of(2);
+    struct om_alloc_info info;
+    om_tracer_on_alloc(OM_TRACER_HOST, (void *)0x100000, 8192, 8192, 16, &a, &info);
+    uint32_t site = info.site;
+    assert_true(site != 0);
+    assert_true(om_tracer_on_cycle_thread(OM_TRACER_HOST));
+
+    om_tracer_log_alloc(OM_TRACER_HOST, (void *)0x200000, 4096, 4096, 64, site, &info);
+    assert_true(info.deferred);
+    assert_int_equal(info.site, site);
+    om_tracer_on_alloc(OM_TRACER_HOST, (void *)0x300000, 4096, 4096, 16, &b, NULL);
+    om_tracer_log_free(OM_TRACER_HOST, (void *)0x200000);
+    const struct om_domain *d = om_tracer_domain(OM_TRACER_HOST);
+    assert_int_equal(d->seq, 3);
+    assert_int_equal(d->frees, 1);
+    assert_int_equal(d->live_blocks, 2);
+    const struct om_site *s = d->sites.by_id[site - 1];
+    assert_int_equal(s->count, 2);
+    assert_int_equal(s->freed, 1);
+    assert_int_equal(s->life_req_max, 2); /* born at 1, freed after the request at 2 */
+
+    /* Another thread makes the domain's births up to one short of the thread test; the
+     * main thread's next is that test's, and finds the other thread busier. */
+    unsigned n = OM_THREADS_CHECK - 4;
+    pthread_t t;
+    assert_int_equal(pthread_create(&t, NULL, births_thread, &n), 0);
+    pthread_join(t, NULL);
+    assert_true(om_tracer_on_cycle_thread(OM_TRACER_HOST));
+    om_tracer_log_alloc(OM_TRACER_HOST, (void *)0x400000, 4096, 4096, 16, site, &info);
+    assert_false(info.deferred);
+    assert_false(om_tracer_on_cycle_thread(OM_TRACER_HOST));
+
+    /* More than a log's entries: recorded when it fills, none lost. */
+    for (unsigned i = 0; i < 3 * OM_LOG_ENTRIES; i++) {
+        void *p = (void *)(uintptr_t)(0x80000000 + 4096 * (uintptr_t)i);
+        om_tracer_log_alloc(OM_TRACER_HOST, p, 4096, 4096, 16, site, &info);
+        assert_true(info.deferred);
+        om_tracer_log_free(OM_TRACER_HOST, p);
+    }
+    d = om_tracer_domain(OM_TRACER_HOST);
+    assert_int_equal(d->seq, OM_THREADS_CHECK + 3 * OM_LOG_ENTRIES);
+    assert_int_equal(d->frees, 1 + n + 3 * OM_LOG_ENTRIES);
+    assert_int_equal(d->live_blocks, 3);
+    assert_int_equal(d->sites.by_id[site - 1]->count, 3 + 3 * OM_LOG_ENTRIES);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -537,6 +604,7 @@ int main(void)
         cmocka_unit_test(test_report_written_outside_the_lock),
         cmocka_unit_test(test_report_copies_changed_sites),
         cmocka_unit_test(test_checkpoint_reads_no_environment),
+        cmocka_unit_test(test_log_in_order),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
