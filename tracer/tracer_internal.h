@@ -446,7 +446,6 @@ struct om_tracer_config {
 
 #define OM_DOMAIN_NAME 16 /* bytes of a domain's name, with its terminating NUL */
 
-/* One memory domain's record: everything the report shows per domain. */
 /* ---- the served path's log (tracer.c) ---- */
 
 #define OM_LOG_ENTRIES 1024u /* a power of two */
@@ -464,9 +463,8 @@ struct om_log {
     /* The appender's line. word: the entries appended (high 32 bits) and, low 32 bits,
      * the births om_threads_note counted or will count once the log is recorded (it may
      * change the detector's thread on every OM_THREADS_CHECK-th, which must be seen at
-     * once), changed
-     * together by one compare-and-swap so that a birth recorded at once by another thread
-     * is counted in the log's order. */
+     * once), changed together by one compare-and-swap so that a birth recorded at once
+     * by another thread is counted in the log's order. */
     uint64_t word;
     uint32_t limit; /* appends allowed before head is read again */
     struct om_log_entry *entries;
@@ -476,6 +474,7 @@ struct om_log {
     uint64_t last_period, last_periodic;
 };
 
+/* One memory domain's record: everything the report shows per domain. */
 struct om_domain {
     /* What every request and free reads and writes comes first, in as few lines as it fits
      * (docs/serving.md, "Lines a request touches"). */
