@@ -121,7 +121,6 @@ void om_pool_save_plan(struct om_pool *pool)
     struct om_cycle_arc *arcs = NULL;
     size_t narcs = 0, bytes = (served->nrecords ? served->nrecords : 1) * sizeof *arcs;
     struct om_request_log log = {0};
-    size_t log_bytes = (pool->log.n ? pool->log.n : 1) * sizeof *log.entries;
     struct om_saved_plan plan = {0};
     char err[256] = "", path[sizeof pool->plan_file];
     uint32_t budget_ms = om_pool_search_budget_ms(pool, 0);
@@ -136,10 +135,10 @@ void om_pool_save_plan(struct om_pool *pool)
         goto unlock;
     }
     rc = -ENOMEM;
-    if (!(arcs = om_sys_map(bytes)) || !(log.entries = om_sys_map(log_bytes)))
+    if (!(arcs = om_sys_map(bytes)) || om_request_log_init(&log, pool->log.n) != 0)
         goto unlock;
     memcpy(log.entries, pool->log.entries, pool->log.n * sizeof *log.entries);
-    log.n = log.cap = pool->log.n;
+    log.n = pool->log.n;
     for (size_t r = 0; r < served->nrecords; r++) {
         const struct record *rec = &served->records[r];
         if (om_record_periods(rec, period) == 0)
@@ -165,5 +164,5 @@ unlock:
     if (arcs)
         om_sys_unmap(arcs, bytes);
     if (log.entries)
-        om_sys_unmap(log.entries, log_bytes);
+        om_sys_unmap(log.entries, log.cap * sizeof *log.entries);
 }

@@ -12,39 +12,19 @@
 static void *(*volatile malloc_fn)(size_t) = malloc;
 static void (*volatile free_fn)(void *) = free;
 
-void *served_log_site_a(size_t n);
-void *served_log_site_b(size_t n);
-void *served_log_site_c(size_t n);
-void *served_log_worker_site(size_t n);
-
 /* Not static, and the program exports its symbols: the report names these frames. */
-__attribute__((noinline)) void *served_log_site_a(size_t n)
-{
-    void *p = malloc_fn(n);
-    __asm__ volatile("" ::"r"(p) : "memory");
-    return p;
-}
-
-__attribute__((noinline)) void *served_log_site_b(size_t n)
-{
-    void *p = malloc_fn(n);
-    __asm__ volatile("" ::"r"(p) : "memory");
-    return p;
-}
-
-__attribute__((noinline)) void *served_log_site_c(size_t n)
-{
-    void *p = malloc_fn(n);
-    __asm__ volatile("" ::"r"(p) : "memory");
-    return p;
-}
-
-__attribute__((noinline)) void *served_log_worker_site(size_t n)
-{
-    void *p = malloc_fn(n);
-    __asm__ volatile("" ::"r"(p) : "memory");
-    return p;
-}
+#define SITE(name)                                                                                 \
+    void *name(size_t n);                                                                          \
+    __attribute__((noinline)) void *name(size_t n)                                                 \
+    {                                                                                              \
+        void *p = malloc_fn(n);                                                                    \
+        __asm__ volatile("" ::"r"(p) : "memory");                                                  \
+        return p;                                                                                  \
+    }
+SITE(served_log_site_a)
+SITE(served_log_site_b)
+SITE(served_log_site_c)
+SITE(served_log_worker_site)
 
 /* The worker frees the block it is handed, and every other time makes and frees a request of
  * its own; the loop waits for it, so that the order of all calls is the same in every run. */
