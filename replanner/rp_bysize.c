@@ -347,10 +347,16 @@ static int block_add(tree *t, const block_nodes *bn, uint64_t lo, uint64_t hi)
 }
 
 /*
- * The lowest aligned offset where block i meets nothing placed: jumps over the sets in
- * turn until a whole round leaves the offset where it is. next[x] is where set x's next
- * range starts, from where its search stopped: until the offset plus the size passes it,
- * the set cannot be in the way, and its ranges are not looked at.
+ * The lowest aligned offset where block i meets nothing placed. next[x] is where set x's
+ * next range starts, from where its search stopped: until the offset plus the size passes
+ * it, the set cannot be in the way, and its ranges are not looked at. Every jump passes
+ * bytes proven taken, so the offset where no set is in the way is the lowest whatever the
+ * order of the jumps; the order decides how many sets are looked at for nothing (a set
+ * whose next ranges the offset has passed: its cursor only catches up). The sets go
+ * densest first (most ranges), and after every jump the search starts again from the
+ * first set, the set that jumped moved one place forward: the sets that keep the offset
+ * moving are asked first, and a sparse set is asked only where the dense ones let the
+ * offset rest, so that when it jumps, the dense sets catch up over many ranges at once.
  */
 static uint64_t lowest_fit(const tree *t, const om_rp_block *b, const block_nodes *bn)
 {
@@ -360,29 +366,47 @@ static uint64_t lowest_fit(const tree *t, const om_rp_block *b, const block_node
 
     for (uint32_t r = 0; r < bn->nr; r++)
         ns = run_sets(t, &bn->r[r], sets, ns);
+    for (uint32_t x = 1; x < ns; x++) {
+        const ivset *s = sets[x];
+        uint32_t j = x;
+
+        for (; j > 0 && sets[j - 1]->n < s->n; j--)
+            sets[j] = sets[j - 1];
+        sets[j] = s;
+    }
     for (uint32_t x = 0; x < ns; x++) {
         at[x] = 0;
         next[x] = sets[x]->v[0].lo; /* the sets taken are not empty */
     }
-    if (!ns)
-        return y;
-    /* round and round until the set after the last that moved the offset comes round to
-     * it again: every set since has left the offset where it was */
-    for (uint32_t x = 0, last = 0;;) {
-        if (next[x] < y + b->size) {
-            uint64_t z = clear_of(sets[x], &at[x], y, b->size, b->align);
+    for (uint32_t x = 0; x < ns;) {
+        uint64_t z;
 
-            next[x] = at[x] < sets[x]->n ? sets[x]->v[at[x]].lo : UINT64_MAX;
-            if (z != y) {
-                y = z;
-                last = x;
-            }
+        if (next[x] >= y + b->size) {
+            x++;
+            continue;
         }
-        if (++x == ns)
-            x = 0;
-        if (x == last)
-            return y;
+        z = clear_of(sets[x], &at[x], y, b->size, b->align);
+        next[x] = at[x] < sets[x]->n ? sets[x]->v[at[x]].lo : UINT64_MAX;
+        if (z == y) {
+            x++;
+            continue;
+        }
+        y = z;
+        if (x) {
+            const ivset *s = sets[x];
+            uint64_t nx = next[x];
+            uint32_t ax = at[x];
+
+            sets[x] = sets[x - 1];
+            next[x] = next[x - 1];
+            at[x] = at[x - 1];
+            sets[x - 1] = s;
+            next[x - 1] = nx;
+            at[x - 1] = ax;
+        }
+        x = 0;
     }
+    return y;
 }
 
 /* Places movable blocks in order, each at the lowest offset where it fits, until the clock's
