@@ -152,7 +152,8 @@ static uint32_t first_above_near(const ivset *s, uint32_t lo, uint64_t y)
  * search goes on from there, a step at a time first (the next range is nearly always the
  * one), then by halves.
  */
-static uint64_t clear_of(const ivset *s, uint32_t *at, uint64_t y, uint64_t size, uint64_t align)
+static inline uint64_t clear_of(const ivset *s, uint32_t *at, uint64_t y, uint64_t size,
+                                uint64_t align)
 {
     uint32_t x = *at;
 
@@ -346,38 +347,95 @@ static int block_add(tree *t, const block_nodes *bn, uint64_t lo, uint64_t hi)
     return rc;
 }
 
+/* Moves set x of a search one place forward, with its cursor and next start. */
+static void search_swap(const ivset **sets, uint32_t *at, uint64_t *next, uint32_t x)
+{
+    const ivset *s = sets[x];
+    uint64_t nx = next[x];
+    uint32_t ax = at[x];
+
+    sets[x] = sets[x - 1];
+    next[x] = next[x - 1];
+    at[x] = at[x - 1];
+    sets[x - 1] = s;
+    next[x - 1] = nx;
+    at[x - 1] = ax;
+}
+
+/* A search's sets by their number of ranges, most first, as far as its bit length tells:
+ * a block with many sets has them in a few passes, where sorting them took as long as a
+ * search on a trace. */
+static void densest_first(const ivset **sets, uint32_t *at, uint64_t *next, uint32_t ns)
+{
+    const ivset *ts[MAX_SETS];
+    uint32_t ta[MAX_SETS], first[34] = {0};
+    uint64_t tn[MAX_SETS];
+
+    for (uint32_t x = 0; x < ns; x++) /* the sets taken are not empty */
+        first[__builtin_clz(sets[x]->n) + 1]++;
+    for (uint32_t k = 1; k < 34; k++)
+        first[k] += first[k - 1];
+    for (uint32_t x = 0; x < ns; x++) {
+        uint32_t k = first[__builtin_clz(sets[x]->n)]++;
+
+        ts[k] = sets[x];
+        ta[k] = at[x];
+        tn[k] = next[x];
+    }
+    memcpy(sets, ts, ns * sizeof(*ts));
+    memcpy(at, ta, ns * sizeof(*ta));
+    memcpy(next, tn, ns * sizeof(*tn));
+}
+
 /*
  * The lowest aligned offset where block i meets nothing placed. next[x] is where set x's
  * next range starts, from where its search stopped: until the offset plus the size passes
  * it, the set cannot be in the way, and its ranges are not looked at. Every jump passes
  * bytes proven taken, so the offset where no set is in the way is the lowest whatever the
- * order of the jumps; the order decides how many sets are looked at for nothing (a set
- * whose next ranges the offset has passed: its cursor only catches up). The sets go
- * densest first (most ranges), and after every jump the search starts again from the
- * first set, the set that jumped moved one place forward: the sets that keep the offset
- * moving are asked first, and a sparse set is asked only where the dense ones let the
- * offset rest, so that when it jumps, the dense sets catch up over many ranges at once.
+ * order of the jumps; the order decides how often a set is asked for nothing (a set whose
+ * next ranges the offset has passed: its cursor only catches up).
+ *
+ * First in turn, round and round until the set after the last that moved the offset comes
+ * round to it again: most blocks of a trace fit after a few jumps. Once the offset has
+ * jumped as many times as the block has sets, the block is among many small gaps (a
+ * crowded instance: hundreds of jumps a block, each set asked 3 to 6 times a jump); its
+ * sets then go densest first, and after every jump the search starts again from the first
+ * set, the set that jumped moved one place forward. The sets that keep the offset moving
+ * are asked first and a sparse set only where the dense ones let the offset rest, so that
+ * when it jumps the dense sets catch up over many ranges at once (Algorithms, 2).
  */
 static uint64_t lowest_fit(const tree *t, const om_rp_block *b, const block_nodes *bn)
 {
     const ivset *sets[MAX_SETS];
-    uint32_t ns = 0, at[MAX_SETS];
+    uint32_t ns = 0, at[MAX_SETS], moves = 0;
     uint64_t y = rp_align_up(0, b->align), next[MAX_SETS];
 
     for (uint32_t r = 0; r < bn->nr; r++)
         ns = run_sets(t, &bn->r[r], sets, ns);
-    for (uint32_t x = 1; x < ns; x++) {
-        const ivset *s = sets[x];
-        uint32_t j = x;
-
-        for (; j > 0 && sets[j - 1]->n < s->n; j--)
-            sets[j] = sets[j - 1];
-        sets[j] = s;
-    }
     for (uint32_t x = 0; x < ns; x++) {
         at[x] = 0;
         next[x] = sets[x]->v[0].lo; /* the sets taken are not empty */
     }
+    if (!ns)
+        return y;
+    for (uint32_t x = 0, last = 0;;) {
+        if (next[x] < y + b->size) {
+            uint64_t z = clear_of(sets[x], &at[x], y, b->size, b->align);
+
+            next[x] = at[x] < sets[x]->n ? sets[x]->v[at[x]].lo : UINT64_MAX;
+            if (z != y) {
+                y = z;
+                last = x;
+                if (++moves == ns)
+                    break;
+            }
+        }
+        if (++x == ns)
+            x = 0;
+        if (x == last)
+            return y;
+    }
+    densest_first(sets, at, next, ns);
     for (uint32_t x = 0; x < ns;) {
         uint64_t z;
 
@@ -392,18 +450,8 @@ static uint64_t lowest_fit(const tree *t, const om_rp_block *b, const block_node
             continue;
         }
         y = z;
-        if (x) {
-            const ivset *s = sets[x];
-            uint64_t nx = next[x];
-            uint32_t ax = at[x];
-
-            sets[x] = sets[x - 1];
-            next[x] = next[x - 1];
-            at[x] = at[x - 1];
-            sets[x - 1] = s;
-            next[x - 1] = nx;
-            at[x - 1] = ax;
-        }
+        if (x)
+            search_swap(sets, at, next, x);
         x = 0;
     }
     return y;
