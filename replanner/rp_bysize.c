@@ -168,10 +168,11 @@ static inline uint64_t clear_of(const ivset *s, uint32_t *at, uint64_t y, uint64
     return y;
 }
 
-/* Adds [lo, hi) to s: 0, 1 if s held it already, or -ENOMEM. */
-static int ivset_add(pool *p, ivset *s, uint64_t lo, uint64_t hi)
+/* Adds [lo, hi) to s, x the first range of s that ends at or above lo: 0, 1 if s held it
+ * already, or -ENOMEM. */
+static int ivset_add_at(pool *p, ivset *s, uint32_t x, uint64_t lo, uint64_t hi)
 {
-    uint32_t x = first_above(s, 0, lo ? lo - 1 : 0), j = x;
+    uint32_t j = x;
 
     if (x < s->n && s->v[x].lo <= lo && hi <= s->v[x].hi)
         return 1;
@@ -208,6 +209,29 @@ static int ivset_add(pool *p, ivset *s, uint64_t lo, uint64_t hi)
     s->v[x] = (iv){lo, hi};
     s->n++;
     return 0;
+}
+
+static int ivset_add(pool *p, ivset *s, uint64_t lo, uint64_t hi)
+{
+    return ivset_add_at(p, s, first_above(s, 0, lo ? lo - 1 : 0), lo, hi);
+}
+
+/* first_above(a, 0, y) and first_above(b, 0, y) by halves in step: an inner node's two
+ * sets are apart in memory, and their loads are under way together. */
+static void first_above2(const ivset *a, const ivset *b, uint64_t y, uint32_t *xa, uint32_t *xb)
+{
+    uint32_t na = a->n, nb = b->n, la = 0, lb = 0;
+
+    while (na > 1 && nb > 1) {
+        uint32_t ha = na / 2, hb = nb / 2;
+
+        la = a->v[la + ha].hi <= y ? la + ha : la;
+        lb = b->v[lb + hb].hi <= y ? lb + hb : lb;
+        na -= ha;
+        nb -= hb;
+    }
+    *xa = na ? first_above_in(a, la, la + na, y) : 0;
+    *xb = nb ? first_above_in(b, lb, lb + nb, y) : 0;
 }
 
 static uint32_t node(const tree *t, unsigned h, uint32_t j)
@@ -314,9 +338,14 @@ static int run_add(tree *t, const run_nodes *r, uint64_t lo, uint64_t hi)
         if (!r->hs[c]) {
             if ((rc = ivset_add(&t->p, &t->leaf[r->cn[c] - t->base[0]], lo, hi)) < 0)
                 return rc;
-        } else if ((rc = ivset_add(&t->p, &t->inner[r->cn[c]].own, lo, hi)) < 0 ||
-                   (rc = ivset_add(&t->p, &t->inner[r->cn[c]].all, lo, hi)) < 0) {
-            return rc;
+        } else {
+            struct inner *in = &t->inner[r->cn[c]];
+            uint32_t xo, xa;
+
+            first_above2(&in->own, &in->all, lo ? lo - 1 : 0, &xo, &xa);
+            if ((rc = ivset_add_at(&t->p, &in->own, xo, lo, hi)) < 0 ||
+                (rc = ivset_add_at(&t->p, &in->all, xa, lo, hi)) < 0)
+                return rc;
         }
     }
     return 0;
