@@ -135,7 +135,7 @@ static uint32_t first_above(const ivset *s, uint32_t lo, uint64_t y)
  * search's offset mostly passes a few of a set's ranges at a time (the other sets' ranges
  * cover the gaps between them), and a set of thousands of ranges would take a dozen
  * halvings over lines far apart. */
-static uint32_t first_above_near(const ivset *s, uint32_t lo, uint64_t y)
+static inline uint32_t first_above_near(const ivset *s, uint32_t lo, uint64_t y)
 {
     uint32_t step = 1;
 
@@ -377,7 +377,7 @@ static int block_add(tree *t, const block_nodes *bn, uint64_t lo, uint64_t hi)
 }
 
 /* Moves set x of a search one place forward, with its cursor and next start. */
-static void search_swap(const ivset **sets, uint32_t *at, uint64_t *next, uint32_t x)
+static inline void search_swap(const ivset **sets, uint32_t *at, uint64_t *next, uint32_t x)
 {
     const ivset *s = sets[x];
     uint64_t nx = next[x];
@@ -391,15 +391,23 @@ static void search_swap(const ivset **sets, uint32_t *at, uint64_t *next, uint32
     at[x - 1] = ax;
 }
 
-/* A search's sets by their number of ranges, most first, as far as its bit length tells:
- * a block with many sets has them in a few passes, where sorting them took as long as a
- * search on a trace. */
+/* A search's sets by their number of ranges, most first: a few sorted in place (a trace's
+ * block with a set or two, where the passes below cost more than its search), many as
+ * far as the bit length tells, in a few passes (sorted, a block of sixty sets took as long
+ * as a search). */
+#define SORT_SETS 8
 static void densest_first(const ivset **sets, uint32_t *at, uint64_t *next, uint32_t ns)
 {
     const ivset *ts[MAX_SETS];
     uint32_t ta[MAX_SETS], first[34] = {0};
     uint64_t tn[MAX_SETS];
 
+    if (ns <= SORT_SETS) {
+        for (uint32_t x = 1; x < ns; x++)
+            for (uint32_t j = x; j > 0 && sets[j - 1]->n < sets[j]->n; j--)
+                search_swap(sets, at, next, j);
+        return;
+    }
     for (uint32_t x = 0; x < ns; x++) /* the sets taken are not empty */
         first[__builtin_clz(sets[x]->n) + 1]++;
     for (uint32_t k = 1; k < 34; k++)
@@ -455,7 +463,7 @@ static uint64_t lowest_fit(const tree *t, const om_rp_block *b, const block_node
             if (z != y) {
                 y = z;
                 last = x;
-                if (++moves == ns)
+                if (++moves == ns && ns > 2)
                     break;
             }
         }
