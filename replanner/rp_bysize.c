@@ -434,17 +434,19 @@ static void densest_first(const ivset **sets, uint32_t *at, uint64_t *next, uint
  *
  * First in turn, round and round until the set after the last that moved the offset comes
  * round to it again: most blocks of a trace fit after a few jumps. Once the offset has
- * jumped as many times as the block has sets, the block is among many small gaps (a
- * crowded instance: hundreds of jumps a block, each set asked 3 to 6 times a jump); its
- * sets then go densest first, and after every jump the search starts again from the first
- * set, the set that jumped moved one place forward. The sets that keep the offset moving
- * are asked first and a sparse set only where the dense ones let the offset rest, so that
- * when it jumps the dense sets catch up over many ranges at once (Algorithms, 2).
+ * jumped as many times as the block has sets, and the turns have asked sets for nothing
+ * as often as they jumped, the block is among many small gaps (a crowded instance:
+ * hundreds of jumps a block, three asks a jump); its sets then go densest first, and after
+ * every jump the search starts again from the first set, the set that jumped moved one
+ * place forward. The sets that keep the offset moving are asked first and a sparse set
+ * only where the dense ones let the offset rest, so that when it jumps the dense sets
+ * catch up over many ranges at once (Algorithms, 2). With two sets the turns ask the other
+ * set after every jump already.
  */
 static uint64_t lowest_fit(const tree *t, const om_rp_block *b, const block_nodes *bn)
 {
     const ivset *sets[MAX_SETS];
-    uint32_t ns = 0, at[MAX_SETS], moves = 0;
+    uint32_t ns = 0, at[MAX_SETS], moves = 0, idle = 0;
     uint64_t y = rp_align_up(0, b->align), next[MAX_SETS];
 
     for (uint32_t r = 0; r < bn->nr; r++)
@@ -463,8 +465,10 @@ static uint64_t lowest_fit(const tree *t, const om_rp_block *b, const block_node
             if (z != y) {
                 y = z;
                 last = x;
-                if (++moves == ns && ns > 2)
+                if (++moves >= ns && idle >= moves && ns > 2)
                     break;
+            } else {
+                idle++;
             }
         }
         if (++x == ns)
