@@ -498,11 +498,9 @@ static uint64_t lowest_fit(const tree *t, const om_rp_block *b, const block_node
     return y;
 }
 
-/* Places movable blocks in order, each at the lowest offset where it fits, until the clock's
- * deadline: *placed of them. The tree's memory is given back at the end: the search that
- * follows needs its own. */
-static int fit(const rp_inst *in, const rp_mem *m, const uint32_t *order, const rp_clock *clk,
-               uint64_t *off, uint64_t *peak, uint32_t *placed)
+/* The tree's memory is given back at the end: the search that follows needs its own. */
+int rp_fit_order(const rp_inst *in, const rp_mem *m, const uint32_t *order, const rp_clock *clk,
+                 uint64_t *off, uint64_t *peak, uint32_t *placed)
 {
     rp_mem own = {m->a, NULL};
     tree t = {0};
@@ -570,5 +568,5 @@ int rp_greedy_size(const rp_inst *in, rp_mem *m, const rp_clock *clk, uint32_t *
         return -ENOMEM;
     for (uint32_t k = 0; k < in->nm; k++)
         order[k] = kv[k].v;
-    return fit(in, m, order, clk, off, peak, placed);
+    return rp_fit_order(in, m, order, clk, off, peak, placed);
 }

@@ -491,6 +491,102 @@ int rp_greedy(const rp_inst *in, rp_mem *m, rp_best *best, const rp_clock *clk, 
     return 0;
 }
 
+/* The movable long arcs (longer than half the period: rp_bound.c's clique) sorted by births
+ * (key 0) or by deaths around the circle (key 1) into lng; the others, largest first, ties
+ * by birth (greedy by size's order), into rest. Returns how many are long. */
+static uint32_t split_long(const rp_inst *in, rp_mem *m, rp_kv *kv, int key, uint32_t *lng,
+                           uint32_t *rest)
+{
+    uint64_t P = in->period;
+    uint32_t nl = 0, nr = 0;
+
+    for (uint32_t k = 0; k < in->nm; k++) {
+        const om_rp_block *b = &in->b[in->mov[k]];
+        if (2 * length_of(b) > P)
+            kv[nl++] = (rp_kv){key ? b->upper % P : b->lower, 0, 0, k};
+        else if (rest)
+            rest[nr++] = k;
+    }
+    if (rp_sort_kv_mem(kv, nl, m) < 0)
+        return UINT32_MAX;
+    for (uint32_t x = 0; x < nl; x++)
+        lng[x] = kv[x].v;
+    if (!rest)
+        return nl;
+    for (uint32_t x = 0; x < nr; x++) {
+        const om_rp_block *b = &in->b[in->mov[rest[x]]];
+        kv[x] = (rp_kv){desc(b->size), b->lower, 0, rest[x]};
+    }
+    if (rp_sort_kv_mem(kv, nr, m) < 0)
+        return UINT32_MAX;
+    for (uint32_t x = 0; x < nr; x++)
+        rest[x] = kv[x].v;
+    return nl;
+}
+
+/*
+ * A plan at the clique bound gives each long arc bytes of its own, and fits the short arcs
+ * into the room each long arc leaves while it is dead. Where neighbours in the stack die at
+ * about the same time their rooms join into one, where a short arc larger than either
+ * fits; by size, as greedy by size places them, the long arcs go wherever they fit among
+ * the short ones, and their rooms end up apart. So the long arcs go first, stacked in the
+ * order of their births or of their deaths around the circle, starting from each of them and
+ * either way up, then the rest by size, each at the lowest offset where it fits. Each plan
+ * goes through the skyline in the order of its offsets (never higher); a lower one than the
+ * best replaces it, and the local search goes on from its order.
+ */
+int rp_stack_long(const rp_inst *in, rp_mem *m, rp_best *best, rp_greedy_ws *ws,
+                  uint64_t deadline_ns)
+{
+    uint32_t n = in->nm, nl, crit = 0, *lng[2], *order, *rest;
+    uint64_t *off;
+    rp_clock clk = {0};
+
+    if (!in->period || in->clique_lb <= in->lb || best->peak <= in->stop ||
+        rp_now_ns() >= deadline_ns)
+        return 0;
+    lng[0] = rp_alloc(m, (size_t)n + 1, sizeof(uint32_t));
+    lng[1] = rp_alloc(m, (size_t)n + 1, sizeof(uint32_t));
+    rest = rp_alloc(m, (size_t)n + 1, sizeof(uint32_t));
+    order = rp_alloc(m, (size_t)n + 1, sizeof(uint32_t));
+    off = rp_alloc(m, (size_t)n + 1, sizeof(uint64_t));
+    if (!lng[0] || !lng[1] || !rest || !order || !off || ws_ready(in, m, ws) < 0)
+        return -ENOMEM;
+    if ((nl = split_long(in, m, ws->kv, 0, lng[0], rest)) == UINT32_MAX ||
+        split_long(in, m, ws->kv, 1, lng[1], NULL) == UINT32_MAX)
+        return -ENOMEM;
+    if (nl < 2)
+        return 0;
+    clk.deadline_ns = deadline_ns;
+    for (uint32_t r = 0; r < nl; r++) {
+        for (int c = 0; c < 4; c++) {
+            const uint32_t *base = lng[c >> 1];
+            uint64_t peak;
+            uint32_t placed;
+
+            if (best->peak <= in->stop || rp_now_ns() >= deadline_ns)
+                return 0;
+            for (uint32_t x = 0; x < nl; x++)
+                order[x] = base[c & 1 ? (r + nl - 1 - x) % nl : (r + x) % nl];
+            memcpy(order + nl, rest, (n - nl) * sizeof(uint32_t));
+            if (rp_fit_order(in, m, order, &clk, off, &peak, &placed) < 0)
+                return -ENOMEM;
+            if (placed < n || peak >= best->peak)
+                continue;
+            if (by_offset(m, ws->kv, order, n, off) < 0)
+                return -ENOMEM;
+            peak = decode(in, &ws->t, order, ws->off, best->peak - 1, &crit, NULL);
+            if (peak == RP_NONE)
+                continue;
+            best->peak = peak;
+            best->stage = "greedy";
+            memcpy(best->off, ws->off, n * sizeof(uint64_t));
+            memcpy(best->order, order, n * sizeof(uint32_t));
+        }
+    }
+    return 0;
+}
+
 /* One random change to the order: a swap, or a block (often the one at the peak) moved up. */
 static void mutate(uint32_t *order, uint32_t n, uint32_t crit, uint64_t *rng)
 {

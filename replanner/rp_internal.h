@@ -176,6 +176,10 @@ typedef struct rp_best {
  * NULL); *peak with the fixed blocks. */
 int rp_greedy_size(const rp_inst *in, rp_mem *m, const rp_clock *clk, uint32_t *order,
                    uint64_t *off, uint64_t *peak, uint32_t *placed);
+/* The same placement in any order (positions in mov): each block at the lowest offset where
+ * it meets no block placed before it, with the same outputs. */
+int rp_fit_order(const rp_inst *in, const rp_mem *m, const uint32_t *order, const rp_clock *clk,
+                 uint64_t *off, uint64_t *peak, uint32_t *placed);
 
 /* rp_dive.c: the branch and bound's dive without backtracking, under rank (rp_rank's out):
  * order gets the blocks (positions in mov) as placed, which the skyline decoder turns into
@@ -202,6 +206,12 @@ int rp_greedy(const rp_inst *in, rp_mem *m, rp_best *best, const rp_clock *clk, 
  * in->stop; each plan lower than the best so far goes into best, or with aside into its
  * spare (one at in->stop goes into best at once). 0 or -ENOMEM. */
 int rp_dives(const rp_inst *in, rp_mem *m, rp_best *best, uint64_t deadline_ns, int aside);
+/* Where the clique of long arcs is above the max of live bytes: the long arcs stacked in
+ * orders around the circle, the rest placed around them by greedy by size's placement;
+ * the lowest plan replaces best if lower. Until deadline_ns or a plan at in->stop. 0 or
+ * -ENOMEM. */
+int rp_stack_long(const rp_inst *in, rp_mem *m, rp_best *best, rp_greedy_ws *ws,
+                  uint64_t deadline_ns);
 /* The plan kept aside becomes the best one if it is lower. */
 void rp_take_spare(const rp_inst *in, rp_best *best);
 int rp_local(const rp_inst *in, rp_mem *m, rp_best *best, rp_clock *clk, uint64_t seed);
