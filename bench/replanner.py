@@ -28,7 +28,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # gen_instances.py (kind, buffers, seed); the tests use seeds below 100.
 GENERATED = [("perfect", 220, 1001), ("perfect", 300, 1002), ("perfect", 400, 1003),
              ("perfect", 500, 1004), ("perfect", 600, 1005), ("cyclic", 400, 1006),
-             ("crowded", 2000, 1007), ("crowded", 50000, 1008)]
+             ("crowded", 2000, 1007), ("crowded", 50000, 1008), ("loop", 120, 1009),
+             ("loop", 1000, 1010)]
 
 # From shared/bench/lifetimes/README.md: the smallest peak any solver has been seen to reach.
 BEST_KNOWN = {

@@ -893,14 +893,6 @@ int om_rp_plan(const om_rp_block *blocks, size_t n, const om_rp_options *opt, ui
     }
     if ((rc = rp_inst_complete(&in, &m)) < 0 || (rc = rp_greedy(&in, &m, &best, &clk, ws)) < 0)
         goto nomem;
-    if (opt->algo != OM_RP_ALGO_GREEDY) {
-        /* Loops whose long arcs meet beyond the live bytes: those stacked first, with a
-         * quarter of the time left at most (a few milliseconds below a few hundred blocks). */
-        uint64_t now = rp_now_ns();
-        if (now < clk.deadline_ns &&
-            (rc = rp_stack_long(&in, &m, &best, ws, now + (clk.deadline_ns - now) / 4)) < 0)
-            goto nomem;
-    }
     if (best.peak > in.stop && (opt->algo == OM_RP_ALGO_AUTO || opt->algo == OM_RP_ALGO_BNB)) {
         /* Instances without slack: an exact search of its own, with three quarters of the
          * time left (where it applies, the branch and bound rarely reaches LB; it gets the
@@ -908,6 +900,15 @@ int om_rp_plan(const om_rp_block *blocks, size_t n, const om_rp_options *opt, ui
         uint64_t now = rp_now_ns();
         if (now < clk.deadline_ns &&
             (rc = rp_tile(&in, &m, &best, &clk, now + (clk.deadline_ns - now) / 4 * 3)) < 0)
+            goto nomem;
+    }
+    if (opt->algo != OM_RP_ALGO_GREEDY) {
+        /* Loops whose long arcs' clique is the bound: those stacked first, with a quarter
+         * of the time left at most (a few milliseconds below a few hundred blocks). After
+         * the tiling search, which solves the perfect packings on a circle by itself. */
+        uint64_t now = rp_now_ns();
+        if (now < clk.deadline_ns &&
+            (rc = rp_stack_long(&in, &m, &best, ws, now + (clk.deadline_ns - now) / 4)) < 0)
             goto nomem;
     }
     if (best.peak > in.stop) {

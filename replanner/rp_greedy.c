@@ -533,7 +533,9 @@ static uint32_t split_long(const rp_inst *in, rp_mem *m, rp_kv *kv, int key, uin
  * order of their births or of their deaths around the circle, starting from each of them and
  * either way up, then the rest by size, each at the lowest offset where it fits. Each plan
  * goes through the skyline in the order of its offsets (never higher); a lower one than the
- * best replaces it, and the local search goes on from its order.
+ * best replaces it, and the local search goes on from its order. Only where the clique is
+ * the bound (not below the max of live bytes): elsewhere the long arcs need no bytes of
+ * their own.
  */
 int rp_stack_long(const rp_inst *in, rp_mem *m, rp_best *best, rp_greedy_ws *ws,
                   uint64_t deadline_ns)
@@ -542,7 +544,7 @@ int rp_stack_long(const rp_inst *in, rp_mem *m, rp_best *best, rp_greedy_ws *ws,
     uint64_t *off;
     rp_clock clk = {0};
 
-    if (!in->period || in->clique_lb <= in->lb || best->peak <= in->stop ||
+    if (!in->period || in->clique_lb < in->lb || best->peak <= in->stop ||
         rp_now_ns() >= deadline_ns)
         return 0;
     lng[0] = rp_alloc(m, (size_t)n + 1, sizeof(uint32_t));

@@ -206,8 +206,9 @@ int rp_greedy(const rp_inst *in, rp_mem *m, rp_best *best, const rp_clock *clk, 
  * in->stop; each plan lower than the best so far goes into best, or with aside into its
  * spare (one at in->stop goes into best at once). 0 or -ENOMEM. */
 int rp_dives(const rp_inst *in, rp_mem *m, rp_best *best, uint64_t deadline_ns, int aside);
-/* Where the clique of long arcs is above the max of live bytes: the long arcs stacked in
- * orders around the circle, the rest placed around them by greedy by size's placement;
+/* Where the clique of long arcs (rp_bound.c) is the bound, at or above the max of live bytes:
+ * the long arcs stacked in orders around the circle, the rest placed around them by greedy
+ * by size's placement;
  * the lowest plan replaces best if lower. Until deadline_ns or a plan at in->stop. 0 or
  * -ENOMEM. */
 int rp_stack_long(const rp_inst *in, rp_mem *m, rp_best *best, rp_greedy_ws *ws,
