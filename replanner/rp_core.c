@@ -902,13 +902,14 @@ int om_rp_plan(const om_rp_block *blocks, size_t n, const om_rp_options *opt, ui
             (rc = rp_tile(&in, &m, &best, &clk, now + (clk.deadline_ns - now) / 4 * 3)) < 0)
             goto nomem;
     }
-    if (opt->algo != OM_RP_ALGO_GREEDY) {
+    if (opt->algo == OM_RP_ALGO_AUTO || opt->algo == OM_RP_ALGO_BNB) {
         /* Loops whose long arcs' clique is the bound: those stacked first, with a quarter
          * of the time left at most (a few milliseconds below a few hundred blocks). After
-         * the tiling search, which solves the perfect packings on a circle by itself. */
+         * the tiling search, which solves the perfect packings on a circle by itself; not
+         * under `local`, which stays the local search alone. */
         uint64_t now = rp_now_ns();
         if (now < clk.deadline_ns &&
-            (rc = rp_stack_long(&in, &m, &best, ws, now + (clk.deadline_ns - now) / 4)) < 0)
+            (rc = rp_stack_long(&in, &m, &best, ws, &clk, now + (clk.deadline_ns - now) / 4)) < 0)
             goto nomem;
     }
     if (best.peak > in.stop) {

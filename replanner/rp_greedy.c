@@ -491,6 +491,16 @@ int rp_greedy(const rp_inst *in, rp_mem *m, rp_best *best, const rp_clock *clk, 
     return 0;
 }
 
+static uint32_t gcd32(uint32_t a, uint32_t b)
+{
+    while (b) {
+        uint32_t t = a % b;
+        a = b;
+        b = t;
+    }
+    return a;
+}
+
 /* The movable long arcs (longer than half the period: rp_bound.c's clique) sorted by births
  * (key 0) or by deaths around the circle (key 1) into lng; the others, largest first, ties
  * by birth (greedy by size's order), into rest. Returns how many are long. */
@@ -537,12 +547,12 @@ static uint32_t split_long(const rp_inst *in, rp_mem *m, rp_kv *kv, int key, uin
  * the bound (not below the max of live bytes): elsewhere the long arcs need no bytes of
  * their own.
  */
-int rp_stack_long(const rp_inst *in, rp_mem *m, rp_best *best, rp_greedy_ws *ws,
+int rp_stack_long(const rp_inst *in, rp_mem *m, rp_best *best, rp_greedy_ws *ws, rp_clock *clk,
                   uint64_t deadline_ns)
 {
-    uint32_t n = in->nm, nl, crit = 0, *lng[2], *order, *rest;
+    uint32_t n = in->nm, nl, crit = 0, stride, *lng[2], *order, *rest;
     uint64_t *off;
-    rp_clock clk = {0};
+    rp_clock own = {0};
 
     if (!in->period || in->clique_lb < in->lb || best->peak <= in->stop ||
         rp_now_ns() >= deadline_ns)
@@ -559,19 +569,25 @@ int rp_stack_long(const rp_inst *in, rp_mem *m, rp_best *best, rp_greedy_ws *ws,
         return -ENOMEM;
     if (nl < 2)
         return 0;
-    clk.deadline_ns = deadline_ns;
-    for (uint32_t r = 0; r < nl; r++) {
+    /* The starting places in a stride prime to nl of about 0.618 nl: those tried before the
+     * time runs out are spread around the circle. */
+    stride = (uint32_t)((uint64_t)nl * 618 / 1000);
+    while (gcd32(stride, nl) != 1)
+        stride++;
+    own.deadline_ns = deadline_ns;
+    for (uint32_t j = 0, r = 0; j < nl; j++, r = (uint32_t)(((uint64_t)r + stride) % nl)) {
         for (int c = 0; c < 4; c++) {
             const uint32_t *base = lng[c >> 1];
             uint64_t peak;
             uint32_t placed;
 
-            if (best->peak <= in->stop || rp_now_ns() >= deadline_ns)
+            /* each plan a step of the search (om_rp_options.max_nodes) */
+            if (best->peak <= in->stop || rp_now_ns() >= deadline_ns || rp_expired(clk))
                 return 0;
             for (uint32_t x = 0; x < nl; x++)
                 order[x] = base[c & 1 ? (r + nl - 1 - x) % nl : (r + x) % nl];
             memcpy(order + nl, rest, (n - nl) * sizeof(uint32_t));
-            if (rp_fit_order(in, m, order, &clk, off, &peak, &placed) < 0)
+            if (rp_fit_order(in, m, order, &own, off, &peak, &placed) < 0)
                 return -ENOMEM;
             if (placed < n || peak >= best->peak)
                 continue;

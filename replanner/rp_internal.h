@@ -208,10 +208,9 @@ int rp_greedy(const rp_inst *in, rp_mem *m, rp_best *best, const rp_clock *clk, 
 int rp_dives(const rp_inst *in, rp_mem *m, rp_best *best, uint64_t deadline_ns, int aside);
 /* Where the clique of long arcs (rp_bound.c) is the bound, at or above the max of live bytes:
  * the long arcs stacked in orders around the circle, the rest placed around them by greedy
- * by size's placement;
- * the lowest plan replaces best if lower. Until deadline_ns or a plan at in->stop. 0 or
- * -ENOMEM. */
-int rp_stack_long(const rp_inst *in, rp_mem *m, rp_best *best, rp_greedy_ws *ws,
+ * by size's placement; the lowest plan replaces best if lower. Until deadline_ns, clk's step
+ * limit (a plan a step) or a plan at in->stop. 0 or -ENOMEM. */
+int rp_stack_long(const rp_inst *in, rp_mem *m, rp_best *best, rp_greedy_ws *ws, rp_clock *clk,
                   uint64_t deadline_ns);
 /* The plan kept aside becomes the best one if it is lower. */
 void rp_take_spare(const rp_inst *in, rp_best *best);

@@ -1034,6 +1034,58 @@ static void test_in_program_mlp_optimal(void **state)
     assert_int_equal(t_live_bytes(), 0);
 }
 
+/*
+ * The same loop under `auto`, begun at every request of its circle (each turn a file of its
+ * own, as a dump that begins elsewhere would be): the long arcs stacked, the rest around
+ * them, give its optimum, the clique's bytes, within the plans they make (a step each: four
+ * per long arc at most), before the searches after them get a step in.
+ */
+static void test_in_program_mlp_stacked(void **state)
+{
+    char path[1024], err[512];
+    om_rp_block *b, *turned;
+    size_t n;
+    uint64_t period, *off;
+    om_rp_options opt = {0};
+    om_rp_result res;
+
+    (void)state;
+    snprintf(path, sizeof(path), "%s/inprog-sklearn-mlp.csv", OM_TEST_DATA_DIR);
+    if (om_rp_csv_read_instance(path, &t_alloc, &b, &n, &period, err, sizeof(err)) != 0)
+        fail_msg("%s", err);
+    assert_true(period > 0);
+    assert_non_null(off = calloc(n, sizeof(*off)));
+    assert_non_null(turned = calloc(n, sizeof(*turned)));
+    opt.period = period;
+    opt.algo = OM_RP_ALGO_AUTO;
+    opt.budget_ms = 600000;
+    opt.max_nodes = 4 * 26 + 1; /* the budget never runs out */
+    opt.alloc = t_alloc;
+    opt.err = err;
+    opt.errlen = sizeof(err);
+    for (uint64_t shift = 0; shift < period; shift++) {
+        for (size_t i = 0; i < n; i++) {
+            uint64_t len = b[i].upper - b[i].lower;
+            turned[i] = b[i];
+            turned[i].lower = (b[i].lower + shift) % period;
+            turned[i].upper = turned[i].lower + len;
+        }
+        opt.seed = shift + 1;
+        assert_int_equal(om_rp_plan(turned, n, &opt, off, &res), 0);
+        assert_int_equal(om_rp_check(turned, n, period, off, &t_alloc, err, sizeof(err)), 0);
+        assert_int_equal(res.proven_bound, 2014976);
+        if (res.peak != res.proven_bound)
+            fail_msg("turned by %llu: peak %llu, proven %llu (stage %s)", (unsigned long long)shift,
+                     (unsigned long long)res.peak, (unsigned long long)res.proven_bound, res.stage);
+        assert_true(res.optimal);
+        assert_string_equal(res.stage, "greedy");
+    }
+    free(turned);
+    free(off);
+    om_rp_csv_free(&t_alloc, b, n);
+    assert_int_equal(t_live_bytes(), 0);
+}
+
 /* rp_greedy_size with no deadline places every movable block where the plain greedy by
  * size does, and has its peak. */
 static void check_greedy_offsets(const om_rp_block *b, size_t n, uint64_t period)
@@ -1187,6 +1239,7 @@ int main(void)
         cmocka_unit_test(test_perfect_packings_joined),
         cmocka_unit_test(test_in_program_not_behind),
         cmocka_unit_test(test_in_program_mlp_optimal),
+        cmocka_unit_test(test_in_program_mlp_stacked),
         cmocka_unit_test(test_first_plan_tiny_budget),
         cmocka_unit_test(test_greedy_size_matches_reference),
         cmocka_unit_test(test_sections_either_way),
