@@ -15,7 +15,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 
 # (kind, buffers, seed): seeds below 100; the benchmark's start at 1000.
 CASES = [("perfect", 60, 1), ("perfect", 250, 2), ("crowded", 300, 3), ("crowded", 120, 4),
-         ("cyclic", 80, 5), ("cyclic", 200, 6)]
+         ("cyclic", 80, 5), ("cyclic", 200, 6), ("loop", 120, 7), ("loop", 400, 8)]
 
 
 def live_together(a, b, period):
@@ -39,7 +39,7 @@ def check(optmem, kind, n, seed, tmp, budget_ms):
     if res.returncode != 0:
         return "optmem plan failed: " + res.stderr.strip()
     printed = {k: int(re.search(r"^%s:\s+(\d+)" % k, res.stdout, re.M).group(1))
-               for k in ("lower bound", "peak", "greedy", "buffers")}
+               for k in ("lower bound", "peak", "greedy", "buffers", "proven")}
     with open(out) as f:
         rows = [{k: int(v) for k, v in r.items()} for r in csv.DictReader(f)]
     if len(rows) != n or printed["buffers"] != n:
@@ -63,8 +63,13 @@ def check(optmem, kind, n, seed, tmp, budget_ms):
         return "LB printed %d, generator's %d" % (printed["lower bound"], meta["lb"])
     if not meta["lb"] <= peak <= printed["greedy"]:
         return "peak %d outside [LB %d, greedy %d]" % (peak, meta["lb"], printed["greedy"])
-    print("%-8s n=%-4d seed=%-3d LB %d peak %.4f greedy %.4f x LB" %
-          (kind, n, seed, meta["lb"], peak / meta["lb"], printed["greedy"] / meta["lb"]))
+    # the generator's optimum is a plan's peak: no proven bound above it, no plan below it
+    if meta["optimum"] is not None and not printed["proven"] <= meta["optimum"] <= peak:
+        return "optimum %d outside [proven %d, peak %d]" % (meta["optimum"], printed["proven"],
+                                                            peak)
+    print("%-8s n=%-4d seed=%-3d LB %d peak %.4f greedy %.4f optimum %s x LB" %
+          (kind, n, seed, meta["lb"], peak / meta["lb"], printed["greedy"] / meta["lb"],
+           "%.4f" % (meta["optimum"] / meta["lb"]) if meta["optimum"] else "-"))
     return None
 
 
