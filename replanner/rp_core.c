@@ -902,16 +902,6 @@ int om_rp_plan(const om_rp_block *blocks, size_t n, const om_rp_options *opt, ui
             (rc = rp_tile(&in, &m, &best, &clk, now + (clk.deadline_ns - now) / 4 * 3)) < 0)
             goto nomem;
     }
-    if (opt->algo == OM_RP_ALGO_AUTO || opt->algo == OM_RP_ALGO_BNB) {
-        /* Loops whose long arcs' clique is the bound: those stacked first, with a quarter
-         * of the time left at most (a few milliseconds below a few hundred blocks). After
-         * the tiling search, which solves the perfect packings on a circle by itself; not
-         * under `local`, which stays the local search alone. */
-        uint64_t now = rp_now_ns();
-        if (now < clk.deadline_ns &&
-            (rc = rp_stack_long(&in, &m, &best, ws, &clk, now + (clk.deadline_ns - now) / 4)) < 0)
-            goto nomem;
-    }
     if (best.peak > in.stop) {
         int use_bnb = 0;
         if ((opt->algo == OM_RP_ALGO_AUTO || opt->algo == OM_RP_ALGO_BNB) &&
@@ -922,6 +912,20 @@ int om_rp_plan(const om_rp_block *blocks, size_t n, const om_rp_options *opt, ui
         if (!use_bnb && in.nm > OM_RP_BNB_MAX_BLOCKS &&
             (rc = rp_dives(&in, &m, &best, clk.deadline_ns, 0)) < 0)
             goto nomem;
+        /* Loops whose long arcs' clique is the bound: those stacked first, with a quarter of
+         * the time left at most (a few milliseconds below a few hundred blocks), after the
+         * tiling search (which solves the perfect packings on a circle by itself) and the
+         * dives. Where the clique is only LB, not where the dives are still to come (the
+         * branch and bound's, above OM_RP_BNB_MAX_BLOCKS): one of them places a training
+         * step at LB, whose arcs live throughout meet every long arc, and a stack costs a
+         * whole greedy pass. Not under `local`, which stays the local search alone. */
+        if ((opt->algo == OM_RP_ALGO_AUTO || opt->algo == OM_RP_ALGO_BNB) && best.peak > in.stop &&
+            (in.clique_lb > in.lb || !use_bnb || in.nm <= OM_RP_BNB_MAX_BLOCKS)) {
+            uint64_t now = rp_now_ns(), quarter;
+            quarter = now < clk.deadline_ns ? now + (clk.deadline_ns - now) / 4 : now;
+            if ((rc = rp_stack_long(&in, &m, &best, ws, &clk, quarter)) < 0)
+                goto nomem;
+        }
         rc = 0;
         if (opt->algo != OM_RP_ALGO_GREEDY && best.peak > in.stop)
             rc = use_bnb && in.clique_lb > in.lb && opt->algo == OM_RP_ALGO_AUTO
