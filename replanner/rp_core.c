@@ -855,6 +855,9 @@ int om_rp_plan(const om_rp_block *blocks, size_t n, const om_rp_options *opt, ui
     rp_greedy_ws *ws = NULL;
     uint64_t t0 = rp_now_ns();
     uint32_t budget = opt->budget_ms ? opt->budget_ms : OM_RP_DEFAULT_BUDGET_MS;
+    /* the long arcs stacked (rp_stack_long): not under `greedy`, nor under `local`, which
+     * stays the local search alone */
+    int stacks = opt->algo == OM_RP_ALGO_AUTO || opt->algo == OM_RP_ALGO_BNB;
     int rc;
 
     if (res)
@@ -891,7 +894,8 @@ int om_rp_plan(const om_rp_block *blocks, size_t n, const om_rp_options *opt, ui
             goto nomem;
         goto done;
     }
-    if ((rc = rp_inst_complete(&in, &m)) < 0 || (rc = rp_greedy(&in, &m, &best, &clk, ws)) < 0)
+    if ((rc = rp_inst_complete(&in, &m)) < 0 ||
+        (rc = rp_greedy(&in, &m, &best, &clk, ws, stacks)) < 0)
         goto nomem;
     if (best.peak > in.stop && (opt->algo == OM_RP_ALGO_AUTO || opt->algo == OM_RP_ALGO_BNB)) {
         /* Instances without slack: an exact search of its own, with three quarters of the
@@ -912,15 +916,15 @@ int om_rp_plan(const om_rp_block *blocks, size_t n, const om_rp_options *opt, ui
         if (!use_bnb && in.nm > OM_RP_BNB_MAX_BLOCKS &&
             (rc = rp_dives(&in, &m, &best, clk.deadline_ns, 0)) < 0)
             goto nomem;
-        /* Loops whose long arcs' clique is the bound: those stacked first, with a quarter of
-         * the time left at most (a few milliseconds below a few hundred blocks), after the
-         * tiling search (which solves the perfect packings on a circle by itself) and the
-         * dives. Where the clique is only LB, not where the dives are still to come (the
-         * branch and bound's, above OM_RP_BNB_MAX_BLOCKS): one of them places a training
-         * step at LB, whose arcs live throughout meet every long arc, and a stack costs a
-         * whole greedy pass. Not under `local`, which stays the local search alone. */
-        if ((opt->algo == OM_RP_ALGO_AUTO || opt->algo == OM_RP_ALGO_BNB) && best.peak > in.stop &&
-            (in.clique_lb > in.lb || !use_bnb || in.nm <= OM_RP_BNB_MAX_BLOCKS)) {
+        /* Loops whose long arcs' clique equals LB (rp_greedy stacks them where it is above):
+         * stacked with a quarter of the time left at most (a few milliseconds below a few
+         * hundred blocks), after the tiling search (which solves the perfect packings on a
+         * circle by itself) and the dives, and not where the dives are still to come (the
+         * branch and bound's, above OM_RP_BNB_MAX_BLOCKS): one of them places a training step
+         * at LB, whose arcs live throughout meet every long arc, and a stack costs a whole
+         * greedy pass. */
+        if (stacks && best.peak > in.stop && in.clique_lb == in.lb &&
+            (!use_bnb || in.nm <= OM_RP_BNB_MAX_BLOCKS)) {
             uint64_t now = rp_now_ns(), quarter;
             quarter = now < clk.deadline_ns ? now + (clk.deadline_ns - now) / 4 : now;
             if ((rc = rp_stack_long(&in, &m, &best, ws, &clk, quarter)) < 0)

@@ -458,7 +458,8 @@ int rp_greedy_first(const rp_inst *in, rp_mem *m, rp_best *best, const rp_clock 
     return 0;
 }
 
-int rp_greedy(const rp_inst *in, rp_mem *m, rp_best *best, const rp_clock *clk, rp_greedy_ws *ws)
+int rp_greedy(const rp_inst *in, rp_mem *m, rp_best *best, rp_clock *clk, rp_greedy_ws *ws,
+              int stacks)
 {
     uint32_t crit = 0, *order = ws->order;
     uint64_t now, *off = ws->off;
@@ -479,6 +480,12 @@ int rp_greedy(const rp_inst *in, rp_mem *m, rp_best *best, const rp_clock *clk, 
         memcpy(best->off, off, in->nm * sizeof(uint64_t));
         memcpy(best->order, order, in->nm * sizeof(uint32_t));
     }
+    /* Where the long arcs' clique is above LB, the dives aim at LB, out of reach, and the
+     * stacks at the clique: those first, with a quarter of the time left at most. */
+    now = rp_now_ns();
+    if (stacks && in->clique_lb > in->lb && now < clk->deadline_ns &&
+        (rc = rp_stack_long(in, m, best, ws, clk, now + (clk->deadline_ns - now) / 4)) < 0)
+        return rc;
     /* Up to OM_RP_BNB_MAX_BLOCKS blocks, where the branch and bound may take the rest of the
      * budget, the dives take at most half of it; above, om_rp_plan runs them where it does
      * not. */

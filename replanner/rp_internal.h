@@ -195,13 +195,15 @@ int rp_tile(const rp_inst *in, rp_mem *m, rp_best *best, rp_clock *clk, uint64_t
 
 /* rp_greedy.c: greedy by size as the first plan (rp_greedy_first, which needs rp_inst_core
  * only: its own plan where it finished, else a plan completed from what it placed), then
- * that plan through the skyline, other orders, then dives (their plan kept aside, see
- * rp_best): rp_greedy, after rp_inst_complete. ws carries the scratch from one to the
+ * that plan through the skyline, other orders, with stacks where the long arcs' clique is
+ * above LB (rp_stack_long: the budget's, a step each), then dives (their plan kept aside,
+ * see rp_best): rp_greedy, after rp_inst_complete. ws carries the scratch from one to the
  * other. */
 typedef struct rp_greedy_ws rp_greedy_ws;
 int rp_greedy_first(const rp_inst *in, rp_mem *m, rp_best *best, const rp_clock *clk,
                     rp_greedy_ws **ws);
-int rp_greedy(const rp_inst *in, rp_mem *m, rp_best *best, const rp_clock *clk, rp_greedy_ws *ws);
+int rp_greedy(const rp_inst *in, rp_mem *m, rp_best *best, rp_clock *clk, rp_greedy_ws *ws,
+              int stacks);
 /* Dives (rp_dive) under the branch and bound's rankings until deadline_ns or one reaches
  * in->stop; each plan lower than the best so far goes into best, or with aside into its
  * spare (one at in->stop goes into best at once). 0 or -ENOMEM. */
