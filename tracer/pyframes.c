@@ -150,7 +150,6 @@ int om_py_is_eval(uintptr_t address)
 /* Copies n bytes at src through the kernel, which fails cleanly on memory that is not
  * mapped or not readable: what the walk reads for the first time comes this way. */
 static int denied; /* process_vm_readv is not permitted here (a seccomp filter) */
-
 static int safe_read(void *dst, uintptr_t src, size_t n)
 {
     struct iovec local = {dst, n}, remote = {(void *)src, n};
@@ -960,10 +959,9 @@ int om_py_cheap_key(uint64_t *key)
 struct py_stack_rec {
     uint32_t id, n;
     uint32_t *frames;
-    UT_hash_handle hh;
 };
 
-static struct py_stack_rec *stacks_hash;
+static struct om_id_index stacks_index;    /* by the hash of the frames */
 static struct py_stack_rec **stacks_by_id; /* append-only; old copies are kept for readers */
 static uint32_t nstacks = 1, capstacks;    /* id 0: no Python frames */
 
@@ -971,9 +969,12 @@ static uint32_t nstacks = 1, capstacks;    /* id 0: no Python frames */
 static uint32_t intern_stack(const uint32_t *frames, unsigned n)
 {
     struct py_stack_rec *r = NULL;
-    HASH_FIND(hh, stacks_hash, frames, n * sizeof *frames, r);
-    if (r)
-        return r->id;
+    uint32_t hash = om_hash_bytes(frames, n * sizeof *frames);
+    for (uint32_t pos = 0, id; (id = om_id_index_next(&stacks_index, hash, &pos));) {
+        r = stacks_by_id[id - 1];
+        if (r->n == n && memcmp(r->frames, frames, n * sizeof *frames) == 0)
+            return r->id;
+    }
     if (nstacks == capstacks || !stacks_by_id) {
         uint32_t cap = capstacks ? capstacks * 2 : 256;
         struct py_stack_rec **fresh = om_sys_alloc(cap * sizeof *fresh);
@@ -986,7 +987,7 @@ static uint32_t intern_stack(const uint32_t *frames, unsigned n)
     }
     r = om_sys_alloc(sizeof *r);
     uint32_t *copy = om_sys_alloc(n * sizeof *copy);
-    if (!r || !copy) {
+    if (!r || !copy || om_id_index_add(&stacks_index, hash, nstacks) != 0) {
         om_sys_free(r, sizeof *r);
         om_sys_free(copy, n * sizeof *copy);
         return 0;
@@ -995,7 +996,6 @@ static uint32_t intern_stack(const uint32_t *frames, unsigned n)
     r->frames = copy;
     r->n = n;
     r->id = nstacks;
-    HASH_ADD_KEYPTR(hh, stacks_hash, r->frames, n * sizeof *frames, r);
     stacks_by_id[r->id] = r;
     __atomic_store_n(&nstacks, r->id + 1, __ATOMIC_RELEASE);
     return r->id;
