@@ -287,7 +287,8 @@ void om_stack_init(const void *self)
 {
     struct find_self fs = {(uintptr_t)self};
     dl_iterate_phdr(find_self_cb, &fs);
-    memo_key_ok = pthread_key_create(&memo_key, memo_drop) == 0;
+    if (!memo_key_ok) /* once: the tracer may be started again (tests) */
+        memo_key_ok = pthread_key_create(&memo_key, memo_drop) == 0;
     void *frame[1];
     int news;
     (void)walk_stack(frame, 1, &news);
