@@ -342,17 +342,37 @@ static int read_varint(struct table *t, uint32_t *out)
     return -1;
 }
 
+/* Where a scan of a location table stands at the start of an entry: the entry's first byte
+ * (read, t->pos past it), the line before the entry's delta and the entry's first code unit. */
+struct scan {
+    size_t pos;
+    int first;
+    int64_t line, addr;
+};
+
 /* The line of the code unit at index instr, from the location table (the format of
  * CPython 3.11 to 3.13, Objects/locations.md): entries start with a byte whose top bit is
  * set, bits 3-6 a code and bits 0-2 the code units covered minus one; codes 13 and 14 carry
- * a signed line delta, 10 to 12 a delta of code - 10, 15 no location. 0 when unknown. */
-static uint32_t line_of(struct table *t, int32_t first, int32_t instr)
+ * a signed line delta, 10 to 12 a delta of code - 10, 15 no location. 0 when unknown. The
+ * scan starts at *at where that entry does not lie past instr (the entry that held the
+ * last instruction asked for: a function runs forward), else at the table's start, and *at
+ * is left at the entry that holds instr: the same line either way. */
+static uint32_t line_of(struct table *t, int32_t first, int32_t instr, struct scan *at)
 {
     int64_t line = first, addr = 0;
-    int b = next_byte(t);
+    int b;
+    if (at->pos && at->addr <= instr) {
+        t->pos = at->pos;
+        b = at->first;
+        line = at->line;
+        addr = at->addr;
+    } else {
+        b = next_byte(t);
+    }
     while (b >= 0) {
         if (!(b & 0x80))
             return 0; /* not the start of an entry: a table we do not understand */
+        struct scan here = {t->pos, b, line, addr};
         unsigned code = ((unsigned)b >> 3) & 15, len = ((unsigned)b & 7) + 1;
         if (code == 13 || code == 14) {
             uint32_t v;
@@ -362,8 +382,10 @@ static uint32_t line_of(struct table *t, int32_t first, int32_t instr)
         } else if (code >= 10 && code <= 12) {
             line += code - 10;
         }
-        if (instr < addr + len)
+        if (instr < addr + len) {
+            *at = here;
             return code == 15 || line <= 0 || line > UINT32_MAX ? 0 : (uint32_t)line;
+        }
         addr += len;
         /* The rest of the entry: bytes without the top bit. */
         while ((b = next_byte(t)) >= 0 && !(b & 0x80))
@@ -378,14 +400,15 @@ static uint32_t line_of(struct table *t, int32_t first, int32_t instr)
  * its first line and first traceable instruction, its whole location table, copied. All of
  * it is immutable for the code object's life, so that each new instruction of a code object
  * already read is resolved without a system call, where each took three. Immutable once
- * published; the stamp (the location table's address) tells another code object at a freed
- * one's address. */
+ * published but for where the last scan of its table stopped (under py_lock); the stamp
+ * (the location table's address) tells another code object at a freed one's address. */
 struct code_rec {
     uintptr_t code, stamp;
     const char *file, *function;
     int32_t first_line, first_traceable;
     size_t table_size; /* 0: lines unknown */
     size_t bytes;      /* the record's own size */
+    struct scan scan;  /* under py_lock: pos 0 when none */
     unsigned char table[];
 };
 
@@ -567,8 +590,8 @@ static uint32_t code_frame(const struct code_rec *c, int32_t instr)
     if (instr < c->first_traceable)
         return OM_PY_SKIP;
     struct table t = {c->table, c->table_size, 0};
-    uint32_t line = line_of(&t, c->first_line, instr);
     pthread_mutex_lock(&py_lock);
+    uint32_t line = line_of(&t, c->first_line, instr, (struct scan *)&c->scan);
     uint32_t id = intern_frame(c->file, c->function, line);
     pthread_mutex_unlock(&py_lock);
     return id;
