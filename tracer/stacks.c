@@ -259,6 +259,14 @@ static void memo_drop(void *memo)
     om_sys_free(memo, sizeof(struct walk_memo));
 }
 
+/* A library that dlclose unmaps (one loaded by dlopen) must leave no destructor behind for
+ * the threads that exit after it: the memos then stay where they are. */
+__attribute__((destructor)) static void memo_key_drop(void)
+{
+    if (__atomic_exchange_n(&memo_key_ok, 0, __ATOMIC_ACQ_REL))
+        pthread_key_delete(memo_key);
+}
+
 /* The calling thread's memo, emptied unless it was read from tab under marks; NULL where
  * none could be had (the walk then probes the table). */
 static struct walk_memo *memo_for(const struct om_table *tab, uint32_t marks)
