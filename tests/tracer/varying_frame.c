@@ -1,6 +1,6 @@
-/* A call site under a frame whose size varies (alloca), for tests/tracer/run_traced.py varying:
- * once a walk saw the frame with its second size, no later request follows the first one. */
-#include <alloca.h>
+/* A call site under a frame whose size varies (a variable-length array), for
+ * tests/tracer/run_traced.py varying: once a walk saw the frame with its second size, no later
+ * request follows the first one. */
 #include <execinfo.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -26,7 +26,7 @@ __attribute__((noinline)) void other_leaf(size_t size)
  * another size would read as the caller's return address. */
 __attribute__((noinline)) void vary(void (*call)(size_t), size_t pad, size_t size, uintptr_t fill)
 {
-    volatile uintptr_t *buf = alloca(pad);
+    volatile uintptr_t buf[pad / sizeof(uintptr_t)];
     for (size_t i = 0; i < pad / sizeof *buf; i++)
         buf[i] = fill;
     call(size);
