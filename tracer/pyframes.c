@@ -150,7 +150,6 @@ int om_py_is_eval(uintptr_t address)
 /* Copies n bytes at src through the kernel, which fails cleanly on memory that is not
  * mapped or not readable: what the walk reads for the first time comes this way. */
 static int denied; /* process_vm_readv is not permitted here (a seccomp filter) */
-
 static int safe_read(void *dst, uintptr_t src, size_t n)
 {
     struct iovec local = {dst, n}, remote = {(void *)src, n};
@@ -343,17 +342,37 @@ static int read_varint(struct table *t, uint32_t *out)
     return -1;
 }
 
+/* Where a scan of a location table stands at the start of an entry: the entry's first byte
+ * (read, t->pos past it), the line before the entry's delta and the entry's first code unit. */
+struct scan {
+    size_t pos;
+    int first;
+    int64_t line, addr;
+};
+
 /* The line of the code unit at index instr, from the location table (the format of
  * CPython 3.11 to 3.13, Objects/locations.md): entries start with a byte whose top bit is
  * set, bits 3-6 a code and bits 0-2 the code units covered minus one; codes 13 and 14 carry
- * a signed line delta, 10 to 12 a delta of code - 10, 15 no location. 0 when unknown. */
-static uint32_t line_of(struct table *t, int32_t first, int32_t instr)
+ * a signed line delta, 10 to 12 a delta of code - 10, 15 no location. 0 when unknown. The
+ * scan starts at *at where that entry does not lie past instr (the entry that held the
+ * last instruction asked for: a function runs forward), else at the table's start, and *at
+ * is left at the entry that holds instr: the same line either way. */
+static uint32_t line_of(struct table *t, int32_t first, int32_t instr, struct scan *at)
 {
     int64_t line = first, addr = 0;
-    int b = next_byte(t);
+    int b;
+    if (at->pos && at->addr <= instr) {
+        t->pos = at->pos;
+        b = at->first;
+        line = at->line;
+        addr = at->addr;
+    } else {
+        b = next_byte(t);
+    }
     while (b >= 0) {
         if (!(b & 0x80))
             return 0; /* not the start of an entry: a table we do not understand */
+        struct scan here = {t->pos, b, line, addr};
         unsigned code = ((unsigned)b >> 3) & 15, len = ((unsigned)b & 7) + 1;
         if (code == 13 || code == 14) {
             uint32_t v;
@@ -363,8 +382,10 @@ static uint32_t line_of(struct table *t, int32_t first, int32_t instr)
         } else if (code >= 10 && code <= 12) {
             line += code - 10;
         }
-        if (instr < addr + len)
+        if (instr < addr + len) {
+            *at = here;
             return code == 15 || line <= 0 || line > UINT32_MAX ? 0 : (uint32_t)line;
+        }
         addr += len;
         /* The rest of the entry: bytes without the top bit. */
         while ((b = next_byte(t)) >= 0 && !(b & 0x80))
@@ -379,14 +400,15 @@ static uint32_t line_of(struct table *t, int32_t first, int32_t instr)
  * its first line and first traceable instruction, its whole location table, copied. All of
  * it is immutable for the code object's life, so that each new instruction of a code object
  * already read is resolved without a system call, where each took three. Immutable once
- * published; the stamp (the location table's address) tells another code object at a freed
- * one's address. */
+ * published but for where the last scan of its table stopped (under py_lock); the stamp
+ * (the location table's address) tells another code object at a freed one's address. */
 struct code_rec {
     uintptr_t code, stamp;
     const char *file, *function;
     int32_t first_line, first_traceable;
     size_t table_size; /* 0: lines unknown */
     size_t bytes;      /* the record's own size */
+    struct scan scan;  /* under py_lock: pos 0 when none */
     unsigned char table[];
 };
 
@@ -568,8 +590,8 @@ static uint32_t code_frame(const struct code_rec *c, int32_t instr)
     if (instr < c->first_traceable)
         return OM_PY_SKIP;
     struct table t = {c->table, c->table_size, 0};
-    uint32_t line = line_of(&t, c->first_line, instr);
     pthread_mutex_lock(&py_lock);
+    uint32_t line = line_of(&t, c->first_line, instr, (struct scan *)&c->scan);
     uint32_t id = intern_frame(c->file, c->function, line);
     pthread_mutex_unlock(&py_lock);
     return id;
@@ -960,10 +982,9 @@ int om_py_cheap_key(uint64_t *key)
 struct py_stack_rec {
     uint32_t id, n;
     uint32_t *frames;
-    UT_hash_handle hh;
 };
 
-static struct py_stack_rec *stacks_hash;
+static struct om_id_index stacks_index;    /* by the hash of the frames */
 static struct py_stack_rec **stacks_by_id; /* append-only; old copies are kept for readers */
 static uint32_t nstacks = 1, capstacks;    /* id 0: no Python frames */
 
@@ -971,9 +992,12 @@ static uint32_t nstacks = 1, capstacks;    /* id 0: no Python frames */
 static uint32_t intern_stack(const uint32_t *frames, unsigned n)
 {
     struct py_stack_rec *r = NULL;
-    HASH_FIND(hh, stacks_hash, frames, n * sizeof *frames, r);
-    if (r)
-        return r->id;
+    uint32_t hash = om_hash_bytes(frames, n * sizeof *frames);
+    for (uint32_t pos = 0, id; (id = om_id_index_next(&stacks_index, hash, &pos));) {
+        r = stacks_by_id[id - 1];
+        if (r->n == n && memcmp(r->frames, frames, n * sizeof *frames) == 0)
+            return r->id;
+    }
     if (nstacks == capstacks || !stacks_by_id) {
         uint32_t cap = capstacks ? capstacks * 2 : 256;
         struct py_stack_rec **fresh = om_sys_alloc(cap * sizeof *fresh);
@@ -986,7 +1010,7 @@ static uint32_t intern_stack(const uint32_t *frames, unsigned n)
     }
     r = om_sys_alloc(sizeof *r);
     uint32_t *copy = om_sys_alloc(n * sizeof *copy);
-    if (!r || !copy) {
+    if (!r || !copy || om_id_index_add(&stacks_index, hash, nstacks) != 0) {
         om_sys_free(r, sizeof *r);
         om_sys_free(copy, n * sizeof *copy);
         return 0;
@@ -995,7 +1019,6 @@ static uint32_t intern_stack(const uint32_t *frames, unsigned n)
     r->frames = copy;
     r->n = n;
     r->id = nstacks;
-    HASH_ADD_KEYPTR(hh, stacks_hash, r->frames, n * sizeof *frames, r);
     stacks_by_id[r->id] = r;
     __atomic_store_n(&nstacks, r->id + 1, __ATOMIC_RELEASE);
     return r->id;

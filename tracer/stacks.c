@@ -81,6 +81,8 @@ struct step {
 
 static struct om_table *steps;
 static pthread_mutex_t steps_lock = PTHREAD_MUTEX_INITIALIZER;
+/* Distances marked STEP_VARIES after they were published: the only change an entry sees. */
+static uint32_t step_marks;
 
 static uint32_t step_hash(uintptr_t ip)
 {
@@ -152,6 +154,7 @@ static int step_learn(uintptr_t ip, uint32_t dist)
             return 0;
         for (;;) {
             __atomic_store_n(&e->dist, STEP_VARIES, __ATOMIC_RELAXED);
+            __atomic_add_fetch(&step_marks, 1, __ATOMIC_SEQ_CST);
             __atomic_thread_fence(__ATOMIC_SEQ_CST);
             struct om_table *now = __atomic_load_n(&steps, __ATOMIC_SEQ_CST);
             if (now == tab || !(e = step_find(now, ip)))
@@ -230,12 +233,70 @@ static inline __attribute__((always_inline)) unsigned walk_stack(void **frames, 
     return w.n;
 }
 
+/* The distances the calling thread's last fast walk read, by depth: consecutive requests
+ * share most of their frames, and each probe of the table is a line that the program's own
+ * work has usually evicted. Valid only for the table they were read from and while no
+ * distance was marked varying since (an entry never changes otherwise), so that a walk
+ * follows exactly the distances the table holds. Each thread's is mapped at its first walk
+ * and handed back when it exits: the library's thread-local storage holds only a pointer,
+ * since it must fit the static TLS that dlopen can still give. */
+#define WALK_MEMO 16
+
+struct walk_memo {
+    const struct om_table *tab;
+    uint32_t marks;
+    uint32_t dist[WALK_MEMO];
+    uintptr_t ip[WALK_MEMO];
+};
+
+static __thread struct walk_memo *tls_memo;
+static pthread_key_t memo_key;
+static int memo_key_ok;
+
+static void memo_drop(void *memo)
+{
+    tls_memo = NULL;
+    om_sys_free(memo, sizeof(struct walk_memo));
+}
+
+/* A library that dlclose unmaps (one loaded by dlopen) must leave no destructor behind for
+ * the threads that exit after it: the memos then stay where they are. */
+__attribute__((destructor)) static void memo_key_drop(void)
+{
+    if (__atomic_exchange_n(&memo_key_ok, 0, __ATOMIC_ACQ_REL))
+        pthread_key_delete(memo_key);
+}
+
+/* The calling thread's memo, emptied unless it was read from tab under marks; NULL where
+ * none could be had (the walk then probes the table). */
+static struct walk_memo *memo_for(const struct om_table *tab, uint32_t marks)
+{
+    struct walk_memo *m = tls_memo;
+    if (__builtin_expect(!m, 0)) {
+        if (!memo_key_ok || !(m = om_sys_alloc(sizeof *m)))
+            return NULL;
+        if (pthread_setspecific(memo_key, m) != 0) {
+            om_sys_free(m, sizeof *m);
+            return NULL;
+        }
+        tls_memo = m;
+    }
+    if (m->tab != tab || m->marks != marks) {
+        memset(m->ip, 0, sizeof m->ip);
+        m->tab = tab;
+        m->marks = marks;
+    }
+    return m;
+}
+
 /* The first walk finds the unwinder's own tables; it is made now, while the caller still
  * runs alone. */
 void om_stack_init(const void *self)
 {
     struct find_self fs = {(uintptr_t)self};
     dl_iterate_phdr(find_self_cb, &fs);
+    if (!memo_key_ok) /* once: the tracer may be started again (tests) */
+        memo_key_ok = pthread_key_create(&memo_key, memo_drop) == 0;
     void *frame[1];
     int news;
     (void)walk_stack(frame, 1, &news);
@@ -376,17 +437,28 @@ size_t om_stack_room(void)
 static int fast_walk(struct om_stack *stack, unsigned depth, uintptr_t ip, uintptr_t sp)
 {
     const struct om_table *tab = __atomic_load_n(&steps, __ATOMIC_ACQUIRE);
+    uint32_t marks = __atomic_load_n(&step_marks, __ATOMIC_ACQUIRE);
     if (__builtin_expect(tls_stack_hi == 0, 0))
         find_stack();
     uintptr_t top = tls_stack_hi;
     /* Off the thread's stack (a signal handler on an alternate stack): the full walk. */
     if (!tab || sp < tls_stack_lo || sp >= top)
         return -1;
+    struct walk_memo *m = memo_for(tab, marks);
     unsigned n = 0;
     while (n < depth) {
+        uint32_t dist;
+        if (m && n < WALK_MEMO && ip && m->ip[n] == ip) {
+            dist = m->dist[n];
+        } else {
+            const struct step *e = step_find(tab, ip);
+            dist = e ? __atomic_load_n(&e->dist, __ATOMIC_RELAXED) : STEP_VARIES;
+            if (m && n < WALK_MEMO && dist != STEP_VARIES) {
+                m->ip[n] = ip;
+                m->dist[n] = dist;
+            }
+        }
         stack->frames[n++] = (void *)ip;
-        const struct step *e = step_find(tab, ip);
-        uint32_t dist = e ? __atomic_load_n(&e->dist, __ATOMIC_RELAXED) : STEP_VARIES;
         if (dist == STEP_OUTERMOST)
             break;
         if (dist == STEP_VARIES || sp + dist > top || sp + dist < sp)

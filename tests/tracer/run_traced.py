@@ -1,7 +1,8 @@
 """Runs a program under LD_PRELOAD=liboptmem.so OPTMEM_MODE=trace and checks its report.
 
 Subcommands: train-loop (expected figures derived from train_loop.c's constants), fork
-(one report per process), workload (a bundled PyTorch workload: the detected period must
+(one report per process), varying (varying_frame.c: every request's stack is its own, under
+a frame whose size varies), workload (a bundled PyTorch workload: the detected period must
 equal the managed requests between its optmem_step() marks). Exit status 0 on success.
 """
 
@@ -204,16 +205,33 @@ def check_workload(args, tmp):
            r["lower_bound_bytes"]))
 
 
+def check_varying(args, tmp):
+    _, reports = run(args.preload, [args.program], {}, tmp)
+    expect("reports", len(reports), 1)
+    r = next(iter(reports.values()))
+    sizes = {}
+    for s in r["sites"]:
+        for size in {s["min_size"], s["max_size"]}:
+            sizes.setdefault(size, []).append([f["function"] for f in s["frames"]][:3])
+    # After the walk that saw the frame's second size, a request's true stack, not one taken
+    # by the first size's distance (which ends at the outermost frame).
+    want = {65536: "leaf", 2 * 65536: "other_leaf", 3 * 65536: "leaf", 4 * 65536: "leaf"}
+    for size, inner in want.items():
+        for stack in sizes.get(size) or [None]:
+            expect("innermost frames of the %d-byte request" % size, stack, [inner, "vary", "main"])
+    print("varying: %d call sites" % len(r["sites"]))
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--preload", required=True)
-    ap.add_argument("what", choices=("train-loop", "fork", "workload"))
+    ap.add_argument("what", choices=("train-loop", "fork", "varying", "workload"))
     ap.add_argument("program")
     ap.add_argument("--mode", choices=("auto", "marked"), default="auto")
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         try:
-            {"train-loop": check_train_loop, "fork": check_fork,
+            {"train-loop": check_train_loop, "fork": check_fork, "varying": check_varying,
              "workload": check_workload}[args.what](args, tmp)
         except (CheckError, report_schema.SchemaError) as e:
             print("FAIL: %s" % e)
