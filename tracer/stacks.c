@@ -101,10 +101,12 @@ static struct step *step_find(const struct om_table *tab, uintptr_t ip)
     for (uint32_t i = 0; i < STEP_PROBES; i++) {
         struct step *e = &slots[(h + i) & tab->mask];
         uintptr_t at = __atomic_load_n(&e->ip, __ATOMIC_ACQUIRE);
-        if (at == ip)
-            return e;
+        /* An empty slot first: a return address of 0 (read where a frame's size varied) is
+         * none learnt, and the full walk takes over. */
         if (at == 0)
             return NULL;
+        if (at == ip)
+            return e;
     }
     return NULL;
 }

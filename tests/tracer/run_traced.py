@@ -215,7 +215,8 @@ def check_varying(args, tmp):
             sizes.setdefault(size, []).append([f["function"] for f in s["frames"]][:3])
     # After the walk that saw the frame's second size, a request's true stack, not one taken
     # by the first size's distance (which ends at the outermost frame).
-    want = {65536: "leaf", 2 * 65536: "other_leaf", 3 * 65536: "leaf", 4 * 65536: "leaf"}
+    want = {65536: "leaf", 2 * 65536: "other_leaf", 3 * 65536: "leaf", 4 * 65536: "leaf",
+            5 * 65536: "leaf"}
     for size, inner in want.items():
         for stack in sizes.get(size) or [None]:
             expect("innermost frames of the %d-byte request" % size, stack, [inner, "vary", "main"])

@@ -43,7 +43,10 @@ int main(void)
     uintptr_t outermost = (uintptr_t)frames[n - 1];
     for (int i = 0; i < 2; i++) /* a full walk learns the small frame, then fast walks use it */
         vary(leaf, 16, 65536, outermost);
-    /* A call site not seen yet: a full walk, which sees the frame's second size. */
+    /* The first size would lead to a return address of 0: no distance, the full walk,
+     * which sees the frame's second size. */
+    vary(leaf, 4096, 5 * 65536, 0);
+    /* A call site not seen yet: a full walk. */
     vary(other_leaf, 4096, 2 * 65536, outermost);
     /* The first size would lead to the outermost frame's return address. */
     vary(leaf, 4096, 3 * 65536, outermost);
