@@ -228,6 +228,9 @@ def parse_args():
                    help="the training columns time the calls from this step on (CALLTIME_MARK_STEP, "
                         "read by tests/workloads/common.py; default %(default)s, the first step its "
                         "steady steps/s counts)")
+    p.add_argument("--also-optmem", action="append", default=[], metavar="LABEL=PATH",
+                   help="another build of liboptmem.so, run in plan mode as the row optmem@LABEL, "
+                        "interleaved with the others (a commit before against one after)")
     p.add_argument("--slow-us", type=int, default=0,
                    help="log each call of at least this many µs with its caller's stack, CPU time "
                         "and page faults (CALLTIME_SLOW_US; adds two system calls to every timed call)")
@@ -236,6 +239,10 @@ def parse_args():
         p.error("--runs and --steps must be at least 1, --min-bytes at least 0")
     if not 0 <= args.mark_step < args.steps:
         p.error("--mark-step must be a step of the run, 0 to --steps - 1")
+    for item in args.also_optmem:
+        label, sep, path = item.partition("=")
+        if not sep or not label or not path or not Path(path).is_file():
+            p.error("--also-optmem takes LABEL=PATH of a library that exists, not %r" % item)
     return args
 
 
@@ -243,6 +250,10 @@ def main():
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     args = parse_args()
     allocs = peers.select_allocators(args.allocators.split(","), args)
+    for item in args.also_optmem:
+        label, _, path = item.partition("=")
+        plan = peers.select_allocators(["optmem"], args)[0]
+        allocs.append(dict(plan, name="optmem@" + label, path=str(Path(path).resolve())))
     workloads = peers.select_workloads(args.workloads, args.build_dir)
     records = []
     with tempfile.TemporaryDirectory(prefix="optmem-calltime-") as tmpdir:
