@@ -474,10 +474,10 @@ static uint64_t ring_put(struct om_pool *pool, struct om_block *b, uint64_t toke
                                              .size = b->size,
                                              .len = b->len,
                                              .alignment = alignment,
-                                             .log = b->log,
                                              .site = key ? info->site : 0,
-                                             .ns = info->ns,
-                                             .cheap = info->site ? key : 0};
+                                             .log = b->log,
+                                             .ns = info->ns};
+    pool->ring_cheap[now % RING] = key;
     b->record = (uint32_t)now + 1;
     b->flags |= OM_BLOCK_RING;
     return now;
@@ -497,8 +497,9 @@ static void learn_cheap_keys(struct om_pool *pool, uint64_t first, uint64_t p, u
     for (uint64_t r = 0; r < p; r++) {
         for (uint64_t at = first + r - back * p; at <= now; at += p) {
             const struct record *e = &pool->ring[at % RING];
-            if (e->cheap)
-                record_cheap_key(pool, &pool->next.records[r], e->cheap, e->token, e->site);
+            if (e->site)
+                record_cheap_key(pool, &pool->next.records[r], pool->ring_cheap[at % RING],
+                                 e->token, e->site);
         }
     }
 }

@@ -38,9 +38,10 @@ int om_pool_create(struct om_pool **out, const struct om_backend *backend, unsig
         rc = om_blockmap_init(&pool->blocks);
     if (rc == 0) {
         pool->ring = om_sys_map(RING * sizeof *pool->ring);
+        pool->ring_cheap = om_sys_map(RING * sizeof *pool->ring_cheap);
         if (om_plan_map(&pool->plan, MAX_PERIOD) != 0 ||
             om_plan_map(&pool->next, MAX_PERIOD) != 0 || om_pool_pages_init(pool) != 0 ||
-            !pool->ring)
+            !pool->ring || !pool->ring_cheap)
             rc = -ENOMEM;
     }
     if (rc != 0)

@@ -73,16 +73,23 @@ struct om_plan_job; /* plan.c */
 struct record {
     uint64_t token, lower, upper; /* in the ring: indices among the requests learnt */
     size_t size, len, alignment;
-    uint32_t log; /* in the ring: the request's index + 1 in the request log, 0 for none */
-    /* In the ring: the cheap key and call site of a request served by its full key (0: none,
-     * as for one served by its cheap key); in an iteration planned: what its slot starts
-     * with, learnt from the iterations the ring holds (docs/serving.md, "Served by cheap
-     * key"). */
+    /* In the ring: the call site of a request served by its full key (its cheap key is in
+     * ring_cheap), 0 for one served by its cheap key, which tells nothing. In an iteration
+     * planned: what its slot starts with (docs/serving.md, "Served by cheap key"). */
     uint32_t site;
-    uint64_t ns; /* in the ring: when it was made (the tracer's clock) */
-    uint64_t cheap;
-    uint8_t confirmed, ambiguous; /* in an iteration planned: as its slot's */
+    union {
+        uint32_t log; /* in the ring: the request's index + 1 in the request log, 0 for none */
+        struct {
+            uint8_t confirmed, ambiguous; /* in an iteration planned: as its slot's */
+        };
+    };
+    union {
+        uint64_t ns;    /* in the ring: when it was made (the tracer's clock) */
+        uint64_t cheap; /* in an iteration planned: its slot's cheap key */
+    };
 };
+/* A served request writes its record into the ring: one cache line. */
+_Static_assert(sizeof(struct record) == 64, "a record is one cache line");
 
 /* How many periods of p a record's block spans: 0 within one (an arc a plan places), 1
  * within two (a plan of two iterations places it), 2 for more or a death not known yet. */
@@ -174,6 +181,7 @@ struct om_pool {
     size_t idle_retaken, idle_small, idle_unbacked, idle_released;
     struct om_plan plan; /* the plan serving, or the last one that did */
     struct record *ring;
+    uint64_t *ring_cheap; /* the cheap keys of the ring's requests, where site is not 0 */
     uint64_t learnt;      /* requests put in the ring: the index of the next */
     uint64_t ring_first;  /* the first after the last gap (requests not learnt) */
     uint64_t steady_from; /* the first known to repeat with period; UINT64_MAX: none */
