@@ -477,7 +477,8 @@ static uint64_t ring_put(struct om_pool *pool, struct om_block *b, uint64_t toke
                                              .site = key ? info->site : 0,
                                              .log = b->log,
                                              .ns = info->ns};
-    pool->ring_cheap[now % RING] = key;
+    if (key) /* only where site says it is there: a request served by its cheap key writes none */
+        pool->ring_cheap[now % RING] = key;
     b->record = (uint32_t)now + 1;
     b->flags |= OM_BLOCK_RING;
     return now;

@@ -181,7 +181,9 @@ struct om_pool {
     size_t idle_retaken, idle_small, idle_unbacked, idle_released;
     struct om_plan plan; /* the plan serving, or the last one that did */
     struct record *ring;
-    uint64_t *ring_cheap; /* the cheap keys of the ring's requests, where site is not 0 */
+    /* The cheap keys of the ring's requests, written (and read) only where their record's
+     * site is not 0: a request served by its cheap key touches no line of it. */
+    uint64_t *ring_cheap;
     uint64_t learnt;      /* requests put in the ring: the index of the next */
     uint64_t ring_first;  /* the first after the last gap (requests not learnt) */
     uint64_t steady_from; /* the first known to repeat with period; UINT64_MAX: none */
