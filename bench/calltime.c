@@ -1,5 +1,5 @@
 /* Preloaded in front of an allocator: times the calls of >= CALLTIME_MIN_BYTES and writes a JSON
- * histogram at exit. */
+ * histogram at exit, of the whole run and of the calls after the program's phase mark. */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
 #endif
@@ -24,6 +24,10 @@
 
 /* C23's, not declared by glibc 2.36: exported for programs built against a newer libc. */
 CT_EXPORT void free_sized(void *ptr, size_t size);
+/* Called by the program (tests/workloads/common.py finds it with ctypes) where the phase it
+ * wants timed on its own begins, its training loop's steady steps: the calls that start after
+ * the first call are also counted in the report's "phase" histograms. */
+CT_EXPORT void calltime_phase_mark(void);
 
 /*
  * Histogram buckets: values below 16 ns are exact, above that 8 buckets per power of two
@@ -44,6 +48,9 @@ struct ct_stats {
 };
 
 static struct ct_stats ct_stats[CT_KINDS];
+/* The calls that started at or after ct_phase_ns (0: no mark yet), in their own histograms. */
+static struct ct_stats ct_phase_stats[CT_KINDS];
+static _Atomic uint64_t ct_phase_ns;
 
 /*
  * CALLTIME_SLOW_US: calls that took at least this long are logged (the first CT_SLOW_MAX), each
@@ -197,12 +204,8 @@ static void ct_log_slow(enum ct_kind kind, const struct ct_mark *m, uint64_t ns,
     ct_depth--;
 }
 
-static void ct_record(enum ct_kind kind, const struct ct_mark *m, size_t size)
+static void ct_add(struct ct_stats *s, uint64_t ns)
 {
-    uint64_t ns = ct_now() - m->ns;
-    if (ct_slow_ns && ns >= ct_slow_ns)
-        ct_log_slow(kind, m, ns, size);
-    struct ct_stats *s = &ct_stats[kind];
     atomic_fetch_add_explicit(&s->count, 1, memory_order_relaxed);
     atomic_fetch_add_explicit(&s->total_ns, ns, memory_order_relaxed);
     atomic_fetch_add_explicit(&s->hist[ct_bucket(ns)], 1, memory_order_relaxed);
@@ -210,6 +213,23 @@ static void ct_record(enum ct_kind kind, const struct ct_mark *m, size_t size)
     while (ns > max && !atomic_compare_exchange_weak_explicit(
                            &s->max_ns, &max, ns, memory_order_relaxed, memory_order_relaxed))
         ;
+}
+
+static void ct_record(enum ct_kind kind, const struct ct_mark *m, size_t size)
+{
+    uint64_t ns = ct_now() - m->ns;
+    if (ct_slow_ns && ns >= ct_slow_ns)
+        ct_log_slow(kind, m, ns, size);
+    ct_add(&ct_stats[kind], ns);
+    uint64_t phase = atomic_load_explicit(&ct_phase_ns, memory_order_relaxed);
+    if (phase && m->ns >= phase)
+        ct_add(&ct_phase_stats[kind], ns);
+}
+
+CT_EXPORT void calltime_phase_mark(void)
+{
+    uint64_t none = 0;
+    atomic_compare_exchange_strong(&ct_phase_ns, &none, ct_now());
 }
 
 static size_t ct_slot(uintptr_t key)
@@ -288,6 +308,7 @@ static size_t ct_boot_size(const void *ptr)
 static void ct_reset_stats(void)
 {
     memset(ct_stats, 0, sizeof(ct_stats));
+    memset(ct_phase_stats, 0, sizeof(ct_phase_stats));
 }
 
 static void ct_calibrate(void)
@@ -631,6 +652,38 @@ static int ct_out_path(const char *pattern, char *path, size_t cap)
     return n < 0 || (size_t)n >= cap ? -ENAMETOOLONG : 0;
 }
 
+/* The kinds' counts, totals, quantiles and histograms, as the members of one JSON object. */
+static void ct_write_kinds(struct ct_out *o, struct ct_stats *stats)
+{
+    static uint64_t hist[CT_BUCKETS];
+    for (int k = 0; k < CT_KINDS; k++) {
+        struct ct_stats *s = &stats[k];
+        uint64_t count = 0;
+        for (unsigned b = 0; b < CT_BUCKETS; b++) {
+            hist[b] = atomic_load_explicit(&s->hist[b], memory_order_relaxed);
+            count += hist[b];
+        }
+        ct_printf(o,
+                  "%s\n  \"%s\": {\"count\": %llu, \"total_ns\": %llu, \"max_ns\": %llu, "
+                  "\"p50_ns\": %llu, \"p99_ns\": %llu, \"hist\": [",
+                  k ? "," : "", ct_kind_names[k], (unsigned long long)count,
+                  (unsigned long long)atomic_load(&s->total_ns),
+                  (unsigned long long)atomic_load(&s->max_ns),
+                  (unsigned long long)ct_quantile(hist, count, 500),
+                  (unsigned long long)ct_quantile(hist, count, 990));
+        int first = 1;
+        for (unsigned b = 0; b < CT_BUCKETS; b++) {
+            if (!hist[b])
+                continue;
+            ct_printf(o, "%s[%llu, %llu, %llu]", first ? "" : ", ",
+                      (unsigned long long)ct_bucket_low(b), (unsigned long long)ct_bucket_high(b),
+                      (unsigned long long)hist[b]);
+            first = 0;
+        }
+        ct_printf(o, "]}");
+    }
+}
+
 static int ct_forked_child;
 
 static void ct_write_report(void)
@@ -660,32 +713,14 @@ static void ct_write_report(void)
         "\"bootstrap_bytes\": %zu, \"kinds\": {",
         (long)getpid(), (long)getppid(), ct_min_bytes, (unsigned long long)ct_timer_overhead_ns,
         (unsigned long long)atomic_load(&ct_untracked), atomic_load(&ct_boot_used));
-    static uint64_t hist[CT_BUCKETS];
-    for (int k = 0; k < CT_KINDS; k++) {
-        struct ct_stats *s = &ct_stats[k];
-        uint64_t count = 0;
-        for (unsigned b = 0; b < CT_BUCKETS; b++) {
-            hist[b] = atomic_load_explicit(&s->hist[b], memory_order_relaxed);
-            count += hist[b];
-        }
-        ct_printf(&o,
-                  "%s\n  \"%s\": {\"count\": %llu, \"total_ns\": %llu, \"max_ns\": %llu, "
-                  "\"p50_ns\": %llu, \"p99_ns\": %llu, \"hist\": [",
-                  k ? "," : "", ct_kind_names[k], (unsigned long long)count,
-                  (unsigned long long)atomic_load(&s->total_ns),
-                  (unsigned long long)atomic_load(&s->max_ns),
-                  (unsigned long long)ct_quantile(hist, count, 500),
-                  (unsigned long long)ct_quantile(hist, count, 990));
-        int first = 1;
-        for (unsigned b = 0; b < CT_BUCKETS; b++) {
-            if (!hist[b])
-                continue;
-            ct_printf(&o, "%s[%llu, %llu, %llu]", first ? "" : ", ",
-                      (unsigned long long)ct_bucket_low(b), (unsigned long long)ct_bucket_high(b),
-                      (unsigned long long)hist[b]);
-            first = 0;
-        }
-        ct_printf(&o, "]}");
+    ct_write_kinds(&o, ct_stats);
+    uint64_t phase = atomic_load(&ct_phase_ns);
+    if (phase) {
+        ct_printf(&o, "\n}, \"phase_mark_ms\": %.3f, \"phase\": {",
+                  (phase > ct_start_ns ? phase - ct_start_ns : 0) / 1e6);
+        ct_write_kinds(&o, ct_phase_stats);
+    } else {
+        ct_printf(&o, "\n}, \"phase_mark_ms\": null, \"phase\": {");
     }
     ct_printf(&o, "\n}, \"slow_us\": %llu, \"slow_calls\": %u, \"slow\": [",
               (unsigned long long)(ct_slow_ns / 1000), atomic_load(&ct_nslow));

@@ -54,12 +54,28 @@ def merge(hists):
     return [[low, high, c] for low, (high, c) in sorted(out.items())]
 
 
+def phase_summary(phase):
+    """The same of the calls after the workload's phase mark (report["phase"]), or Nones."""
+    if not phase:
+        return {k: None for k in PHASE_COLUMNS}
+    alloc_hist = merge(phase[k]["hist"] for k in ALLOC_KINDS)
+    return {
+        "train_alloc_calls": sum(phase[k]["count"] for k in ALLOC_KINDS),
+        "train_free_calls": phase["free"]["count"],
+        "train_alloc_p50_ns": quantile(alloc_hist, 0.5),
+        "train_alloc_p99_ns": quantile(alloc_hist, 0.99),
+        "train_free_p50_ns": quantile(phase["free"]["hist"], 0.5),
+        "train_free_p99_ns": quantile(phase["free"]["hist"], 0.99),
+        "train_max_ns": max(phase[k]["max_ns"] for k in phase),
+    }
+
+
 def summary_of(report):
     """What the table needs from one calltime report."""
     kinds = report["kinds"]
     alloc_hist = merge(kinds[k]["hist"] for k in ALLOC_KINDS)
     free = kinds["free"]
-    return {
+    return dict(phase_summary(report.get("phase")), **{
         "alloc_calls": sum(kinds[k]["count"] for k in ALLOC_KINDS),
         "free_calls": free["count"],
         "alloc_ms": sum(kinds[k]["total_ns"] for k in ALLOC_KINDS) / 1e6,
@@ -75,7 +91,8 @@ def summary_of(report):
         "timer_overhead_ns": report["timer_overhead_ns"],
         "untracked_large": report["untracked_large"],
         "slow": report.get("slow", []),
-    }
+        "phase_mark_ms": report.get("phase_mark_ms"),
+    })
 
 
 def workload_report(outdir):
@@ -98,6 +115,7 @@ def run_once(workload, alloc, args, calltime_lib, tmpdir, tag):
                CALLTIME_MIN_BYTES=str(args.min_bytes))
     if args.slow_us:
         env["CALLTIME_SLOW_US"] = str(args.slow_us)
+    env["CALLTIME_MARK_STEP"] = str(args.mark_step)
     preload = str(calltime_lib) + (":" + alloc["path"] if alloc["path"] else "")
     rec = peers.run_once(workload, dict(alloc, path=preload, env=env), args, tmpdir, tag)
     rec["calltime"] = None
@@ -113,8 +131,11 @@ def run_once(workload, alloc, args, calltime_lib, tmpdir, tag):
     return rec
 
 
+# The calls after tests/workloads/common.py's phase mark (the steps from --mark-step on).
+PHASE_COLUMNS = ("train_alloc_calls", "train_free_calls", "train_alloc_p50_ns", "train_alloc_p99_ns",
+                 "train_free_p50_ns", "train_free_p99_ns", "train_max_ns")
 COLUMNS = ("alloc_calls", "free_calls", "alloc_ms", "free_ms", "alloc_p50_ns", "alloc_p99_ns",
-           "free_p50_ns", "free_p99_ns", "max_ns", "slow_calls")
+           "free_p50_ns", "free_p99_ns", "max_ns", "slow_calls") + PHASE_COLUMNS
 
 
 def summarize(records, workloads, allocs):
@@ -162,13 +183,17 @@ def fmt_count(n):
     return "%.1fk" % (n / 1e3) if n >= 10000 else "%d" % n
 
 
-def markdown_table(rows, min_bytes):
+def markdown_table(rows, min_bytes, mark_step):
     """The table, one row per (workload, allocator)."""
+    t = "steps ≥ %d" % mark_step
     head = ("| workload | allocator | allocs ≥ %s | frees of them | time inside allocs (ms) | "
-            "inside frees (ms) | alloc median | alloc p99 | free median | free p99 | max call "
+            "inside frees (ms) | alloc median | alloc p99 | free median | free p99 | "
+            "allocs, %s | alloc median, %s | alloc p99, %s | free median, %s | free p99, %s | "
+            "max call, %s | max call "
             "(median of runs) | max call (any run) | calls ≥ 1.05 ms | steady steps/s | wall (s) | served from plan | "
             "output vs glibc | others' CPU, max (cores) |" % (
-                "%d KiB" % (min_bytes // 1024) if min_bytes % 1024 == 0 else "%d B" % min_bytes))
+                ("%d KiB" % (min_bytes // 1024) if min_bytes % 1024 == 0 else "%d B" % min_bytes),
+                t, t, t, t, t, t))
     lines = [head, "|" + "---|" * head.count(" | ") + "---|"]
     for r in rows:
         name = r["allocator"] + (" (%d failed)" % r["runs_failed"] if r["runs_failed"] else "")
@@ -177,6 +202,9 @@ def markdown_table(rows, min_bytes):
             peers.fmt(r["alloc_ms"], ".1f"), peers.fmt(r["free_ms"], ".1f"),
             fmt_ns(r["alloc_p50_ns"], True), fmt_ns(r["alloc_p99_ns"], True),
             fmt_ns(r["free_p50_ns"], True), fmt_ns(r["free_p99_ns"], True),
+            fmt_count(r["train_alloc_calls"]), fmt_ns(r["train_alloc_p50_ns"], True),
+            fmt_ns(r["train_alloc_p99_ns"], True), fmt_ns(r["train_free_p50_ns"], True),
+            fmt_ns(r["train_free_p99_ns"], True), fmt_ns(r["train_max_ns"]),
             fmt_ns(r["max_ns"]), fmt_ns(r["max_ns_of_runs"]), peers.fmt(r["slow_calls"], ".0f"), peers.fmt(r["steps_per_s"], ".2f"),
             peers.fmt(r["wall_s"], ".1f"), peers.fmt(r["served_share"], ".3f"), r["output"],
             peers.fmt(r["other_cpu_max"], ".2f")]))
@@ -196,12 +224,25 @@ def parse_args():
                    help="time calls of at least this many bytes (CALLTIME_MIN_BYTES, default %(default)s)")
     p.add_argument("--cc", default=os.environ.get("CC", "cc"), help="C compiler (default cc)")
     p.add_argument("--calltime-lib", help="use this calltime.so instead of building one")
+    p.add_argument("--mark-step", type=int, default=3,
+                   help="the training columns time the calls from this step on (CALLTIME_MARK_STEP, "
+                        "read by tests/workloads/common.py; default %(default)s, the first step its "
+                        "steady steps/s counts)")
+    p.add_argument("--also-optmem", action="append", default=[], metavar="LABEL=PATH",
+                   help="another build of liboptmem.so, run in plan mode as the row optmem@LABEL, "
+                        "interleaved with the others (a commit before against one after)")
     p.add_argument("--slow-us", type=int, default=0,
                    help="log each call of at least this many µs with its caller's stack, CPU time "
                         "and page faults (CALLTIME_SLOW_US; adds two system calls to every timed call)")
     args = p.parse_args()
     if args.runs < 1 or args.steps < 1 or args.min_bytes < 0 or args.slow_us < 0:
         p.error("--runs and --steps must be at least 1, --min-bytes at least 0")
+    if not 0 <= args.mark_step < args.steps:
+        p.error("--mark-step must be a step of the run, 0 to --steps - 1")
+    for item in args.also_optmem:
+        label, sep, path = item.partition("=")
+        if not sep or not label or not path or not Path(path).is_file():
+            p.error("--also-optmem takes LABEL=PATH of a library that exists, not %r" % item)
     return args
 
 
@@ -209,6 +250,10 @@ def main():
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     args = parse_args()
     allocs = peers.select_allocators(args.allocators.split(","), args)
+    for item in args.also_optmem:
+        label, _, path = item.partition("=")
+        plan = peers.select_allocators(["optmem"], args)[0]
+        allocs.append(dict(plan, name="optmem@" + label, path=str(Path(path).resolve())))
     workloads = peers.select_workloads(args.workloads, args.build_dir)
     records = []
     with tempfile.TemporaryDirectory(prefix="optmem-calltime-") as tmpdir:
@@ -237,12 +282,16 @@ def main():
                             "main thread" if slow["main_thread"] else "thread %d" % slow["tid"],
                             " < ".join(slow["frames"][:6])))
     rows = summarize(records, workloads, allocs)
+    mark_step = args.mark_step
     print("Medians of %d interleaved run(s); %d steps; threads=%d; calls of >= %d bytes timed with "
           "CLOCK_MONOTONIC (the clock's own cost, ~%s, is inside every figure); median and p99 "
-          "are upper bounds of histogram buckets (12.5 %% wide).\n" % (
+          "are upper bounds of histogram buckets (12.5 %% wide); the \"steps ≥ %d\" columns are "
+          "the calls made from step %d on (the workload's phase mark), the others the whole "
+          "process's.\n" % (
               args.runs, args.steps, args.threads, args.min_bytes,
-              fmt_ns(peers.median_of(r["calltime"]["timer_overhead_ns"] for r in records if r["calltime"]))))
-    print(markdown_table(rows, args.min_bytes))
+              fmt_ns(peers.median_of(r["calltime"]["timer_overhead_ns"] for r in records if r["calltime"])),
+              mark_step, mark_step))
+    print(markdown_table(rows, args.min_bytes, mark_step))
     print()
     print(peers.busy_note(records))
     untracked = [r for r in rows if r["untracked_large"]]

@@ -1,4 +1,4 @@
-"""Check that bench/calltime.c's library forwards every call to the allocator behind it and writes a valid report (counts, never times)."""
+"""Check that bench/calltime.c's library forwards every call to the allocator behind it and writes a valid report, of the whole run and of the calls after the program's phase mark (counts, never times)."""
 
 import json
 import os
@@ -36,7 +36,11 @@ def check(p, byte, size):
     view = (ctypes.c_ubyte * size).from_address(p)
     assert all(view[i] == byte for i in range(0, size, 4096)) and view[size - 1] == byte, "contents lost"
 
+mark = libc.calltime_phase_mark
+mark.restype, mark.argtypes = None, []
 for i in range(N):
+    if i == N // 2:
+        mark()  # the "phase" histograms count the calls from here on
     p = filled(libc.malloc(BLOCK), 1, BLOCK)
     p = libc.realloc(p, 2 * BLOCK)          # grows: contents kept
     check(p, 1, BLOCK)
@@ -69,19 +73,28 @@ def fail(msg):
     sys.exit(1)
 
 
-def check_report(path, expect):
-    """The report parses, its histograms add up to its counts, and the counts are expect's."""
+def check_report(path, expect, expect_phase):
+    """The report parses, its histograms add up to its counts, and the counts are expect's, those
+    after the phase mark expect_phase's."""
     report = json.loads(Path(path).read_text())
     if report.get("tool") != "calltime" or report.get("min_bytes") != MIN_BYTES:
         fail("%s: wrong header %r" % (path, {k: report.get(k) for k in ("tool", "min_bytes")}))
-    for kind, stats in report["kinds"].items():
+    if not isinstance(report.get("phase_mark_ms"), float) or report["phase_mark_ms"] <= 0:
+        fail("%s: phase_mark_ms is %r, not the time of the mark" % (path, report.get("phase_mark_ms")))
+    check_kinds(path, report["kinds"], expect)
+    check_kinds("%s (phase)" % path, report["phase"], expect_phase)
+
+
+def check_kinds(path, kinds, expect):
+    """One set of histograms: each adds up to its count, and the counts are expect's."""
+    for kind, stats in kinds.items():
         in_hist = sum(c for _, _, c in stats["hist"])
         if in_hist != stats["count"]:
             fail("%s: %s histogram holds %d calls, count says %d" % (path, kind, in_hist, stats["count"]))
         lows = [low for low, _, _ in stats["hist"]]
         if lows != sorted(lows) or any(low > high for low, high, _ in stats["hist"]):
             fail("%s: %s buckets out of order" % (path, kind))
-    counts = {k: v["count"] for k, v in report["kinds"].items()}
+    counts = {k: v["count"] for k, v in kinds.items()}
     if counts != expect:
         fail("%s: counts %r, expected %r" % (path, counts, expect))
 
@@ -109,9 +122,13 @@ def main():
         parent = Path(tmp) / ("%d.json" % proc.pid)
         if parent not in reports or len(reports) != 2:
             fail("expected the reports of the child and its fork, found %s" % [p.name for p in reports])
-        check_report(parent, {"malloc": N, "calloc": N, "realloc": N, "aligned": 3 * N, "free": 5 * N})
+        after = N - N // 2
+        check_report(parent, {"malloc": N, "calloc": N, "realloc": N, "aligned": 3 * N, "free": 5 * N},
+                     {"malloc": after, "calloc": after, "realloc": after, "aligned": 3 * after,
+                      "free": 5 * after})
         forked = [p for p in reports if p != parent][0]
-        check_report(forked, {"malloc": 1, "calloc": 0, "realloc": 0, "aligned": 0, "free": 1})
+        one = {"malloc": 1, "calloc": 0, "realloc": 0, "aligned": 0, "free": 1}
+        check_report(forked, one, one)  # forked after the mark: its calls are all after it
     print("calltime_check: ok (%s)" % (" -> ".join(["calltime"] + [Path(b).name for b in behind])))
 
 

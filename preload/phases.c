@@ -232,16 +232,36 @@ static void leave_search(struct om_pool *pool)
     om_pool_learn(pool);
 }
 
+/* A request served by its full key (key and site not 0) at the place of rec in its iteration:
+ * what a plan's slot for rec would learn of its cheap key, for the slot to start with
+ * (docs/serving.md, "Served by cheap key"). */
+static void record_cheap_key(struct om_pool *pool, struct record *rec, uint64_t key, uint64_t token,
+                             uint32_t site)
+{
+    struct om_slot sl = {.token = rec->token,
+                         .cheap = rec->cheap,
+                         .site = rec->site,
+                         .confirmed = rec->confirmed,
+                         .ambiguous = rec->ambiguous};
+    pool->stats.cheap_key_collisions += om_pool_cheap_learn(&sl, key, token, site);
+    rec->cheap = sl.cheap;
+    rec->site = sl.site;
+    rec->confirmed = sl.confirmed;
+    rec->ambiguous = sl.ambiguous;
+}
+
 /* A request while the search runs, followed on the iteration searched as a serving plan's
  * cursor follows it (a request of a token with no slot moves it on), its misses judged as a
  * serving plan's are: at the end of an iteration (the cursor wraps, or goes back), over a
  * period's requests at least. The plan serves from the first iteration boundary (the slot
  * after the quiet point, reached or passed) after the search ended, where the requests since
  * the last judgement still follow the iteration. */
-static void await_plan(struct om_pool *pool, uint64_t token)
+static void await_plan(struct om_pool *pool, uint64_t token, uint64_t key, uint32_t site)
 {
     const struct om_plan *next = &pool->next;
     uint64_t p = next->period, c = pool->follow_cursor, s = c;
+    if (key && site) /* told to the slot expected, as a serving plan's */
+        record_cheap_key(pool, &pool->next.records[c], key, token, site);
     if (next->slots[c].token != token) {
         s = om_slot_index_find(&next->index, next->slots, token, c);
         pool->follow_misses++;
@@ -445,14 +465,44 @@ static void unroll_twice(struct om_pool *pool)
  * the step is then planned from the iterations just past rather than from two learnt from
  * then on. */
 static uint64_t ring_put(struct om_pool *pool, struct om_block *b, uint64_t token, size_t alignment,
-                         const struct om_alloc_info *info)
+                         uint64_t key, const struct om_alloc_info *info)
 {
     uint64_t now = pool->learnt++;
-    pool->ring[now % RING] =
-        (struct record){token, now, OM_NO_DEATH, b->size, b->len, alignment, b->log, info->ns};
+    pool->ring[now % RING] = (struct record){.token = token,
+                                             .lower = now,
+                                             .upper = OM_NO_DEATH,
+                                             .size = b->size,
+                                             .len = b->len,
+                                             .alignment = alignment,
+                                             .site = key ? info->site : 0,
+                                             .log = b->log,
+                                             .ns = info->ns};
+    if (key) /* only where site says it is there: a request served by its cheap key writes none */
+        pool->ring_cheap[now % RING] = key;
     b->record = (uint32_t)now + 1;
     b->flags |= OM_BLOCK_RING;
     return now;
+}
+
+/* The iteration in next, copied from the ring at first, learns of the cheap keys of its
+ * requests' places in the iterations the ring holds that repeat it (from steady_from on, up
+ * to now), in their order; requests served by their cheap keys tell nothing. */
+static void learn_cheap_keys(struct om_pool *pool, uint64_t first, uint64_t p, uint64_t now)
+{
+    uint64_t from = pool->steady_from > pool->ring_first ? pool->steady_from : pool->ring_first;
+    if (from > first)
+        from = first;
+    if (now >= RING && now - RING + 1 > from) /* the entries still in the ring */
+        from = now - RING + 1;
+    uint64_t back = (first - from) / p; /* iterations before first: first - back * p >= from */
+    for (uint64_t r = 0; r < p; r++) {
+        for (uint64_t at = first + r - back * p; at <= now; at += p) {
+            const struct record *e = &pool->ring[at % RING];
+            if (e->site)
+                record_cheap_key(pool, &pool->next.records[r], pool->ring_cheap[at % RING],
+                                 e->token, e->site);
+        }
+    }
 }
 
 /* A request learnt. Where the tracer knows the requests to repeat with a period far
@@ -491,8 +541,12 @@ static void learn_request(struct om_pool *pool, struct om_block *b, uint64_t now
     for (uint64_t r = 0; r < p; r++) {
         const struct record *e = &pool->ring[(first + r) % RING];
         uint64_t upper = e->upper == OM_NO_DEATH ? OM_NO_DEATH : e->upper - first;
-        pool->next.records[r] =
-            (struct record){e->token, r, upper, e->size, e->len, e->alignment, 0, 0};
+        pool->next.records[r] = (struct record){.token = e->token,
+                                                .lower = r,
+                                                .upper = upper,
+                                                .size = e->size,
+                                                .len = e->len,
+                                                .alignment = e->alignment};
     }
     pool->next.nrecords = p;
     /* first + p <= now: the next iteration's first request is in the ring too. */
@@ -508,12 +562,13 @@ static void learn_request(struct om_pool *pool, struct om_block *b, uint64_t now
     pool->next.log_cycle_start = log ? log - 1 : UINT64_MAX;
     pool->next.evidence = info->periodic;
     pool->next.unrolled = 0;
+    learn_cheap_keys(pool, first, p, now);
     unroll_twice(pool);
     plan_now(pool, (back + 1) % pool->period);
 }
 
 void om_pool_after_cycle_request(struct om_pool *pool, struct om_block *b, uint64_t token,
-                                 size_t alignment, const struct om_alloc_info *info)
+                                 size_t alignment, uint64_t key, const struct om_alloc_info *info)
 {
     /* A request only logged leaves them to be asked for where they are read. */
     pool->tracer_stale = info->deferred;
@@ -525,13 +580,13 @@ void om_pool_after_cycle_request(struct om_pool *pool, struct om_block *b, uint6
         keep_found(pool);
     uint64_t now = pool->learnt;
     if (pool->phase == LEARN || pool->phase == SERVE || pool->phase == PLAN)
-        now = ring_put(pool, b, token, alignment, info);
+        now = ring_put(pool, b, token, alignment, key, info);
     else
         pool->ring_first = pool->learnt; /* a gap: the ring's iterations end here */
     if (pool->phase == PROLOGUE)
         return;
     if (pool->phase == PLAN) {
-        await_plan(pool, token);
+        await_plan(pool, token, key, info->site);
         return;
     }
     if (pool->phase == SERVE) {
@@ -549,8 +604,14 @@ void om_pool_after_cycle_request(struct om_pool *pool, struct om_block *b, uint6
     }
     if (pool->phase == RECORD) {
         struct om_plan *next = &pool->next;
-        next->records[next->nrecords] =
-            (struct record){token, next->nrecords, OM_NO_DEATH, b->size, b->len, alignment, 0, 0};
+        next->records[next->nrecords] = (struct record){.token = token,
+                                                        .lower = next->nrecords,
+                                                        .upper = OM_NO_DEATH,
+                                                        .size = b->size,
+                                                        .len = b->len,
+                                                        .alignment = alignment,
+                                                        .site = key ? info->site : 0,
+                                                        .cheap = info->site ? key : 0};
         b->record = (uint32_t)++next->nrecords;
         b->flags &= ~OM_BLOCK_RING;
         b->generation = pool->generation;

@@ -248,7 +248,11 @@ static int place_arcs(struct om_pool *pool, om_rp_block *in, size_t n, uint64_t 
         next->slots[in[i].id] = (struct om_slot){.token = rec->token,
                                                  .offset = base + offsets[i],
                                                  .len = rec->len,
-                                                 .alignment = rec->alignment};
+                                                 .alignment = rec->alignment,
+                                                 .cheap = rec->cheap,
+                                                 .site = rec->site,
+                                                 .confirmed = rec->confirmed,
+                                                 .ambiguous = rec->ambiguous};
     }
     next->end = base + pl.peak;
     om_pool_advise_huge(pool, base, base + pl.peak);

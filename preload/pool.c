@@ -38,9 +38,10 @@ int om_pool_create(struct om_pool **out, const struct om_backend *backend, unsig
         rc = om_blockmap_init(&pool->blocks);
     if (rc == 0) {
         pool->ring = om_sys_map(RING * sizeof *pool->ring);
+        pool->ring_cheap = om_sys_map(RING * sizeof *pool->ring_cheap);
         if (om_plan_map(&pool->plan, MAX_PERIOD) != 0 ||
             om_plan_map(&pool->next, MAX_PERIOD) != 0 || om_pool_pages_init(pool) != 0 ||
-            !pool->ring)
+            !pool->ring || !pool->ring_cheap)
             rc = -ENOMEM;
     }
     if (rc != 0)
@@ -205,32 +206,27 @@ static int place(struct om_pool *pool, size_t len, size_t alignment, uintptr_t s
 #define CHEAP_CONFIRM 2
 #define CHEAP_EVERY 64
 
-/* The cheap key found to name another request at slot sl: never trusted there again. */
-static void cheap_ambiguous(struct om_pool *pool, struct om_slot *sl)
-{
-    sl->ambiguous = 1;
-    pool->stats.cheap_key_collisions++;
-}
-
 /* Before a request served by its full key is placed, with the cursor at slot sl: a cheap key
- * that names the slot's request while this one is another is ambiguous. Marked now, before
- * the request's miss may drop the plan (and keep it for a phase that comes back). */
-static void cheap_check(struct om_pool *pool, struct om_slot *sl, uint64_t key, uint64_t token)
+ * that names the slot's request while this one is another is ambiguous, never trusted there
+ * again. Marked now, before the request's miss may drop the plan (and keep it for a phase
+ * that comes back). 1 where it was marked. */
+static int cheap_check(struct om_slot *sl, uint64_t key, uint64_t token)
 {
-    if (!sl->ambiguous && sl->cheap == key && sl->token != token)
-        cheap_ambiguous(pool, sl);
+    if (sl->ambiguous || sl->cheap != key || sl->token == token)
+        return 0;
+    sl->ambiguous = 1;
+    return 1;
 }
 
 /* Once the request is recorded, of call site site: what its cheap key names at the slot. */
-static void cheap_note(struct om_pool *pool, struct om_slot *sl, uint64_t key, uint64_t token,
-                       uint32_t site)
+static int cheap_note(struct om_slot *sl, uint64_t key, uint64_t token, uint32_t site)
 {
     if (sl->ambiguous || !site)
-        return;
+        return 0;
     if (sl->cheap == key) { /* the same token: see cheap_check */
         if (sl->site != site) {
-            cheap_ambiguous(pool, sl);
-            return;
+            sl->ambiguous = 1;
+            return 1;
         }
         sl->confirmed += sl->confirmed < CHEAP_CONFIRM;
         sl->since = 0;
@@ -239,6 +235,13 @@ static void cheap_note(struct om_pool *pool, struct om_slot *sl, uint64_t key, u
         sl->site = site;
         sl->since = sl->confirmed = 0;
     }
+    return 0;
+}
+
+int om_pool_cheap_learn(struct om_slot *sl, uint64_t key, uint64_t token, uint32_t site)
+{
+    int ambiguous = cheap_check(sl, key, token);
+    return ambiguous | cheap_note(sl, key, token, site);
 }
 
 /* Whether the tracer may only log a request served by its cheap key, placed under
@@ -267,7 +270,7 @@ static void *alloc_locked(struct om_pool *pool, size_t size, size_t len, size_t 
     uint64_t expected =
         stack && key && pool->phase == SERVE && cycle_thread ? pool->cursor : UINT64_MAX;
     if (expected != UINT64_MAX)
-        cheap_check(pool, &pool->plan.slots[expected], key, token);
+        pool->stats.cheap_key_collisions += cheap_check(&pool->plan.slots[expected], key, token);
     int flags;
     if (place(pool, len, alignment, stream, token, cycle_thread, main_thread, &off, &flags) != 0)
         return NULL;
@@ -305,12 +308,13 @@ static void *alloc_locked(struct om_pool *pool, size_t size, size_t len, size_t 
     else
         om_tracer_on_alloc_site(pool->domain, p, size, round16(size), alignment, site, &info);
     if (expected != UINT64_MAX && pool->generation == generation)
-        cheap_note(pool, &pool->plan.slots[expected], key, token, info.site);
+        pool->stats.cheap_key_collisions +=
+            cheap_note(&pool->plan.slots[expected], key, token, info.site);
     /* Before the phase machine: a plan it installs now lays its pages out from the next
      * call, and this request's pages, placed by best fit, are matched by idle ones first. */
     om_pool_page_work(pool, grown);
     if (cycle_thread)
-        om_pool_after_cycle_request(pool, placed, token, alignment, &info);
+        om_pool_after_cycle_request(pool, placed, token, alignment, stack ? key : 0, &info);
     return p;
 }
 

@@ -73,9 +73,23 @@ struct om_plan_job; /* plan.c */
 struct record {
     uint64_t token, lower, upper; /* in the ring: indices among the requests learnt */
     size_t size, len, alignment;
-    uint32_t log; /* in the ring: the request's index + 1 in the request log, 0 for none */
-    uint64_t ns;  /* in the ring: when it was made (the tracer's clock) */
+    /* In the ring: the call site of a request served by its full key (its cheap key is in
+     * ring_cheap), 0 for one served by its cheap key, which tells nothing. In an iteration
+     * planned: what its slot starts with (docs/serving.md, "Served by cheap key"). */
+    uint32_t site;
+    union {
+        uint32_t log; /* in the ring: the request's index + 1 in the request log, 0 for none */
+        struct {
+            uint8_t confirmed, ambiguous; /* in an iteration planned: as its slot's */
+        };
+    };
+    union {
+        uint64_t ns;    /* in the ring: when it was made (the tracer's clock) */
+        uint64_t cheap; /* in an iteration planned: its slot's cheap key */
+    };
 };
+/* A served request writes its record into the ring: one cache line. */
+_Static_assert(sizeof(struct record) == 64, "a record is one cache line");
 
 /* How many periods of p a record's block spans: 0 within one (an arc a plan places), 1
  * within two (a plan of two iterations places it), 2 for more or a death not known yet. */
@@ -167,6 +181,9 @@ struct om_pool {
     size_t idle_retaken, idle_small, idle_unbacked, idle_released;
     struct om_plan plan; /* the plan serving, or the last one that did */
     struct record *ring;
+    /* The cheap keys of the ring's requests, written (and read) only where their record's
+     * site is not 0: a request served by its cheap key touches no line of it. */
+    uint64_t *ring_cheap;
     uint64_t learnt;      /* requests put in the ring: the index of the next */
     uint64_t ring_first;  /* the first after the last gap (requests not learnt) */
     uint64_t steady_from; /* the first known to repeat with period; UINT64_MAX: none */
@@ -236,6 +253,11 @@ struct om_pool {
 
 /* ---- pool.c: the entry points and placement ---- */
 
+/* What a request served by its full key, of cheap key key (not 0), token and call site
+ * site, tells the slot that expected it (docs/serving.md, "Served by cheap key"): 1 where
+ * the key is found to name another request there, which makes the slot ambiguous. */
+int om_pool_cheap_learn(struct om_slot *sl, uint64_t key, uint64_t token, uint32_t site);
+
 /* The guard: the planned offset is handed out when the slot holds the request and no live
  * block overlaps it (counted as served); 0 when not (a guard rejection counted). */
 int om_pool_take_planned(struct om_pool *pool, size_t offset, size_t slot_len, size_t len,
@@ -269,9 +291,10 @@ void om_pool_end_of_served_iteration(struct om_pool *pool);
  * program comes back to the phase it planned where it served an iteration. */
 void om_pool_leave_plan(struct om_pool *pool, int keep);
 
-/* Advances the phase after a request of the iteration-defining thread was placed. */
+/* Advances the phase after a request of the iteration-defining thread was placed; key: its
+ * cheap key where its full key was computed, else 0. */
 void om_pool_after_cycle_request(struct om_pool *pool, struct om_block *b, uint64_t token,
-                                 size_t alignment, const struct om_alloc_info *info);
+                                 size_t alignment, uint64_t key, const struct om_alloc_info *info);
 
 /* ---- plan.c: making a plan ---- */
 

@@ -8,7 +8,11 @@ check period (CHEAP_EVERY, preload/pool.c) more requests than it made, the secon
 and no block overlaps another (OPTMEM_VERIFY=1). A Python program with deep stacks
 (programs/deep_calls.py) is served by its cheap keys for most of its requests, and its report
 names the same call sites with the same counts as a run in trace mode, where every request's
-stack is captured.
+stack is captured. Run for a few iterations only, so that its plan serves a handful, the plan's
+slots start with the cheap keys the iterations before it were seen with by their full keys: it
+serves by cheap key from its first iteration on, where each slot's key would otherwise be
+confirmed by three served iterations first (CHEAP_CONFIRM), and names the same call sites with
+the same counts as trace mode.
 
 Usage: cheap_key.py --preload LIBOPTMEM --program CHEAP_KEY. Exit status 0 on success.
 """
@@ -25,6 +29,7 @@ import report_schema  # noqa: E402
 
 CHEAP_EVERY = 64  # preload/pool.c
 N1, N2 = 300, 1000
+SHORT = 12  # deep_calls.py's iterations in the short run: its plan serves a few
 DEEP = os.path.join(os.path.dirname(os.path.abspath(__file__)), "programs", "deep_calls.py")
 
 
@@ -103,12 +108,43 @@ def check_python(preload):
     return failures
 
 
+def check_short(preload):
+    """A plan that serves a few iterations: its first one is served by cheap key already."""
+    argv = ["/usr/bin/python3", DEEP, str(SHORT)]
+    plan, trace = run(preload, argv, "plan", verify=1), run(preload, argv, "trace")
+    v = plan["serving"]
+    period = v["plan_slots"]
+    print("cheap_key: short run: %d of %d requests served from a plan of %d slots were served by "
+          "cheap key" % (v["served_by_cheap_key"], v["served_from_plan"], period))
+    failures = []
+    if v["served_from_plan"] < 2 * period:
+        failures.append("short run: the plan served %d requests, not two iterations of %d: "
+                        "nothing is checked" % (v["served_from_plan"], period))
+    # Before the slots started with what the ring saw, the first three served iterations took
+    # their full keys: here not one iteration's worth.
+    if v["served_from_plan"] - v["served_by_cheap_key"] >= period:
+        failures.append("short run: %d of the %d requests served took their full keys, an "
+                        "iteration of %d or more" % (v["served_from_plan"] - v["served_by_cheap_key"],
+                                                     v["served_from_plan"], period))
+    if v["verify_violations"] or v["invalid_frees"]:
+        failures.append("short run: verify: %d violations, %d invalid frees"
+                        % (v["verify_violations"], v["invalid_frees"]))
+    sites = lambda r: {site_key(s): s["count"] for s in r["sites"]  # noqa: E731
+                       if any(p.get("function") in ("bottom", "mid") for p in s.get("python", []))}
+    p, t = sites(plan), sites(trace)
+    if not p or p != t:
+        failures.append("short run: the loop's call sites differ from trace mode's: %s against %s"
+                        % (sorted(p.values()), sorted(t.values())))
+    return failures
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--preload", required=True)
     ap.add_argument("--program", required=True)
     args = ap.parse_args()
-    failures = check_collision(args.preload, args.program) + check_python(args.preload)
+    failures = (check_collision(args.preload, args.program) + check_python(args.preload)
+                + check_short(args.preload))
     for f in failures:
         print("cheap_key: " + f, file=sys.stderr)
     return 1 if failures else 0

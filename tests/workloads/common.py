@@ -114,6 +114,27 @@ def step_marker():
     return fn
 
 
+def calltime_marker():
+    """Return (step, mark) where bench/calltime.c is preloaded: mark() starts its "phase"
+    histograms, called before step `step` (CALLTIME_MARK_STEP, default WARMUP_STEPS);
+    (None, None) otherwise, and the workload runs as without it."""
+    fn = getattr(ctypes.CDLL(None), "calltime_phase_mark", None)
+    if fn is None:
+        return None, None
+    raw = os.environ.get("CALLTIME_MARK_STEP", "")
+    try:
+        step = int(raw) if raw else WARMUP_STEPS
+    except ValueError:
+        step = -1
+    if step < 0:
+        print("error: CALLTIME_MARK_STEP must be a step number >= 0, not %r" % raw,
+              file=sys.stderr)
+        sys.exit(1)
+    fn.restype = None
+    fn.argtypes = []
+    return step, fn
+
+
 def train(name, args, rss_after_imports, step_fn, metric="loss", extra=None):
     """Run step_fn(i) -> value (a Python float) for args.steps steps, print and measure.
 
@@ -123,12 +144,15 @@ def train(name, args, rss_after_imports, step_fn, metric="loss", extra=None):
     extra is merged into the result (e.g. model, mode, input size).
     """
     mark = step_marker()
+    phase_step, phase_mark = calltime_marker()
     losses = []
     t_steady = flt_steady = None
     for i in range(args.steps):
         if i == WARMUP_STEPS:
             t_steady = time.perf_counter()
             flt_steady = minor_faults()
+        if i == phase_step:
+            phase_mark()
         loss = float(step_fn(i))
         if mark is not None:
             mark()
