@@ -156,7 +156,10 @@ struct om_pool {
      * millisecond. In drops (below), oldest first from drop_head. */
     unsigned drop_head, ndrops;
     int drop_thread; /* the optmem-pages thread goes on with them between calls */
-    int idle_due;    /* idle pages are to go back (om_pool_release_idle) */
+    /* With none left it waits for more (drop_waiting) on the futex word drop_wake, which a
+     * call that leaves some bumps: one thread for the process's life, not one per burst. */
+    int drop_waiting, drop_wake;
+    int idle_due; /* idle pages are to go back (om_pool_release_idle) */
     /* What calls made resident beyond what they gave back themselves (om_pool_page_work):
      * the optmem-pages thread gives it back while the program faults its pages in. */
     size_t owed;
@@ -364,18 +367,17 @@ void om_pool_release_free(struct om_pool *pool, size_t from, size_t to);
  * freed blocks waiting for release empties. */
 void om_pool_release_free_later(struct om_pool *pool, size_t from, size_t to);
 
-/* One slice of the release under way, if any: at most OM_RELEASE_SLICE bytes of pages given
- * back, or more until need bytes went back (the pages the call made resident). A plan
- * installed meanwhile ends it (its layout gives back what its slots do not cover). Called
- * once by every call into the pool. */
-void om_pool_release_slice(struct om_pool *pool, size_t need);
+/* One slice of the release under way, if any: pages given back until budget bytes went
+ * back, from a window of OM_RELEASE_SLICE bytes at most (or the next few, where one held
+ * no resident free page). A plan installed meanwhile ends it (its layout gives back what
+ * its slots do not cover). */
+void om_pool_release_slice(struct om_pool *pool, size_t budget);
 
 /* Before a plan (host only), after a request that made pages resident: the holes freed
  * longest ago give their pages back while the resident pages exceed the peak of live bytes
- * by more than a small share, at most budget bytes of them (a call's: OM_RELEASE_SLICE) or
- * need bytes (the pages the call made resident), whichever is more (idle_due says that
- * more are to go). */
-void om_pool_release_idle(struct om_pool *pool, size_t need, size_t budget);
+ * by more than a small share, budget bytes of them looked at (a call's: what is left of its
+ * OM_RELEASE_SLICE); idle_due says that more are to go. Returns the bytes given back. */
+size_t om_pool_release_idle(struct om_pool *pool, size_t budget);
 
 /* A block freed at once, back in the arena: what becomes of its pages. */
 void om_pool_pages_freed(struct om_pool *pool, const struct om_block *gone);
