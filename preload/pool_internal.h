@@ -33,8 +33,8 @@
 #define PAGE_MOVES_MAX 128
 /* Bytes of pages a call may move or give back while a plan's pages are laid out: a whole
  * plan's at once (a hundred MiB and more) held the request that installed it for
- * milliseconds (docs/serving.md). Giving a page back costs more than moving it. */
-#define OM_LAYOUT_SLICE ((size_t)8 << 20)
+ * milliseconds, and so did 8 MiB, given back or moved (docs/serving.md): a release slice. */
+#define OM_LAYOUT_SLICE ((size_t)2 << 20)
 /* Bytes of free pages a call may give back while a plan dropped or failing releases them: only
  * releases, with no move to share the slice, and 8 MiB of them took 1.1 to 1.7 ms of CPU time
  * in one call (docs/serving.md). */
