@@ -440,18 +440,19 @@ static int payable(const struct om_pool *pool)
  * the slack before a plan. */
 static int more_due(const struct om_pool *pool)
 {
-    return pool->release_next || (pool->phase != SERVE && pool->idle_due);
+    return pool->release_next || (pool->phase != SERVE && pool->idle_due && pool->nfreed);
 }
 
 /* A chunk of what calls owe. Where none are left to go back, nothing is owed any more. */
 static void pay_owed(struct om_pool *pool)
 {
-    size_t chunk = pool->owed < OWED_CHUNK ? pool->owed : OWED_CHUNK;
+    /* A whole chunk looked at even where less is owed: a page owed, looked for a page at a
+     * time through holes given back already, took thousands of rounds. */
     size_t before = pool->arena.released;
     if (pool->release_next)
-        om_pool_release_slice(pool, chunk);
+        om_pool_release_slice(pool, OWED_CHUNK);
     else if (payable(pool))
-        (void)om_pool_release_idle(pool, chunk);
+        (void)om_pool_release_idle(pool, OWED_CHUNK);
     size_t gone = pool->arena.released - before;
     pool->owed = more_due(pool) && gone < pool->owed ? pool->owed - gone : 0;
 }

@@ -765,6 +765,14 @@ static void test_call_gives_back_a_slice_at_most(void **state)
     size_t resident = om_arena_resident(&pool->arena), peak = pool->arena.peak_used;
     om_pool_unlock(pool);
     assert_true(resident <= peak + (peak / 128 > slice ? peak / 128 : slice) + 64 * KIB);
+    /* And the thread, with nothing owed any more, waits for more (a page owed was looked for
+     * a page at a time through the holes given back already, for thousands of rounds). */
+    for (unsigned i = 0; i < 1000 && !__atomic_load_n(&pool->drop_waiting, __ATOMIC_ACQUIRE); i++)
+        usleep(1000);
+    om_pool_lock(pool);
+    assert_int_equal(pool->owed, 0);
+    assert_int_equal(pool->drop_waiting, 1);
+    om_pool_unlock(pool);
     for (unsigned j = 0; j < TAKES; j++)
         give(big[j]);
     for (unsigned i = 0; i < 2 * HOLES; i++)
