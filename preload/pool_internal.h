@@ -411,10 +411,11 @@ void om_pool_release_block(struct om_pool *pool, size_t off, size_t len, int mov
 void om_pool_pages_atfork_child(struct om_pool *pool);
 
 /* The page work under way, a bounded slice of it: the layout's, a dropped plan's release,
- * the freed blocks' (om_pool_release_block), the idle holes'. Called once by every call
- * into the pool; need: the bytes of pages the call made resident (its block's pages that
- * were not), which the slice gives back at least while pages wait to go, so that the
- * work pending never lets the resident pages grow (0 for a free). */
+ * the freed blocks' (om_pool_release_block), the idle holes'; on the host one release slice
+ * looked at in all. Called once by every call into the pool; need: the bytes of pages the
+ * call made resident (its block's pages that were not), which go back while pages wait to
+ * go, what the slice did not give back on the optmem-pages thread (owed), so that the work
+ * pending never lets the resident pages grow (0 for a free). */
 void om_pool_page_work(struct om_pool *pool, size_t need);
 
 /* The plan installed is to be laid over the arena's pages: the free pages no slot covers
