@@ -376,8 +376,10 @@ void om_pool_release_slice(struct om_pool *pool, size_t budget);
 /* Before a plan (host only), after a request that made pages resident: the holes freed
  * longest ago give their pages back while the resident pages exceed the peak of live bytes
  * by more than a small share, budget bytes of them looked at (a call's: what is left of its
- * OM_RELEASE_SLICE); idle_due says that more are to go. Returns the bytes given back. */
-size_t om_pool_release_idle(struct om_pool *pool, size_t budget);
+ * OM_RELEASE_SLICE) and beyond until need bytes went back (the pages the call made
+ * resident, a slice at most); idle_due says that more are to go. Returns the bytes given
+ * back. */
+size_t om_pool_release_idle(struct om_pool *pool, size_t need, size_t budget);
 
 /* A block freed at once, back in the arena: what becomes of its pages. */
 void om_pool_pages_freed(struct om_pool *pool, const struct om_block *gone);
