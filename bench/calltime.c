@@ -612,16 +612,27 @@ static void ct_flush(struct ct_out *o)
     o->len = 0;
 }
 
+/* A piece that does not fit what is left of the buffer is formatted again after a flush: cut
+ * where it ended, a long frame name of the slow calls' made the report invalid JSON. */
 __attribute__((format(printf, 2, 3))) static void ct_printf(struct ct_out *o, const char *fmt, ...)
 {
-    if (o->len > sizeof(o->buf) - 256)
+    for (int again = 0; again < 2; again++) {
+        va_list ap;
+        va_start(ap, fmt);
+        int n = vsnprintf(o->buf + o->len, sizeof(o->buf) - o->len, fmt, ap);
+        va_end(ap);
+        if (n < 0)
+            return;
+        if ((size_t)n < sizeof(o->buf) - o->len) {
+            o->len += (size_t)n;
+            return;
+        }
+        if (o->len == 0) { /* longer than the whole buffer: cut */
+            o->len = sizeof(o->buf) - 1;
+            return;
+        }
         ct_flush(o);
-    va_list ap;
-    va_start(ap, fmt);
-    int n = vsnprintf(o->buf + o->len, sizeof(o->buf) - o->len, fmt, ap);
-    va_end(ap);
-    if (n > 0)
-        o->len += (size_t)n < sizeof(o->buf) - o->len ? (size_t)n : sizeof(o->buf) - o->len - 1;
+    }
 }
 
 /* Upper bound of the bucket holding the q-th quantile (q in per mille), 0 when empty. */

@@ -133,13 +133,10 @@ static int defer_release(struct om_arena *a, size_t from, size_t to)
     return 1;
 }
 
-static size_t release_pages(struct om_arena *a, size_t from, size_t to)
+/* [from, to), page-aligned, none of it unbacked, goes back. */
+static size_t release_run(struct om_arena *a, size_t from, size_t to)
 {
-    from = align_up(from, a->page);
-    to &= ~(a->page - 1);
-    if (to > om_arena_touched_end(a))
-        to = om_arena_touched_end(a); /* above: never touched, or released already */
-    if (to <= from || !a->backend->release || om_extents_reserve(&a->unbacked, 1) != 0 ||
+    if (om_extents_reserve(&a->unbacked, 1) != 0 ||
         (!defer_release(a, from, to) &&
          a->backend->release(a->backend->ctx, (uintptr_t)a->base + from, to - from) != 0))
         return 0;
@@ -147,6 +144,31 @@ static size_t release_pages(struct om_arena *a, size_t from, size_t to)
     (void)om_extents_add(&a->unbacked, from, to - from);
     a->released += a->unbacked.bytes - before;
     return a->unbacked.bytes - before;
+}
+
+/* The resident pages of [from, to) go back: pages released already and not taken since
+ * hold nothing, and a release of them is a system call that frees nothing (a hole's pages,
+ * freed and released before, lay between the resident ones of the holes beside it). */
+static size_t release_pages(struct om_arena *a, size_t from, size_t to)
+{
+    from = align_up(from, a->page);
+    to &= ~(a->page - 1);
+    if (to > om_arena_touched_end(a))
+        to = om_arena_touched_end(a); /* above: never touched, or released already */
+    size_t released = 0;
+    while (from < to && a->backend->release) {
+        /* Looked up again each time: a release merges extents of the unbacked set. */
+        ptrdiff_t i = om_extents_at_or_below(&a->unbacked, from);
+        if (i >= 0 && a->unbacked.v[i].off + a->unbacked.v[i].len > from) {
+            from = a->unbacked.v[i].off + a->unbacked.v[i].len;
+            continue;
+        }
+        size_t k = (size_t)(i + 1);
+        size_t end = k < a->unbacked.n && a->unbacked.v[k].off < to ? a->unbacked.v[k].off : to;
+        released += release_run(a, from, end);
+        from = end;
+    }
+    return released;
 }
 
 void om_arena_withhold(struct om_arena *a, struct om_release_batch *b)

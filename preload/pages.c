@@ -6,12 +6,16 @@
 #include "log.h"
 
 #include <errno.h>
+#include <fcntl.h>
+#include <linux/futex.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdint.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/syscall.h>
 #include <time.h>
+#include <unistd.h>
 
 /* While serving, freed blocks this large that were not planned give their pages back at
  * once, as glibc unmaps its mmap'd chunks; blocks at planned offsets keep their pages,
@@ -89,7 +93,7 @@ static int small_hole(const struct om_arena *a, size_t len)
  * would hold them for nothing. On the host only: a device's release synchronizes the
  * device and its remapping costs more than a fault, so a device arena keeps its pages
  * until a plan trims them or the device is full. */
-void om_pool_release_idle(struct om_pool *pool, size_t need, size_t budget)
+size_t om_pool_release_idle(struct om_pool *pool, size_t need, size_t budget)
 {
     struct om_arena *a = &pool->arena;
     size_t released = 0, unbacked = a->unbacked.bytes;
@@ -107,8 +111,12 @@ void om_pool_release_idle(struct om_pool *pool, size_t need, size_t budget)
     size_t limit = a->peak_used + (share > slack ? share : slack);
     pool->idle_due = 0;
     while (pool->nfreed && om_arena_resident(a) > limit) {
-        /* The rest in the next calls (one hole can be a hundred MiB), once this call gave
-         * back what it made resident: the program's growth never outruns the release. */
+        /* The rest later (one hole can be a hundred MiB), once budget bytes were looked at
+         * and need bytes given back: holes whose pages went back already (a hole freed, taken
+         * again and freed again is in the ring each time) cost a lookup each, no release
+         * (om_arena_release_free), and the pages given back never exceed the larger of the
+         * two. Given back later by optmem-pages, what the call made resident let the CNN's
+         * warm-up peak 2 to 4 MiB higher. */
         if (!budget && released >= need) {
             pool->idle_due = 1;
             break;
@@ -137,6 +145,7 @@ void om_pool_release_idle(struct om_pool *pool, size_t need, size_t budget)
     pool->idle_unbacked = a->unbacked.bytes;
     pool->idle_released = a->released;
     pool->stats.released_bytes += released;
+    return released;
 }
 
 /* Before a plan, best fit leaves holes whose pages stay resident. Freed blocks are
@@ -331,20 +340,23 @@ void om_pool_lay_out_slice(struct om_pool *pool)
         pool->stats.layout_max_us = us;
 }
 
-void om_pool_release_slice(struct om_pool *pool, size_t need)
+void om_pool_release_slice(struct om_pool *pool, size_t budget)
 {
     struct om_arena *a = &pool->arena;
     size_t window = OM_RELEASE_SLICE > a->page ? OM_RELEASE_SLICE : a->page, released = 0;
-    for (unsigned w = 0; (w < LAYOUT_WINDOWS && !released) || released < need; w++) {
+    /* Windows with no resident free page cost a lookup each: a few of them are looked at. */
+    for (unsigned w = 0; w < LAYOUT_WINDOWS && !released && budget; w++) {
         size_t at = next_free(a, pool->release_next - 1);
         if (at >= a->top || at >= pool->release_to) {
             pool->release_next = 0;
             break;
         }
-        size_t from = at & ~(a->page - 1);
-        size_t to = pool->release_to - from > window ? from + window : pool->release_to;
+        size_t from = at & ~(a->page - 1), len = window < budget ? window : budget;
+        len = len > a->page ? len : a->page;
+        size_t to = pool->release_to - from > len ? from + len : pool->release_to;
         size_t r = om_arena_release_free(a, from, to);
         released += r;
+        budget -= r < budget ? r : budget;
         pool->stats.released_bytes += r;
         pool->release_next = to + 1;
         if (to >= pool->release_to) {
@@ -428,18 +440,25 @@ static int payable(const struct om_pool *pool)
     return pool->release_next || (pool->phase != SERVE && pool->nfreed);
 }
 
+/* Whether pages are still to go that a call left: a dropped plan's, or idle holes' beyond
+ * the slack before a plan. */
+static int more_due(const struct om_pool *pool)
+{
+    return pool->release_next || (pool->phase != SERVE && pool->idle_due && pool->nfreed);
+}
+
 /* A chunk of what calls owe. Where none are left to go back, nothing is owed any more. */
 static void pay_owed(struct om_pool *pool)
 {
-    size_t chunk = pool->owed < OWED_CHUNK ? pool->owed : OWED_CHUNK;
+    /* A whole chunk looked at even where less is owed: a page owed, looked for a page at a
+     * time through holes given back already, took thousands of rounds. */
     size_t before = pool->arena.released;
     if (pool->release_next)
-        om_pool_release_slice(pool, chunk);
+        om_pool_release_slice(pool, OWED_CHUNK);
     else if (payable(pool))
-        om_pool_release_idle(pool, chunk, chunk);
+        (void)om_pool_release_idle(pool, 0, OWED_CHUNK);
     size_t gone = pool->arena.released - before;
-    int more = pool->release_next || (pool->phase != SERVE && pool->idle_due);
-    pool->owed = more && gone < pool->owed ? pool->owed - gone : 0;
+    pool->owed = more_due(pool) && gone < pool->owed ? pool->owed - gone : 0;
 }
 
 /* One round of optmem-pages under the pool's lock: the books say which free pages go back
@@ -465,10 +484,34 @@ static size_t drop_round(struct om_pool *pool)
     return later;
 }
 
+/* How often an idle optmem-pages looks whether the main thread ended. */
+#define IDLE_POLL_NS 250000000L
+
+/* Whether the main thread ended with pthread_exit (a zombie until the last thread ends): a
+ * thread of optmem's waiting then would keep the process alive, where glibc ends it with
+ * its last thread (docs/hardening.md), so the idle thread ends too, as it did with nothing
+ * left to do before it waited for more. Read without allocating. */
+static int main_thread_ended(void)
+{
+    char buf[512];
+    int fd = open("/proc/self/stat", O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return 0;
+    ssize_t n = read(fd, buf, sizeof buf - 1);
+    close(fd);
+    if (n <= 0)
+        return 0;
+    buf[n] = '\0';
+    const char *p = strrchr(buf, ')'); /* the command's name may hold one */
+    return p && p[1] == ' ' && p[2] == 'Z';
+}
+
 /* optmem-pages: the freed blocks' pages that the calls' slices left, and what calls owe,
  * given back while the program computes, not in its calls (a 32 MiB block freed a slice a
  * call kept its pages resident for sixteen calls, beside those the next blocks faulted
- * in). It ends once none are left, as the optmem-plan thread ends with its search. */
+ * in). Once none are left it waits for the next call that leaves some: started anew for
+ * each burst, it was created inside 34 calls of one numpy_mlp run, each mapping a stack and
+ * cloning a thread while the program waited. */
 static void *drop_thread(void *arg)
 {
     struct om_pool *pool = arg;
@@ -476,33 +519,56 @@ static void *drop_thread(void *arg)
     pthread_setname_np(pthread_self(), "optmem-pages");
     size_t released = 0;
     om_lock(&pool->lock);
-    while (pool->ndrops || pool->owed || pool->batch.n) {
-        if (!pool->batch.n) /* else pieces still out of the free space: put back first */
-            released = drop_round(pool);
+    for (;;) {
+        while (pool->ndrops || pool->owed || pool->batch.n) {
+            if (!pool->batch.n) /* else pieces still out of the free space: put back first */
+                released = drop_round(pool);
+            om_unlock(&pool->lock);
+            om_arena_release_batch(&pool->arena, &pool->batch);
+            om_lock(&pool->lock);
+            pool->stats.released_bytes += released;
+            released = 0;
+            int stuck = om_arena_restore(&pool->arena, &pool->batch) != 0;
+            om_unlock(&pool->lock);
+            struct timespec pause = {0, DROP_PAUSE_NS * (stuck ? 20 : 1)};
+            nanosleep(&pause, NULL);
+            om_lock(&pool->lock);
+        }
+        int seen = pool->drop_wake;
+        pool->drop_waiting = 1;
         om_unlock(&pool->lock);
-        om_arena_release_batch(&pool->arena, &pool->batch);
+        /* A call that bumped the word since is seen here, and the wait returns at once. */
+        struct timespec poll = {0, IDLE_POLL_NS};
+        long rc = syscall(SYS_futex, &pool->drop_wake, FUTEX_WAIT_PRIVATE, seen, &poll, NULL, 0);
+        int ended = rc != 0 && errno == ETIMEDOUT && main_thread_ended();
         om_lock(&pool->lock);
-        pool->stats.released_bytes += released;
-        released = 0;
-        int stuck = om_arena_restore(&pool->arena, &pool->batch) != 0;
-        om_unlock(&pool->lock);
-        struct timespec pause = {0, DROP_PAUSE_NS * (stuck ? 20 : 1)};
-        nanosleep(&pause, NULL);
-        om_lock(&pool->lock);
+        if (ended && pool->drop_waiting) /* no call woke it meanwhile */
+            break;
     }
-    pool->drop_thread = 0;
+    pool->drop_thread = pool->drop_waiting = 0;
     om_unlock(&pool->lock);
     return NULL;
 }
 
-/* Starts optmem-pages where it is not running (detached, every signal blocked, naming
- * itself); where no thread can be had, the calls' slices alone go on with the work. */
+/* Wakes optmem-pages where it waits for work, or starts it (detached, every signal blocked,
+ * naming itself) where the process has none yet; where no thread can be had, the calls'
+ * slices alone go on with the work. Under the pool's lock. */
 static void start_drop_thread(struct om_pool *pool)
 {
     pthread_attr_t attr;
     pthread_t thread;
     sigset_t all, old;
-    if (pool->drop_thread || pthread_attr_init(&attr) != 0)
+    if (pool->drop_thread) {
+        if (pool->drop_waiting) {
+            int saved = errno; /* malloc and free leave it as it was */
+            pool->drop_waiting = 0;
+            __atomic_add_fetch(&pool->drop_wake, 1, __ATOMIC_RELEASE);
+            syscall(SYS_futex, &pool->drop_wake, FUTEX_WAKE_PRIVATE, 1, NULL, NULL, 0);
+            errno = saved;
+        }
+        return;
+    }
+    if (pthread_attr_init(&attr) != 0)
         return;
     pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
     pthread_attr_setstacksize(&attr, (size_t)256 << 10);
@@ -521,7 +587,8 @@ static void start_drop_thread(struct om_pool *pool)
 
 void om_pool_pages_atfork_child(struct om_pool *pool)
 {
-    pool->drop_thread = 0; /* the thread did not come along: the next call starts one */
+    /* The thread did not come along: the next call that leaves pages waiting starts one. */
+    pool->drop_thread = pool->drop_waiting = 0;
     /* Pages it had out of the free space, maybe not released yet in this process: released
      * here, then free again (what does not fit back stays out: address space only). */
     pool->arena.defer = NULL;
@@ -542,26 +609,35 @@ void om_pool_page_work(struct om_pool *pool, size_t need)
         !pool->idle_due)
         return; /* nothing to do, seen in one line (pool_internal.h) */
     /* A host call gives back at most a slice of what it made resident (a 16 MiB madvise is
-     * over a millisecond); the optmem-pages thread gives back the rest at once, beside the
-     * program faulting its pages in. With no pages to give, there is nothing to owe (and
-     * no thread to start for it). */
-    if (pool->host && need > OM_RELEASE_SLICE) {
-        if (payable(pool))
-            pool->owed += need - OM_RELEASE_SLICE;
-        need = OM_RELEASE_SLICE;
+     * over a millisecond), counted by the bytes it looks at; the optmem-pages thread gives
+     * back the rest at once, beside the program faulting its pages in. With no pages to
+     * give, there is nothing to owe (and no thread to start for it). */
+    size_t allowance = SIZE_MAX;
+    if (pool->host) {
+        if (need > OM_RELEASE_SLICE) {
+            if (payable(pool))
+                pool->owed += need - OM_RELEASE_SLICE;
+            need = OM_RELEASE_SLICE;
+        }
+        allowance = OM_RELEASE_SLICE;
     }
     size_t before = pool->stats.released_bytes;
     if (pool->layout_next)
         om_pool_lay_out_slice(pool);
     if (pool->release_next)
-        om_pool_release_slice(pool, need_left(pool, need, before));
+        om_pool_release_slice(pool, allowance);
     /* One release slice a call, or what the call made resident: the layout and a dropped
      * plan's release sweep the freed blocks' pages too, and are done first. */
-    need = need_left(pool, need, before);
     int dropped = pool->ndrops && !pool->layout_next && !pool->release_next &&
                   drop_slice(pool, need > OM_RELEASE_SLICE ? need : OM_RELEASE_SLICE);
+    size_t spent = pool->stats.released_bytes - before;
+    if (pool->idle_due && pool->phase != SERVE && (!dropped || need_left(pool, need, before)) &&
+        spent < allowance)
+        (void)om_pool_release_idle(pool, need_left(pool, need, before), allowance - spent);
+    /* What this call made resident and did not give back, the thread does, where pages wait
+     * to go. */
+    if (pool->host && more_due(pool))
+        pool->owed += need_left(pool, need, before);
     if (pool->ndrops || pool->owed)
         start_drop_thread(pool);
-    if (pool->idle_due && pool->phase != SERVE && (!dropped || need_left(pool, need, before)))
-        om_pool_release_idle(pool, need_left(pool, need, before), OM_RELEASE_SLICE);
 }

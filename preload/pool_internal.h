@@ -33,8 +33,8 @@
 #define PAGE_MOVES_MAX 128
 /* Bytes of pages a call may move or give back while a plan's pages are laid out: a whole
  * plan's at once (a hundred MiB and more) held the request that installed it for
- * milliseconds (docs/serving.md). Giving a page back costs more than moving it. */
-#define OM_LAYOUT_SLICE ((size_t)8 << 20)
+ * milliseconds, and so did 8 MiB, given back or moved (docs/serving.md): a release slice. */
+#define OM_LAYOUT_SLICE ((size_t)2 << 20)
 /* Bytes of free pages a call may give back while a plan dropped or failing releases them: only
  * releases, with no move to share the slice, and 8 MiB of them took 1.1 to 1.7 ms of CPU time
  * in one call (docs/serving.md). */
@@ -170,7 +170,10 @@ struct om_pool {
      * millisecond. In drops (below), oldest first from drop_head. */
     unsigned drop_head, ndrops;
     int drop_thread; /* the optmem-pages thread goes on with them between calls */
-    int idle_due;    /* idle pages are to go back (om_pool_release_idle) */
+    /* With none left it waits for more (drop_waiting) on the futex word drop_wake, which a
+     * call that leaves some bumps: one thread for the process's life, not one per burst. */
+    int drop_waiting, drop_wake;
+    int idle_due; /* idle pages are to go back (om_pool_release_idle) */
     /* What calls made resident beyond what they gave back themselves (om_pool_page_work):
      * the optmem-pages thread gives it back while the program faults its pages in. */
     size_t owed;
@@ -387,18 +390,19 @@ void om_pool_release_free(struct om_pool *pool, size_t from, size_t to);
  * freed blocks waiting for release empties. */
 void om_pool_release_free_later(struct om_pool *pool, size_t from, size_t to);
 
-/* One slice of the release under way, if any: at most OM_RELEASE_SLICE bytes of pages given
- * back, or more until need bytes went back (the pages the call made resident). A plan
- * installed meanwhile ends it (its layout gives back what its slots do not cover). Called
- * once by every call into the pool. */
-void om_pool_release_slice(struct om_pool *pool, size_t need);
+/* One slice of the release under way, if any: pages given back until budget bytes went
+ * back, from a window of OM_RELEASE_SLICE bytes at most (or the next few, where one held
+ * no resident free page). A plan installed meanwhile ends it (its layout gives back what
+ * its slots do not cover). */
+void om_pool_release_slice(struct om_pool *pool, size_t budget);
 
 /* Before a plan (host only), after a request that made pages resident: the holes freed
  * longest ago give their pages back while the resident pages exceed the peak of live bytes
- * by more than a small share, at most budget bytes of them (a call's: OM_RELEASE_SLICE) or
- * need bytes (the pages the call made resident), whichever is more (idle_due says that
- * more are to go). */
-void om_pool_release_idle(struct om_pool *pool, size_t need, size_t budget);
+ * by more than a small share, budget bytes of them looked at (a call's: what is left of its
+ * OM_RELEASE_SLICE) and beyond until need bytes went back (the pages the call made
+ * resident, a slice at most); idle_due says that more are to go. Returns the bytes given
+ * back. */
+size_t om_pool_release_idle(struct om_pool *pool, size_t need, size_t budget);
 
 /* A block freed at once, back in the arena: what becomes of its pages. */
 void om_pool_pages_freed(struct om_pool *pool, const struct om_block *gone);
@@ -432,10 +436,11 @@ void om_pool_release_block(struct om_pool *pool, size_t off, size_t len, int mov
 void om_pool_pages_atfork_child(struct om_pool *pool);
 
 /* The page work under way, a bounded slice of it: the layout's, a dropped plan's release,
- * the freed blocks' (om_pool_release_block), the idle holes'. Called once by every call
- * into the pool; need: the bytes of pages the call made resident (its block's pages that
- * were not), which the slice gives back at least while pages wait to go, so that the
- * work pending never lets the resident pages grow (0 for a free). */
+ * the freed blocks' (om_pool_release_block), the idle holes'; on the host one release slice
+ * looked at in all. Called once by every call into the pool; need: the bytes of pages the
+ * call made resident (its block's pages that were not), which go back while pages wait to
+ * go, what the slice did not give back on the optmem-pages thread (owed), so that the work
+ * pending never lets the resident pages grow (0 for a free). */
 void om_pool_page_work(struct om_pool *pool, size_t need);
 
 /* The plan installed is to be laid over the arena's pages: the free pages no slot covers

@@ -12,7 +12,7 @@ import sys
 
 from plan_run import exit_status, run_plan_mode
 
-LAYOUT_SLICE = 8 << 20  # OM_LAYOUT_SLICE
+LAYOUT_SLICE = 2 << 20  # OM_LAYOUT_SLICE
 # The CNN's layout is over 100 MiB (its plan serves from step 3 on); numpy_mlp's is a few MiB,
 # and its second plan's layout ends at an arena top that is not on a page's edge.
 RUNS = (("cnn_bn_adam", 5, True), ("numpy_mlp", 16, False))

@@ -13,7 +13,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <signal.h>
 #include <sys/mman.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -705,6 +707,80 @@ static void test_pages_released_outside_lock(void **state)
     give(pin);
 }
 
+/* Bytes handed to the backend's release on the test's thread: inside its calls. */
+static size_t in_calls;
+
+static int counted_release(void *ctx, uintptr_t addr, size_t len)
+{
+    if (pthread_equal(pthread_self(), watch.test_thread))
+        in_calls += len;
+    return om_host_backend.release(ctx, addr, len);
+}
+
+/* Before a plan, a call gives back at most a release slice (2 MiB, OM_RELEASE_SLICE) of
+ * idle pages, however many of the holes it looks at hold none: freed, taken again and freed
+ * again, a hole is in the ring many times, and its pages went back with the first. Such a
+ * call walked on through the ring, releasing pages given back already, until it had given
+ * back as much as it made resident. The optmem-pages thread goes on with the rest. */
+static void test_call_gives_back_a_slice_at_most(void **state)
+{
+    enum { HOLES = 8, AGAIN = 8, TAKES = 20 };
+    struct om_backend counted = om_host_backend;
+    counted.release = counted_release;
+    memset(&watch, 0, sizeof watch);
+    watch.test_thread = pthread_self();
+    start_on(&counted, 0, 0, "");
+    const size_t slice = 2 * MIB;
+    /* Holes a, in the ring AGAIN + 1 times each, then holes b. */
+    void *a[HOLES], *b[HOLES], *pin[2 * HOLES], *big[TAKES];
+    for (unsigned i = 0; i < HOLES; i++) {
+        a[i] = take(100 + i, MIB, 0, 0);
+        pin[i] = take(200 + i, 4 * KIB, 0, 0);
+        b[i] = take(300 + i, MIB, 0, 0);
+        pin[HOLES + i] = take(400 + i, 4 * KIB, 0, 0);
+        memset(a[i], 1, MIB);
+        memset(b[i], 1, MIB);
+    }
+    for (unsigned k = 0; k < AGAIN; k++)
+        for (unsigned i = 0; i < HOLES; i++) {
+            give(a[i]);
+            a[i] = take(100 + i, MIB, 0, 0); /* back in its own hole */
+        }
+    for (unsigned i = 0; i < HOLES; i++)
+        give(a[i]);
+    for (unsigned i = 0; i < HOLES; i++)
+        give(b[i]);
+    /* Requests above the holes, each making a slice's worth of pages resident. */
+    size_t most = 0;
+    for (unsigned j = 0; j < TAKES; j++) {
+        in_calls = 0;
+        big[j] = take(500 + j, slice, 0, 0);
+        most = in_calls > most ? in_calls : most;
+        memset(big[j], 2, slice);
+    }
+    settled_released();
+    assert_true(most > 0);
+    assert_true(most <= slice);
+    /* The idle holes went back all the same, but for the slack: a 128th of the peak, or a
+     * slice where holes were taken again. */
+    om_pool_lock(pool);
+    size_t resident = om_arena_resident(&pool->arena), peak = pool->arena.peak_used;
+    om_pool_unlock(pool);
+    assert_true(resident <= peak + (peak / 128 > slice ? peak / 128 : slice) + 64 * KIB);
+    /* And the thread, with nothing owed any more, waits for more (a page owed was looked for
+     * a page at a time through the holes given back already, for thousands of rounds). */
+    for (unsigned i = 0; i < 1000 && !__atomic_load_n(&pool->drop_waiting, __ATOMIC_ACQUIRE); i++)
+        usleep(1000);
+    om_pool_lock(pool);
+    assert_int_equal(pool->owed, 0);
+    assert_int_equal(pool->drop_waiting, 1);
+    om_pool_unlock(pool);
+    for (unsigned j = 0; j < TAKES; j++)
+        give(big[j]);
+    for (unsigned i = 0; i < 2 * HOLES; i++)
+        give(pin[i]);
+}
+
 /* Before a plan, small holes given back and taken again widen the slack by one release
  * slice (OM_RELEASE_SLICE) at most, however many there were: after rounds in which 8 MiB of
  * 1 MiB holes go back and are taken again, 8 MiB of such holes idle beyond the peak still go
@@ -763,8 +839,10 @@ static void test_idle_arrays_go_back(void **state)
         void *z = take(1002 + 10 * r, 2 * array, 0, 0);
         give(y);
         give(z);
-        if (r) /* the arrays' pages went back again, and were taken again */
-            assert_true(stats().released_bytes - before >= array);
+        /* The arrays' pages went back again (a slice in the call that made pages resident,
+         * the rest on the optmem-pages thread), and were taken again. */
+        if (r)
+            assert_true(settled_released() - before >= array);
     }
     give(weights);
 }
@@ -1010,13 +1088,15 @@ static void test_plan_thread_ends_after_phase_came_back(void **state)
 /* Thread names, seen through --wrap=pthread_setname_np: optmem's threads are detached, and
  * a detached thread's handle may be freed (its stack unmapped) as soon as it ends, so only
  * the thread itself may name itself. */
-static int names_by_self, names_by_others;
+static int names_by_self, names_by_others, pages_threads;
 
 int __real_pthread_setname_np(pthread_t thread, const char *name);
 int __wrap_pthread_setname_np(pthread_t thread, const char *name);
 
 int __wrap_pthread_setname_np(pthread_t thread, const char *name)
 {
+    if (strcmp(name, "optmem-pages") == 0)
+        __atomic_add_fetch(&pages_threads, 1, __ATOMIC_SEQ_CST);
     __atomic_add_fetch(pthread_equal(thread, pthread_self()) ? &names_by_self : &names_by_others, 1,
                        __ATOMIC_SEQ_CST);
     return __real_pthread_setname_np(thread, name);
@@ -1038,6 +1118,68 @@ static void test_threads_name_themselves(void **state)
     assert_true(released_at_least(released + 24 * MIB) >= released + 24 * MIB);
     assert_true(__atomic_load_n(&names_by_self, __ATOMIC_SEQ_CST) >= before + 2);
     assert_int_equal(__atomic_load_n(&names_by_others, __ATOMIC_SEQ_CST), 0);
+}
+
+/* One optmem-pages thread serves the pool: bursts of freed blocks' pages, with nothing to
+ * give back between them, go back on the thread the first one started, which waits for
+ * more in between (a thread started for each burst was created inside the call that left
+ * the pages). */
+static void test_pages_thread_reused(void **state)
+{
+    int before = __atomic_load_n(&pages_threads, __ATOMIC_SEQ_CST);
+    run_until_served(step_a, NOPS(step_a), STEP_A_REQUESTS, 40);
+    for (unsigned r = 0; r < 4; r++) {
+        unsigned char *a;
+        take_on_other_thread(600 + r, 24 * MIB, 1, &a);
+        memset(a, 1, 24 * MIB);
+        size_t released = stats().released_bytes;
+        give(a);
+        assert_true(released_at_least(released + 24 * MIB) >= released + 24 * MIB);
+        assert_int_equal(resident_pages(a, 24 * MIB), 0);
+        settled_released(); /* nothing left: the thread waits */
+    }
+    assert_int_equal(__atomic_load_n(&pages_threads, __ATOMIC_SEQ_CST) - before, 1);
+}
+
+/* A process whose main thread ends with pthread_exit ends with its last thread, as glibc
+ * has it, though optmem-pages waits for more work: idle, it ends too (waiting, it kept such
+ * a process alive for ever). The child, a process of its own, starts its own thread. */
+static int forked_child;
+
+/* LeakSanitizer's hook (sanitizer/lsan_interface.h): the child that ends with its last
+ * thread leaves the test runner's blocks behind, which are no leak of optmem's. */
+int __lsan_is_turned_off(void);
+int __lsan_is_turned_off(void)
+{
+    return forked_child;
+}
+
+static void test_pages_thread_lets_process_end(void **state)
+{
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        forked_child = 1;
+        void *a = take(1, 64 * MIB, 0, 0), *pin = take(3, 4 * KIB, 0, 0);
+        give(a);
+        void *b = take(2, 80 * MIB, 0, 0); /* a slice in the call, the rest on the thread */
+        memset(b, 1, 80 * MIB);
+        (void)pin;
+        pthread_exit(NULL);
+    }
+    int status = 0;
+    pid_t got = 0;
+    for (unsigned i = 0; i < 10000 && got == 0; i++) {
+        got = waitpid(pid, &status, WNOHANG);
+        if (got == 0)
+            usleep(1000);
+    }
+    if (got == 0) {
+        kill(pid, SIGKILL);
+        waitpid(pid, &status, 0);
+    }
+    assert_int_equal(got, pid);
+    assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
 }
 
 /* The first lines of the files in dir, joined, and the files removed with dir. */
@@ -1115,6 +1257,7 @@ int main(void)
         cmocka_unit_test_setup(test_idle_arrays_go_back, setup_inline),
         cmocka_unit_test(test_pages_released_outside_lock),
         cmocka_unit_test_setup(test_idle_slack_capped, setup_inline),
+        cmocka_unit_test(test_call_gives_back_a_slice_at_most),
         cmocka_unit_test_setup(test_freed_pages_go_back_later, setup_inline),
         cmocka_unit_test_setup(test_unknown_pointers, setup_inline),
         cmocka_unit_test_setup(test_calloc_in_reused_slot, setup_inline),
@@ -1125,6 +1268,8 @@ int main(void)
         cmocka_unit_test(test_plan_thread_ends_after_phase_came_back),
         cmocka_unit_test(test_default_plans_off_thread),
         cmocka_unit_test(test_threads_name_themselves),
+        cmocka_unit_test_setup(test_pages_thread_reused, setup_inline),
+        cmocka_unit_test_setup(test_pages_thread_lets_process_end, setup_inline),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
