@@ -6,7 +6,6 @@
 #include "log.h"
 
 #include <errno.h>
-#include <fcntl.h>
 #include <linux/futex.h>
 #include <pthread.h>
 #include <signal.h>
@@ -484,34 +483,19 @@ static size_t drop_round(struct om_pool *pool)
     return later;
 }
 
-/* How often an idle optmem-pages looks whether the main thread ended. */
-#define IDLE_POLL_NS 250000000L
-
-/* Whether the main thread ended with pthread_exit (a zombie until the last thread ends): a
- * thread of optmem's waiting then would keep the process alive, where glibc ends it with
- * its last thread (docs/hardening.md), so the idle thread ends too, as it did with nothing
- * left to do before it waited for more. Read without allocating. */
-static int main_thread_ended(void)
-{
-    char buf[512];
-    int fd = open("/proc/self/stat", O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return 0;
-    ssize_t n = read(fd, buf, sizeof buf - 1);
-    close(fd);
-    if (n <= 0)
-        return 0;
-    buf[n] = '\0';
-    const char *p = strrchr(buf, ')'); /* the command's name may hold one */
-    return p && p[1] == ' ' && p[2] == 'Z';
-}
+/* How long optmem-pages waits for work before it ends. A waiting thread would keep a process
+ * whose main thread ended with pthread_exit alive (glibc ends it with its last thread,
+ * docs/hardening.md); ending once idle needs no look at the process (a descriptor opened
+ * by a thread of optmem's could take the number the program's next open expects), and a
+ * training loop's bursts come far more often. */
+#define IDLE_END_S 1
 
 /* optmem-pages: the freed blocks' pages that the calls' slices left, and what calls owe,
  * given back while the program computes, not in its calls (a 32 MiB block freed a slice a
  * call kept its pages resident for sixteen calls, beside those the next blocks faulted
- * in). Once none are left it waits for the next call that leaves some: started anew for
- * each burst, it was created inside 34 calls of one numpy_mlp run, each mapping a stack and
- * cloning a thread while the program waited. */
+ * in). Once none are left it waits for the next call that leaves some, up to IDLE_END_S, so
+ * that a call does not map a stack and clone a thread for every burst while the program
+ * waits. */
 static void *drop_thread(void *arg)
 {
     struct om_pool *pool = arg;
@@ -538,11 +522,11 @@ static void *drop_thread(void *arg)
         pool->drop_waiting = 1;
         om_unlock(&pool->lock);
         /* A call that bumped the word since is seen here, and the wait returns at once. */
-        struct timespec poll = {0, IDLE_POLL_NS};
-        long rc = syscall(SYS_futex, &pool->drop_wake, FUTEX_WAIT_PRIVATE, seen, &poll, NULL, 0);
-        int ended = rc != 0 && errno == ETIMEDOUT && main_thread_ended();
+        struct timespec idle = {IDLE_END_S, 0};
+        long rc = syscall(SYS_futex, &pool->drop_wake, FUTEX_WAIT_PRIVATE, seen, &idle, NULL, 0);
+        int timed_out = rc != 0 && errno == ETIMEDOUT;
         om_lock(&pool->lock);
-        if (ended && pool->drop_waiting) /* no call woke it meanwhile */
+        if (timed_out && pool->drop_waiting) /* no call woke it meanwhile */
             break;
     }
     pool->drop_thread = pool->drop_waiting = 0;
