@@ -991,6 +991,25 @@ static void test_in_program_not_behind(void **state)
     }
 }
 
+/* The sklearn MLP's loop as its program dumped it, with options for a search that its step
+ * limit ends (the clock never does). */
+static void read_mlp_loop(om_rp_block **b, size_t *n, uint64_t *period, om_rp_options *opt,
+                          char *err, size_t errlen)
+{
+    char path[1024];
+
+    snprintf(path, sizeof(path), "%s/inprog-sklearn-mlp.csv", OM_TEST_DATA_DIR);
+    if (om_rp_csv_read_instance(path, &t_alloc, b, n, period, err, errlen) != 0)
+        fail_msg("%s", err);
+    assert_true(*period > 0);
+    *opt = (om_rp_options){0};
+    opt->period = *period;
+    opt->budget_ms = 600000;
+    opt->alloc = t_alloc;
+    opt->err = err;
+    opt->errlen = errlen;
+}
+
 /*
  * The sklearn MLP's loop: its 26 arcs longer than half the period meet pairwise, so their
  * 2014976 bytes are a proven bound, and a plan reaches it. The local search gets there
@@ -1001,26 +1020,19 @@ static void test_in_program_not_behind(void **state)
  */
 static void test_in_program_mlp_optimal(void **state)
 {
-    char path[1024], err[512];
+    char err[512];
     om_rp_block *b;
     size_t n;
     uint64_t period, *off;
-    om_rp_options opt = {0};
+    om_rp_options opt;
     om_rp_result res;
 
     (void)state;
-    snprintf(path, sizeof(path), "%s/inprog-sklearn-mlp.csv", OM_TEST_DATA_DIR);
-    if (om_rp_csv_read_instance(path, &t_alloc, &b, &n, &period, err, sizeof(err)) != 0)
-        fail_msg("%s", err);
+    read_mlp_loop(&b, &n, &period, &opt, err, sizeof(err));
     assert_non_null(off = calloc(n, sizeof(*off)));
-    opt.period = period;
     opt.algo = OM_RP_ALGO_LOCAL;
     opt.seed = 3;
-    opt.budget_ms = 600000;
-    opt.max_nodes = 400000; /* the step limit ends it, never the clock */
-    opt.alloc = t_alloc;
-    opt.err = err;
-    opt.errlen = sizeof(err);
+    opt.max_nodes = 400000;
     assert_int_equal(om_rp_plan(b, n, &opt, off, &res), 0);
     assert_int_equal(om_rp_check(b, n, period, off, &t_alloc, err, sizeof(err)), 0);
     assert_int_equal(res.proven_bound, 2014976);
@@ -1042,27 +1054,19 @@ static void test_in_program_mlp_optimal(void **state)
  */
 static void test_in_program_mlp_stacked(void **state)
 {
-    char path[1024], err[512];
+    char err[512];
     om_rp_block *b, *turned;
     size_t n;
     uint64_t period, *off;
-    om_rp_options opt = {0};
+    om_rp_options opt;
     om_rp_result res;
 
     (void)state;
-    snprintf(path, sizeof(path), "%s/inprog-sklearn-mlp.csv", OM_TEST_DATA_DIR);
-    if (om_rp_csv_read_instance(path, &t_alloc, &b, &n, &period, err, sizeof(err)) != 0)
-        fail_msg("%s", err);
-    assert_true(period > 0);
+    read_mlp_loop(&b, &n, &period, &opt, err, sizeof(err));
     assert_non_null(off = calloc(n, sizeof(*off)));
     assert_non_null(turned = calloc(n, sizeof(*turned)));
-    opt.period = period;
     opt.algo = OM_RP_ALGO_AUTO;
-    opt.budget_ms = 600000;
-    opt.max_nodes = 4 * 26 + 1; /* the budget never runs out */
-    opt.alloc = t_alloc;
-    opt.err = err;
-    opt.errlen = sizeof(err);
+    opt.max_nodes = 4 * 26 + 1;
     for (uint64_t shift = 0; shift < period; shift++) {
         for (size_t i = 0; i < n; i++) {
             uint64_t len = b[i].upper - b[i].lower;
