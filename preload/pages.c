@@ -114,8 +114,8 @@ size_t om_pool_release_idle(struct om_pool *pool, size_t need, size_t budget)
          * and need bytes given back: holes whose pages went back already (a hole freed, taken
          * again and freed again is in the ring each time) cost a lookup each, no release
          * (om_arena_release_free), and the pages given back never exceed the larger of the
-         * two. Given back later by optmem-pages, what the call made resident let the CNN's
-         * warm-up peak 2 to 4 MiB higher. */
+         * two. Left to optmem-pages instead, what the call made resident would stay resident
+         * while the program's growth goes on, above the warm-up's peak. */
         if (!budget && released >= need) {
             pool->idle_due = 1;
             break;

@@ -604,14 +604,15 @@ void om_pool_after_cycle_request(struct om_pool *pool, struct om_block *b, uint6
     }
     if (pool->phase == RECORD) {
         struct om_plan *next = &pool->next;
-        next->records[next->nrecords] = (struct record){.token = token,
-                                                        .lower = next->nrecords,
-                                                        .upper = OM_NO_DEATH,
-                                                        .size = b->size,
-                                                        .len = b->len,
-                                                        .alignment = alignment,
-                                                        .site = key ? info->site : 0,
-                                                        .cheap = info->site ? key : 0};
+        struct record *rec = &next->records[next->nrecords];
+        *rec = (struct record){.token = token,
+                               .lower = next->nrecords,
+                               .upper = OM_NO_DEATH,
+                               .size = b->size,
+                               .len = b->len,
+                               .alignment = alignment};
+        if (key && info->site)
+            record_cheap_key(pool, rec, key, token, info->site);
         b->record = (uint32_t)++next->nrecords;
         b->flags &= ~OM_BLOCK_RING;
         b->generation = pool->generation;
