@@ -54,20 +54,27 @@ def merge(hists):
     return [[low, high, c] for low, (high, c) in sorted(out.items())]
 
 
+def kinds_summary(kinds, prefix=""):
+    """Counts, medians, p99 and the longest call of one set of histograms (report["kinds"] or
+    report["phase"]), its keys prefixed."""
+    alloc_hist = merge(kinds[k]["hist"] for k in ALLOC_KINDS)
+    free = kinds["free"]
+    return {prefix + k: v for k, v in {
+        "alloc_calls": sum(kinds[k]["count"] for k in ALLOC_KINDS),
+        "free_calls": free["count"],
+        "alloc_p50_ns": quantile(alloc_hist, 0.5),
+        "alloc_p99_ns": quantile(alloc_hist, 0.99),
+        "free_p50_ns": quantile(free["hist"], 0.5),
+        "free_p99_ns": quantile(free["hist"], 0.99),
+        "max_ns": max(kinds[k]["max_ns"] for k in kinds),
+    }.items()}
+
+
 def phase_summary(phase):
     """The same of the calls after the workload's phase mark (report["phase"]), or Nones."""
     if not phase:
         return {k: None for k in PHASE_COLUMNS}
-    alloc_hist = merge(phase[k]["hist"] for k in ALLOC_KINDS)
-    return {
-        "train_alloc_calls": sum(phase[k]["count"] for k in ALLOC_KINDS),
-        "train_free_calls": phase["free"]["count"],
-        "train_alloc_p50_ns": quantile(alloc_hist, 0.5),
-        "train_alloc_p99_ns": quantile(alloc_hist, 0.99),
-        "train_free_p50_ns": quantile(phase["free"]["hist"], 0.5),
-        "train_free_p99_ns": quantile(phase["free"]["hist"], 0.99),
-        "train_max_ns": max(phase[k]["max_ns"] for k in phase),
-    }
+    return kinds_summary(phase, "train_")
 
 
 def summary_of(report):
@@ -75,16 +82,9 @@ def summary_of(report):
     kinds = report["kinds"]
     alloc_hist = merge(kinds[k]["hist"] for k in ALLOC_KINDS)
     free = kinds["free"]
-    return dict(phase_summary(report.get("phase")), **{
-        "alloc_calls": sum(kinds[k]["count"] for k in ALLOC_KINDS),
-        "free_calls": free["count"],
+    return dict(phase_summary(report.get("phase")), **kinds_summary(kinds), **{
         "alloc_ms": sum(kinds[k]["total_ns"] for k in ALLOC_KINDS) / 1e6,
         "free_ms": free["total_ns"] / 1e6,
-        "alloc_p50_ns": quantile(alloc_hist, 0.5),
-        "alloc_p99_ns": quantile(alloc_hist, 0.99),
-        "free_p50_ns": quantile(free["hist"], 0.5),
-        "free_p99_ns": quantile(free["hist"], 0.99),
-        "max_ns": max(kinds[k]["max_ns"] for k in kinds),
         "slow_calls": sum(c for k in kinds for low, _, c in kinds[k]["hist"] if low >= SLOW_NS),
         "alloc_hist": alloc_hist,
         "free_hist": free["hist"],
