@@ -557,7 +557,7 @@ static uint32_t split_long(const rp_inst *in, rp_mem *m, rp_kv *kv, int key, uin
 int rp_stack_long(const rp_inst *in, rp_mem *m, rp_best *best, rp_greedy_ws *ws, rp_clock *clk,
                   uint64_t deadline_ns)
 {
-    uint32_t n = in->nm, nl, crit = 0, stride, *lng[2], *order, *rest;
+    uint32_t n = in->nm, nl, stride, *lng[2], *order, *rest;
     uint64_t *off;
     rp_clock own = {0};
 
@@ -600,13 +600,10 @@ int rp_stack_long(const rp_inst *in, rp_mem *m, rp_best *best, rp_greedy_ws *ws,
                 continue;
             if (by_offset(m, ws->kv, order, n, off) < 0)
                 return -ENOMEM;
-            peak = decode(in, &ws->t, order, ws->off, best->peak - 1, &crit, NULL);
-            if (peak == RP_NONE)
-                continue;
-            best->peak = peak;
-            best->stage = "greedy";
-            memcpy(best->off, ws->off, n * sizeof(uint64_t));
-            memcpy(best->order, order, n * sizeof(uint32_t));
+            uint64_t had = best->peak;
+            try_order(in, best, ws, order);
+            if (best->peak < had)
+                best->stage = "greedy";
         }
     }
     return 0;
