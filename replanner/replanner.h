@@ -85,7 +85,8 @@ typedef struct om_rp_result {
     int greedy_cut;    /* the budget ran out before greedy by size placed every block: the
                           rest went on top of what they meet (a valid plan, found fast),
                           and greedy_peak is that first plan's peak */
-    const char *stage; /* which stage found the plan: "greedy", "local", "bnb", "tile" */
+    const char *stage; /* which stage found the plan: "greedy", "local", "bnb", "tile",
+                        * "refit" */
 } om_rp_result;
 
 /* Checks the input; 0 or -EINVAL with a message naming the block id and the problem. */
