@@ -499,8 +499,9 @@ static uint64_t lowest_fit(const tree *t, const om_rp_block *b, const block_node
 }
 
 /* The tree's memory is given back at the end: the search that follows needs its own. */
-int rp_fit_below(const rp_inst *in, const rp_mem *m, const uint32_t *order, const rp_clock *clk,
-                 uint64_t cutoff, uint64_t *off, uint64_t *peak, uint32_t *placed)
+int rp_fit_below(const rp_inst *in, const rp_mem *m, const uint32_t *order, uint32_t known,
+                 const rp_clock *clk, uint64_t cutoff, uint64_t *off, uint64_t *peak,
+                 uint32_t *placed)
 {
     rp_mem own = {m->a, NULL};
     tree t = {0};
@@ -541,7 +542,7 @@ int rp_fit_below(const rp_inst *in, const rp_mem *m, const uint32_t *order, cons
         if (x + 1 < in->nm)
             rp_prefetch_block(in, in->mov[order[x + 1]]);
         block_nodes_of(&t, in, i, &bn);
-        o = lowest_fit(&t, &in->b[i], &bn);
+        o = x < known ? off[k] : lowest_fit(&t, &in->b[i], &bn);
         *placed = x + 1;
         off[k] = o;
         if (o + in->b[i].size > *peak)
@@ -558,7 +559,7 @@ out:
 int rp_fit_order(const rp_inst *in, const rp_mem *m, const uint32_t *order, const rp_clock *clk,
                  uint64_t *off, uint64_t *peak, uint32_t *placed)
 {
-    return rp_fit_below(in, m, order, clk, UINT64_MAX, off, peak, placed);
+    return rp_fit_below(in, m, order, 0, clk, UINT64_MAX, off, peak, placed);
 }
 
 int rp_greedy_size(const rp_inst *in, rp_mem *m, const rp_clock *clk, uint32_t *order,

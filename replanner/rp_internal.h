@@ -180,9 +180,12 @@ int rp_greedy_size(const rp_inst *in, rp_mem *m, const rp_clock *clk, uint32_t *
  * it meets no block placed before it, with the same outputs. */
 int rp_fit_order(const rp_inst *in, const rp_mem *m, const uint32_t *order, const rp_clock *clk,
                  uint64_t *off, uint64_t *peak, uint32_t *placed);
-/* The same, stopping after the first block that ends above cutoff (*placed counts it). */
-int rp_fit_below(const rp_inst *in, const rp_mem *m, const uint32_t *order, const rp_clock *clk,
-                 uint64_t cutoff, uint64_t *off, uint64_t *peak, uint32_t *placed);
+/* The same, stopping after the first block that ends above cutoff (*placed counts it); the
+ * first known blocks of the order are where off has them already (the plan of an order
+ * that begins as this one does: each of them found the same blocks before it). */
+int rp_fit_below(const rp_inst *in, const rp_mem *m, const uint32_t *order, uint32_t known,
+                 const rp_clock *clk, uint64_t cutoff, uint64_t *off, uint64_t *peak,
+                 uint32_t *placed);
 
 /* rp_dive.c: the branch and bound's dive without backtracking, under rank (rp_rank's out):
  * order gets the blocks (positions in mov) as placed, which the skyline decoder turns into

@@ -86,7 +86,9 @@ int rp_refit(const rp_inst *in, rp_mem *m, rp_best *best, rp_clock *clk, uint32_
         rounds++;
         swap_critical(in, &f, &rng, &a, &b);
         swap_at(&f, a, b);
-        if (rp_fit_below(in, m, f.order, &own, f.peak, f.cand, &peak, &placed) < 0)
+        /* the blocks before the swap's first place are placed as in the current plan */
+        memcpy(f.cand, f.off, (size_t)n * sizeof(uint64_t));
+        if (rp_fit_below(in, m, f.order, a, &own, f.peak, f.cand, &peak, &placed) < 0)
             return -ENOMEM;
         if (placed < n || peak > f.peak) {
             swap_at(&f, a, b);
