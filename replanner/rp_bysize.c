@@ -532,7 +532,16 @@ int rp_fit_below(const rp_inst *in, const rp_mem *m, const uint32_t *order, uint
             goto out;
     }
     rc = 0;
-    for (uint32_t x = 0; x < in->nm && rc == 0; x++) {
+    for (uint32_t x = 0; x < known && rc == 0; x++) {
+        uint32_t k = order[x], i = in->mov[k];
+
+        block_nodes_of(&t, in, i, &bn);
+        if (off[k] + in->b[i].size > *peak)
+            *peak = off[k] + in->b[i].size;
+        rc = block_add(&t, &bn, off[k], off[k] + in->b[i].size);
+    }
+    *placed = known;
+    for (uint32_t x = known; x < in->nm && rc == 0; x++) {
         uint32_t k = order[x], i = in->mov[k];
         uint64_t o;
 
@@ -542,13 +551,14 @@ int rp_fit_below(const rp_inst *in, const rp_mem *m, const uint32_t *order, uint
         if (x + 1 < in->nm)
             rp_prefetch_block(in, in->mov[order[x + 1]]);
         block_nodes_of(&t, in, i, &bn);
-        o = x < known ? off[k] : lowest_fit(&t, &in->b[i], &bn);
+        o = lowest_fit(&t, &in->b[i], &bn);
         *placed = x + 1;
         off[k] = o;
-        if (o + in->b[i].size > *peak)
+        if (o + in->b[i].size > *peak) {
             *peak = o + in->b[i].size;
-        if (*peak > cutoff)
-            break;
+            if (*peak > cutoff)
+                break;
+        }
         rc = block_add(&t, &bn, o, o + in->b[i].size);
     }
 out:
