@@ -37,7 +37,8 @@ typedef struct om_rp_block {
 } om_rp_block;
 
 enum om_rp_algo {
-    OM_RP_ALGO_AUTO = 0, /* greedy, then branch and bound or local search, by size */
+    OM_RP_ALGO_AUTO = 0, /* greedy, iterated first fit where it wins its probe, then branch
+                            and bound or local search, by size */
     OM_RP_ALGO_GREEDY,   /* best of a few orders through the skyline decoder; no search */
     OM_RP_ALGO_LOCAL,    /* greedy, then a randomized search over orders */
     OM_RP_ALGO_BNB,      /* greedy, then branch and bound (local search on huge instances) */
@@ -85,7 +86,8 @@ typedef struct om_rp_result {
     int greedy_cut;    /* the budget ran out before greedy by size placed every block: the
                           rest went on top of what they meet (a valid plan, found fast),
                           and greedy_peak is that first plan's peak */
-    const char *stage; /* which stage found the plan: "greedy", "local", "bnb", "tile" */
+    const char *stage; /* which stage found the plan: "greedy", "local", "bnb", "tile",
+                        * "refit" */
 } om_rp_result;
 
 /* Checks the input; 0 or -EINVAL with a message naming the block id and the problem. */

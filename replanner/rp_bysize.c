@@ -499,8 +499,9 @@ static uint64_t lowest_fit(const tree *t, const om_rp_block *b, const block_node
 }
 
 /* The tree's memory is given back at the end: the search that follows needs its own. */
-int rp_fit_order(const rp_inst *in, const rp_mem *m, const uint32_t *order, const rp_clock *clk,
-                 uint64_t *off, uint64_t *peak, uint32_t *placed)
+int rp_fit_below(const rp_inst *in, const rp_mem *m, const uint32_t *order, uint32_t known,
+                 const rp_clock *clk, uint64_t cutoff, uint64_t *off, uint64_t *peak,
+                 uint32_t *placed)
 {
     rp_mem own = {m->a, NULL};
     tree t = {0};
@@ -531,7 +532,16 @@ int rp_fit_order(const rp_inst *in, const rp_mem *m, const uint32_t *order, cons
             goto out;
     }
     rc = 0;
-    for (uint32_t x = 0; x < in->nm && rc == 0; x++) {
+    for (uint32_t x = 0; x < known && rc == 0; x++) {
+        uint32_t k = order[x], i = in->mov[k];
+
+        block_nodes_of(&t, in, i, &bn);
+        if (off[k] + in->b[i].size > *peak)
+            *peak = off[k] + in->b[i].size;
+        rc = block_add(&t, &bn, off[k], off[k] + in->b[i].size);
+    }
+    *placed = known;
+    for (uint32_t x = known; x < in->nm && rc == 0; x++) {
         uint32_t k = order[x], i = in->mov[k];
         uint64_t o;
 
@@ -544,13 +554,22 @@ int rp_fit_order(const rp_inst *in, const rp_mem *m, const uint32_t *order, cons
         o = lowest_fit(&t, &in->b[i], &bn);
         *placed = x + 1;
         off[k] = o;
-        if (o + in->b[i].size > *peak)
+        if (o + in->b[i].size > *peak) {
             *peak = o + in->b[i].size;
+            if (*peak > cutoff)
+                break;
+        }
         rc = block_add(&t, &bn, o, o + in->b[i].size);
     }
 out:
     rp_mem_free_all(&own);
     return rc;
+}
+
+int rp_fit_order(const rp_inst *in, const rp_mem *m, const uint32_t *order, const rp_clock *clk,
+                 uint64_t *off, uint64_t *peak, uint32_t *placed)
+{
+    return rp_fit_below(in, m, order, 0, clk, UINT64_MAX, off, peak, placed);
 }
 
 int rp_greedy_size(const rp_inst *in, rp_mem *m, const rp_clock *clk, uint32_t *order,

@@ -14,6 +14,9 @@
 #define BNB_MAX_ENTRIES (UINT64_C(1) << 27)
 /* What the lists take at most, at that speed with a margin: the time left must hold it. */
 #define BNB_SETUP_PER_MS (4 * BNB_ENTRIES_PER_MS)
+/* Iterated first fit's probe (rp_refit): orders, and the share of the time left at most. */
+#define REFIT_PROBE 64
+#define REFIT_PROBE_SHARE 8
 
 void rp_errf(char *err, size_t errlen, const char *fmt, ...)
 {
@@ -908,6 +911,15 @@ int om_rp_plan(const om_rp_block *blocks, size_t n, const om_rp_options *opt, ui
     }
     if (best.peak > in.stop) {
         int use_bnb = 0;
+        /* Iterated first fit first: a probe, and where it wins (crowded instances, where
+         * first fit fills the holes that the branch and bound's offsets leave), half of
+         * the time left; the stages below get the rest, from its plan. */
+        if (opt->algo == OM_RP_ALGO_AUTO) {
+            uint64_t now = rp_now_ns(), left = now < clk.deadline_ns ? clk.deadline_ns - now : 0;
+            if ((rc = rp_refit(&in, &m, &best, &clk, REFIT_PROBE, now + left / REFIT_PROBE_SHARE,
+                               now + left / 2, opt->seed)) < 0)
+                goto nomem;
+        }
         if ((opt->algo == OM_RP_ALGO_AUTO || opt->algo == OM_RP_ALGO_BNB) &&
             (use_bnb = use_branch_and_bound(&in, &m, opt->algo, budget, &clk)) < 0)
             goto nomem;

@@ -180,6 +180,12 @@ int rp_greedy_size(const rp_inst *in, rp_mem *m, const rp_clock *clk, uint32_t *
  * it meets no block placed before it, with the same outputs. */
 int rp_fit_order(const rp_inst *in, const rp_mem *m, const uint32_t *order, const rp_clock *clk,
                  uint64_t *off, uint64_t *peak, uint32_t *placed);
+/* The same, stopping after the first block that ends above cutoff (*placed counts it); the
+ * first known blocks of the order are where off has them already (the plan of an order
+ * that begins as this one does: each of them found the same blocks before it). */
+int rp_fit_below(const rp_inst *in, const rp_mem *m, const uint32_t *order, uint32_t known,
+                 const rp_clock *clk, uint64_t cutoff, uint64_t *off, uint64_t *peak,
+                 uint32_t *placed);
 
 /* rp_dive.c: the branch and bound's dive without backtracking, under rank (rp_rank's out):
  * order gets the blocks (positions in mov) as placed, which the skyline decoder turns into
@@ -217,6 +223,18 @@ int rp_stack_long(const rp_inst *in, rp_mem *m, rp_best *best, rp_greedy_ws *ws,
 /* The plan kept aside becomes the best one if it is lower. */
 void rp_take_spare(const rp_inst *in, rp_best *best);
 int rp_local(const rp_inst *in, rp_mem *m, rp_best *best, rp_clock *clk, uint64_t seed);
+
+/*
+ * rp_refit.c: iterated first fit. From greedy by size's order, a block at the peak swapped
+ * with one anywhere before it, the order placed as greedy by size places (rp_fit_below,
+ * stopped above the current peak), kept when no higher; a lower plan goes into best (its
+ * order: by offset). A probe first: unless a plan is lower than every plan so far (the
+ * dives' kept aside included) within probe orders and before probe_ns, it stops there, for
+ * the search that suits the instance. Else until deadline_ns, half of clk's steps left (an
+ * order a step) or in->stop. 0 or -ENOMEM.
+ */
+int rp_refit(const rp_inst *in, rp_mem *m, rp_best *best, rp_clock *clk, uint32_t probe,
+             uint64_t probe_ns, uint64_t deadline_ns, uint64_t seed);
 /*
  * The branch and bound's rankings (rp_util.c): keys is a string of MiniMalloc's letters.
  * Ranks members[0..count) (all movable blocks if members is NULL): out[k] is k's position.
