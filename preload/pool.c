@@ -128,9 +128,11 @@ static void note_unknown(struct om_pool *pool, int after_unknown, uint64_t token
 {
     if (!after_unknown)
         pool->nsub = 0;
-    if (pool->nsub < SUB_RUN)
-        pool->sub[pool->nsub].token = token, pool->sub[pool->nsub].len = len,
+    if (pool->nsub < SUB_RUN) {
+        pool->sub[pool->nsub].token = token;
+        pool->sub[pool->nsub].len = len;
         pool->sub[pool->nsub].slot = pool->cursor;
+    }
     pool->nsub += pool->nsub <= SUB_RUN;
 }
 
