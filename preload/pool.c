@@ -121,6 +121,48 @@ static int take_best_fit(struct om_pool *pool, size_t len, size_t alignment, siz
     return rc == 0 ? om_arena_take(&pool->arena, *off, len) : rc;
 }
 
+/* A request with a token the plan has no slot for, served with the cursor at its slot:
+ * kept, with those just before it (after_unknown), until the next request says whether
+ * they were made instead of the plan's. */
+static void note_unknown(struct om_pool *pool, int after_unknown, uint64_t token, size_t len)
+{
+    if (!after_unknown)
+        pool->nsub = 0;
+    if (pool->nsub < SUB_RUN) {
+        pool->sub[pool->nsub].token = token;
+        pool->sub[pool->nsub].len = len;
+        pool->sub[pool->nsub].slot = pool->cursor;
+    }
+    pool->nsub += pool->nsub <= SUB_RUN;
+}
+
+/* The request at slot s hit right after a run of requests without a slot, whose cursor
+ * stood at the slots just before s: they were made instead of those slots' requests, the
+ * same lengths from call sites whose stacks changed (Python's interpreter specializes its
+ * calls over a program's first steps, and the native frames under a call change with it).
+ * Each such slot, and every other slot of its token, takes the new token as its other one,
+ * so that the next iterations hit there rather than miss at every one of them. Only a run
+ * in the cursor's order: a request inserted, or found elsewhere, tells nothing of a slot. */
+static void substituted(struct om_pool *pool, uint64_t s)
+{
+    struct om_plan *plan = &pool->plan;
+    unsigned n = pool->nsub;
+    pool->nsub = 0;
+    if (n == 0 || n > SUB_RUN)
+        return;
+    for (unsigned i = 0; i < n; i++) {
+        uint64_t at = (s + plan->period - n + i) % plan->period;
+        if (pool->sub[i].slot != at || plan->slots[at].len != pool->sub[i].len)
+            continue;
+        size_t taken = om_slot_index_set_alt(&plan->index, plan->slots, plan->slots[at].token,
+                                             pool->sub[i].len, pool->sub[i].token);
+        if (taken)
+            om_debug("plan: %zu slot(s) of the request at slot %llu take the token of the "
+                     "request made there instead",
+                     taken, (unsigned long long)at);
+    }
+}
+
 /* Picks the offset of a request: the expected slot, a slot found by token, or best fit. */
 static int place(struct om_pool *pool, size_t len, size_t alignment, uintptr_t stream,
                  uint64_t token, int cycle_thread, int main_thread, size_t *off, int *flags)
@@ -144,13 +186,16 @@ static int place(struct om_pool *pool, size_t len, size_t alignment, uintptr_t s
             *flags = OM_BLOCK_PLANNED | OM_BLOCK_PROLOGUE;
             return 0;
         }
-        const struct om_plan *plan = &pool->plan;
+        struct om_plan *plan = &pool->plan;
         uint64_t s = pool->cursor;
         int after_unknown = pool->after_unknown, inserted = 0;
         pool->after_unknown = 0;
-        if (plan->slots[s].token == token) {
+        if (plan->slots[s].token == token || plan->slots[s].alt == token) {
             pool->stats.hits++;
-        } else if (after_unknown && s > 0 && plan->slots[s - 1].token == token) {
+            if (after_unknown)
+                substituted(pool, s);
+        } else if (after_unknown && s > 0 &&
+                   (plan->slots[s - 1].token == token || plan->slots[s - 1].alt == token)) {
             /* The request before, unknown, moved the cursor past this one's slot: it was
              * inserted, one miss (a lookup would find the slot behind the cursor and begin
              * the iteration anew). */
@@ -163,6 +208,8 @@ static int place(struct om_pool *pool, size_t len, size_t alignment, uintptr_t s
             pool->iteration_misses++;
             pool->iteration_unknown += s == UINT64_MAX;
             pool->after_unknown = s == UINT64_MAX;
+            if (s == UINT64_MAX)
+                note_unknown(pool, after_unknown, token, len);
             om_pool_release_if_failing(pool);
         }
         /* An unknown request moves the cursor on: made instead of the slot's request, the
@@ -210,9 +257,15 @@ static int place(struct om_pool *pool, size_t len, size_t alignment, uintptr_t s
  * that names the slot's request while this one is another is ambiguous, never trusted there
  * again. Marked now, before the request's miss may drop the plan (and keep it for a phase
  * that comes back). 1 where it was marked. */
+/* The token of the request the slot's cheap key was learnt from. */
+static uint64_t cheap_token(const struct om_slot *sl)
+{
+    return sl->cheap_alt ? sl->alt : sl->token;
+}
+
 static int cheap_check(struct om_slot *sl, uint64_t key, uint64_t token)
 {
-    if (sl->ambiguous || sl->cheap != key || sl->token == token)
+    if (sl->ambiguous || sl->cheap != key || cheap_token(sl) == token)
         return 0;
     sl->ambiguous = 1;
     return 1;
@@ -230,10 +283,11 @@ static int cheap_note(struct om_slot *sl, uint64_t key, uint64_t token, uint32_t
         }
         sl->confirmed += sl->confirmed < CHEAP_CONFIRM;
         sl->since = 0;
-    } else if (sl->token == token) {
+    } else if (sl->token == token || sl->alt == token) {
         sl->cheap = key;
         sl->site = site;
         sl->since = sl->confirmed = 0;
+        sl->cheap_alt = sl->token != token;
     }
     return 0;
 }
@@ -368,7 +422,7 @@ void *om_pool_alloc_cheap(struct om_pool *pool, size_t size, size_t alignment, i
         sl->since++;
         *taken = 1;
         pool->stats.served_by_cheap_key++;
-        p = alloc_locked(pool, size, len, alignment, zero, OM_STREAM_NONE, sl->token, NULL,
+        p = alloc_locked(pool, size, len, alignment, zero, OM_STREAM_NONE, cheap_token(sl), NULL,
                          sl->site, key, 1, on_main_thread());
     }
     om_unlock(&pool->lock);

@@ -21,6 +21,8 @@
 #define FAILED_PERIODS 8
 /* A plan that serves this many iterations proves the program steady again. */
 #define STEADY_ITERATIONS 3
+/* The most requests without a slot in a row that are taken as made instead of the plan's. */
+#define SUB_RUN 4
 /* The iteration-defining thread's last requests, while learning and while a plan serves:
  * once a period is known, the plan is made from an iteration already past whose next one is
  * past too, rather than from one recorded and one observed from then on, two iterations
@@ -206,6 +208,12 @@ struct om_pool {
      * that had such; whether a plan was already dropped for them. */
     uint64_t iteration_unknown, stale_iterations;
     int stale_replanned;
+    /* The run of requests without a slot just served (after_unknown): their tokens and
+     * lengths, and the slots the cursor expected for them; nsub > SUB_RUN: too long a run. */
+    unsigned nsub;
+    struct {
+        uint64_t token, len, slot;
+    } sub[SUB_RUN];
     /* How long the iteration to plan took, for the search's budget; when recording began. */
     uint64_t iteration_ns, record_start_ns;
     /* OPTMEM_PLAN_FILE (its name and the plan loaded: below) */

@@ -88,6 +88,24 @@ int om_slot_index_build(struct om_slot_index *ix, const struct om_slot *slots, s
     return 0;
 }
 
+size_t om_slot_index_set_alt(const struct om_slot_index *ix, struct om_slot *slots, uint64_t token,
+                             uint64_t len, uint64_t alt)
+{
+    size_t n = 0;
+    if (!ix->cap || !token)
+        return 0;
+    for (uint32_t s = ix->first[entry_of(ix, slots, token)]; s; s = ix->next[s - 1]) {
+        struct om_slot *sl = &slots[s - 1];
+        if (sl->len != len || sl->alt == alt)
+            continue;
+        if (sl->cheap_alt) /* its cheap key named the alt it had */
+            sl->cheap = sl->site = sl->cheap_alt = sl->confirmed = sl->since = 0;
+        sl->alt = alt;
+        n++;
+    }
+    return n;
+}
+
 uint64_t om_slot_index_find(const struct om_slot_index *ix, const struct om_slot *slots,
                             uint64_t token, uint64_t from)
 {

@@ -1,6 +1,7 @@
 /* A training-like loop that drifts on purpose (sizes, extra requests, longer lifetimes,
  * cross-thread frees, realloc, calloc, fork, a change of shapes, a weight replaced by a new
- * array each iteration, a request that moves to another call site for good, layers whose
+ * array each iteration, a request that moves to another call site for good (with another size
+ * or the same one), layers whose
  * requests repeat within a step and outlive the layer, evaluation phases between training
  * phases), forks at each of its first iterations (fork_each: one fork comes while plan mode
  * makes a plan), or takes its time (slow, slow_wide). Every buffer's contents are checked
@@ -179,11 +180,14 @@ int main(int argc, char **argv)
         }
         alloc_activation(&acts[1], a1, seed + 2);
         alloc_temporary(&tmp, 32 * 1024 * scale, seed + 3);
-        if (is("new_site")) { /* nine requests an iteration; one changes its site for good */
+        /* Nine requests an iteration; one changes its call site for good, with another size
+         * (new_site) or the same one, as a call whose stack changed (new_stack). */
+        if (is("new_site") || is("new_stack")) {
             struct buf extra[3];
             for (int k = 0; k < 3; k++) {
                 if (k == 2 && it >= iterations / 4)
-                    alloc_extra_elsewhere(&extra[k], 24576, seed + 10 + (uint32_t)k);
+                    alloc_extra_elsewhere(&extra[k], is("new_site") ? 28672 : 24576,
+                                          seed + 10 + (uint32_t)k);
                 else
                     alloc_extra(&extra[k], 24576, seed + 10 + (uint32_t)k);
             }

@@ -429,6 +429,51 @@ static void test_substituted_request_one_miss(void **state)
     give(weights);
 }
 
+/* Requests made instead of the plan's from then on (the same sizes from call sites whose
+ * stacks changed, as Python's specializing interpreter makes them), two in a row: each misses
+ * in the first step only, and then hits at the replaced request's slot, where the replaced
+ * request hits as well. One of another size keeps missing: it is not the slot's. */
+static void test_new_stacks_take_their_slots(void **state)
+{
+    void *weights = take(100, MIB, 0, 0);
+    run_until_served(step_a, NOPS(step_a), STEP_A_REQUESTS, 40);
+    size_t slots[STEP_A_REQUESTS];
+    run_step(step_a, NOPS(step_a), slots);
+    struct op step[NOPS(step_a)];
+    memcpy(step, step_a, sizeof step);
+    for (size_t r = 0; r < NOPS(step); r++)
+        if (step[r].kind == ALLOC && (step[r].id == 13 || step[r].id == 14))
+            step[r].id += 60;
+    struct om_serving_stats s0 = stats();
+    run_step(step, NOPS(step), NULL);
+    struct om_serving_stats s1 = stats();
+    assert_int_equal(s1.misses - s0.misses, 2);
+    assert_int_equal(s1.fallbacks - s0.fallbacks, 2);
+    size_t now[STEP_A_REQUESTS];
+    for (int k = 0; k < 4; k++) {
+        run_step(step, NOPS(step), now);
+        assert_memory_equal(now, slots, sizeof slots);
+    }
+    run_step(step_a, NOPS(step_a), now);
+    assert_memory_equal(now, slots, sizeof slots);
+    struct om_serving_stats s2 = stats();
+    assert_int_equal(s2.misses, s1.misses);
+    assert_int_equal(s2.fallbacks, s1.fallbacks);
+    assert_int_equal(s2.served_from_plan - s1.served_from_plan, 5 * STEP_A_REQUESTS);
+    assert_int_equal(s2.replans, 0);
+    /* 64 KiB at the slot of a request of 128 KiB (id 8, followed by a hit). */
+    memcpy(step, step_a, sizeof step);
+    for (size_t r = 0; r < NOPS(step); r++)
+        if (step[r].kind == ALLOC && step[r].id == 8)
+            step[r].id = 70, step[r].size = 64 * KIB;
+    for (int k = 0; k < 3; k++)
+        run_step(step, NOPS(step), NULL);
+    struct om_serving_stats s3 = stats();
+    assert_int_equal(s3.misses - s2.misses, 3);
+    assert_int_equal(s3.served_from_plan - s2.served_from_plan, 3 * (STEP_A_REQUESTS - 1));
+    give(weights);
+}
+
 /* The guard: a block that outlives its step holds its slot's bytes; the next step's request
  * for that slot is turned away and placed above the plan, never over the live block. */
 static void test_guard_turns_away_taken_slot(void **state)
@@ -1250,6 +1295,7 @@ int main(void)
         cmocka_unit_test_setup(test_plan_serves_slots, setup_inline),
         cmocka_unit_test_setup(test_unknown_request_falls_back, setup_inline),
         cmocka_unit_test_setup(test_substituted_request_one_miss, setup_inline),
+        cmocka_unit_test_setup(test_new_stacks_take_their_slots, setup_inline),
         cmocka_unit_test_setup(test_guard_turns_away_taken_slot, setup_inline),
         cmocka_unit_test_setup(test_drift_drops_plan, setup_inline),
         cmocka_unit_test_setup(test_phase_comes_back, setup_inline),
