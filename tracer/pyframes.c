@@ -796,6 +796,20 @@ static __thread uint32_t memo_id[MEMO];
 /* The frame each entry was last seen at, read in place then: 0 when none. */
 static __thread uintptr_t memo_frame[MEMO];
 
+/* Asks for the lines replay will read, where the memo says they are (each frame's fields and
+ * its code object's stamp), all at once: replay follows the chain a pointer at a time, so
+ * that lines the program's own work evicted would miss one after another. A hint only: a
+ * frame gone since is fetched for nothing, and nothing is read. */
+static void replay_prefetch(const struct py_layout *L)
+{
+    for (unsigned hop = 0; hop < MEMO && memo_frame[hop]; hop++) {
+        __builtin_prefetch((const void *)(memo_frame[hop] + (uintptr_t)L->fr_code));
+        __builtin_prefetch((const void *)(memo_frame[hop] + (uintptr_t)L->fr_size - 1));
+        if (memo_code[hop])
+            __builtin_prefetch((const void *)(memo_code[hop] + (uintptr_t)L->co_linetable));
+    }
+}
+
 /* Follows the current frame's chain for as long as it is the one memoised, hop for hop:
  * the same frames at the same addresses, running the same code (its stamp read in place:
  * a live frame holds its code object) at the same instruction. Only frames that an earlier
@@ -855,6 +869,8 @@ static unsigned walk(uint32_t *out, unsigned cap)
     }
     if (!frame)
         return 0;
+    if (fast && frame == memo_frame[0])
+        replay_prefetch(L);
     unsigned n = 0, resolved = 0, hop = fast ? replay(L, &frame, out, cap, &n) : 0;
     if (!frame || n == cap || hop == MAX_HOPS)
         return n;

@@ -235,20 +235,32 @@ static inline __attribute__((always_inline)) unsigned walk_stack(void **frames, 
     return w.n;
 }
 
-/* The distances the calling thread's last fast walk read, by depth: consecutive requests
- * share most of their frames, and each probe of the table is a line that the program's own
- * work has usually evicted. Valid only for the table they were read from and while no
- * distance was marked varying since (an entry never changes otherwise), so that a walk
- * follows exactly the distances the table holds. Each thread's is mapped at its first walk
- * and handed back when it exits: the library's thread-local storage holds only a pointer,
- * since it must fit the static TLS that dlopen can still give. */
+/* Distances the calling thread's fast walks read, by stack: each probe of the table is a line
+ * that the program's own work has usually evicted, and a walk reads one after the other, so
+ * that their misses add up. A thread keeps the stacks it walked in slots chosen by the
+ * program's return address into the library, its stack pointer there and the Python stack: a
+ * request from a stack walked before finds its distances in one slot (three lines, asked for
+ * at once) and the return addresses' lines are asked for together. A slot is only a hint of
+ * where to look: a distance is taken from it only for the same return address at the same
+ * depth, and every (return address, distance) pair a slot holds was read from the table the
+ * memo was filled from while no distance was marked varying (an entry never changes
+ * otherwise); when either changes, every slot is emptied (an epoch), so that a walk follows
+ * exactly the distances the table holds. Each thread's is mapped at its first walk and handed
+ * back when it exits: the library's thread-local storage holds only its pointer, since it
+ * must fit the static TLS that dlopen can still give. */
 #define WALK_MEMO 16
+#define MEMO_SLOTS 128
+
+struct memo_slot {
+    uintptr_t ip[WALK_MEMO]; /* 0: none */
+    uint32_t dist[WALK_MEMO];
+};
 
 struct walk_memo {
+    struct memo_slot slot[MEMO_SLOTS]; /* first: the mapping is page-aligned, slots line-aligned */
     const struct om_table *tab;
-    uint32_t marks;
-    uint32_t dist[WALK_MEMO];
-    uintptr_t ip[WALK_MEMO];
+    uint32_t marks, epoch;
+    uint32_t slot_epoch[MEMO_SLOTS]; /* a slot is empty unless it equals epoch */
 };
 
 static __thread struct walk_memo *tls_memo;
@@ -284,11 +296,31 @@ static struct walk_memo *memo_for(const struct om_table *tab, uint32_t marks)
         tls_memo = m;
     }
     if (m->tab != tab || m->marks != marks) {
-        memset(m->ip, 0, sizeof m->ip);
+        if (++m->epoch == 0) { /* wrapped: no slot may still carry the new epoch */
+            memset(m->slot_epoch, 0, sizeof m->slot_epoch);
+            m->epoch = 1;
+        }
         m->tab = tab;
         m->marks = marks;
     }
     return m;
+}
+
+/* The slot of a stack that starts at (ip, sp) under Python stack py, emptied unless it was
+ * filled under the memo's epoch; its lines are asked for at once. */
+static struct memo_slot *memo_slot(struct walk_memo *m, uintptr_t ip, uintptr_t sp, uint32_t py)
+{
+    uint64_t h = ((uint64_t)ip ^ (uint64_t)sp << 17 ^ (uint64_t)py << 40) * 0x9e3779b97f4a7c15ull;
+    uint32_t i = (uint32_t)(h >> 32) & (MEMO_SLOTS - 1);
+    struct memo_slot *s = &m->slot[i];
+    __builtin_prefetch(&s->ip[0], 1);
+    __builtin_prefetch(&s->ip[8], 1);
+    __builtin_prefetch(&s->dist[0], 1);
+    if (m->slot_epoch[i] != m->epoch) {
+        memset(s->ip, 0, sizeof s->ip);
+        m->slot_epoch[i] = m->epoch;
+    }
+    return s;
 }
 
 /* The first walk finds the unwinder's own tables; it is made now, while the caller still
@@ -434,6 +466,21 @@ size_t om_stack_room(void)
     return here > lo + ROOM_MARGIN + ROOM_MIN ? here - lo - ROOM_MARGIN : ROOM_MIN;
 }
 
+/* Asks for the lines where the slot says the return addresses above sp lie, all at once: the
+ * walk below reads each only after the one before, so that their misses would come one after
+ * another. A hint only: a line of another stack shape is fetched for nothing, and nothing is
+ * read. */
+static inline void memo_prefetch(const struct memo_slot *s, uintptr_t sp, uintptr_t top)
+{
+    for (unsigned k = 0; k < WALK_MEMO && s->ip[k]; k++) {
+        uint32_t dist = s->dist[k];
+        if (dist == STEP_OUTERMOST || sp + dist > top || sp + dist < sp)
+            break;
+        sp += dist;
+        __builtin_prefetch((const void *)(sp - 8));
+    }
+}
+
 /* Follows the learnt distances up from the program's call; 0 with the stack complete, -1
  * where the full walk must take over. */
 static int fast_walk(struct om_stack *stack, unsigned depth, uintptr_t ip, uintptr_t sp)
@@ -447,17 +494,20 @@ static int fast_walk(struct om_stack *stack, unsigned depth, uintptr_t ip, uintp
     if (!tab || sp < tls_stack_lo || sp >= top)
         return -1;
     struct walk_memo *m = memo_for(tab, marks);
+    struct memo_slot *s = m ? memo_slot(m, ip, sp, stack->py_stack) : NULL;
+    if (s && s->ip[0] == ip)
+        memo_prefetch(s, sp, top);
     unsigned n = 0;
     while (n < depth) {
         uint32_t dist;
-        if (m && n < WALK_MEMO && ip && m->ip[n] == ip) {
-            dist = m->dist[n];
+        if (s && n < WALK_MEMO && ip && s->ip[n] == ip) {
+            dist = s->dist[n];
         } else {
             const struct step *e = step_find(tab, ip);
             dist = e ? __atomic_load_n(&e->dist, __ATOMIC_RELAXED) : STEP_VARIES;
-            if (m && n < WALK_MEMO && dist != STEP_VARIES) {
-                m->ip[n] = ip;
-                m->dist[n] = dist;
+            if (s && n < WALK_MEMO) {
+                s->ip[n] = dist != STEP_VARIES ? ip : 0;
+                s->dist[n] = dist;
             }
         }
         stack->frames[n++] = (void *)ip;
