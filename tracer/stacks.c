@@ -256,11 +256,25 @@ struct memo_slot {
     uint32_t dist[WALK_MEMO];
 };
 
+/* The call site a slot's stack was last interned as (om_sites_intern), as a hint: the next
+ * stack from that slot is compared with it before the index is looked up, in whatever domain
+ * it is interned, and the lines that lookup and the record read are asked for as soon as the
+ * walk ends. Never dereferenced: at[] only names lines to fetch (a record moved or unmapped
+ * since costs a wasted fetch), and the site is taken from the domain's ids. */
+#define SITE_LINES 6 /* a record and its key of 16 frames */
+
+struct memo_site {
+    uint32_t id1;      /* the site's id + 1; 0: none */
+    const void *at[3]; /* its entry in the ids, its hash, its record */
+};
+
 struct walk_memo {
     struct memo_slot slot[MEMO_SLOTS]; /* first: the mapping is page-aligned, slots line-aligned */
     const struct om_table *tab;
     uint32_t marks, epoch;
+    uint32_t last; /* the slot of the thread's last capture + 1, where it walked fast; 0: none */
     uint32_t slot_epoch[MEMO_SLOTS]; /* a slot is empty unless it equals epoch */
+    struct memo_site site[MEMO_SLOTS];
 };
 
 static __thread struct walk_memo *tls_memo;
@@ -521,6 +535,17 @@ static int fast_walk(struct om_stack *stack, unsigned depth, uintptr_t ip, uintp
     stack->depth = n;
     stack->walked = 0;
     stack->full = 0;
+    if (s) {
+        uint32_t i = (uint32_t)(s - m->slot);
+        const struct memo_site *h = &m->site[i];
+        m->last = i + 1;
+        if (h->id1) { /* what interning it will read, while the caller allocates */
+            __builtin_prefetch(h->at[0]);
+            __builtin_prefetch(h->at[1]);
+            for (unsigned k = 0; k < SITE_LINES; k++)
+                __builtin_prefetch((const char *)h->at[2] + 64 * k, 1);
+        }
+    }
     return 0;
 }
 
@@ -530,9 +555,24 @@ void om_stack_capture(struct om_stack *stack, unsigned depth, unsigned skip)
         depth = OM_TRACER_MAX_DEPTH;
     uintptr_t ip, sp;
     stack->py_stack = om_py_capture(depth);
+    if (tls_memo)
+        tls_memo->last = 0;
     if (self_nranges && program_call(&ip, &sp) == 0 && fast_walk(stack, depth, ip, sp) == 0)
         return;
     full_walk(stack, depth, skip);
+}
+
+/* The site the calling thread's last capture's slot was last interned as: a hint. */
+static struct memo_site *site_hint(void)
+{
+    struct walk_memo *m = tls_memo;
+    return m && m->last ? &m->site[m->last - 1] : NULL;
+}
+
+static void site_note(struct memo_site *h, const struct om_sites *sites, const struct om_site *s)
+{
+    if (h)
+        *h = (struct memo_site){s->id + 1, {&sites->by_id[s->id], &sites->hashes[s->id], s}};
 }
 
 /* One word into a key, every bit of it reaching every bit of the key. */
@@ -691,13 +731,24 @@ struct om_site *om_sites_intern(struct om_sites *sites, const struct om_stack *s
     void *key[OM_TRACER_MAX_DEPTH + 1];
     memcpy(key, stack->frames, depth * sizeof(void *));
     key[depth] = (void *)(uintptr_t)stack->py_stack;
+    /* A site is the one whose id names it and whose key is the stack's: no other can be, so
+     * the hint is taken on the same test as the index's candidates. */
+    struct memo_site *h = site_hint();
+    if (h && h->id1 && h->id1 - 1 < sites->count) {
+        s = sites->by_id[h->id1 - 1];
+        if (s->id == h->id1 - 1 && s->depth == depth && s->py_stack == stack->py_stack &&
+            memcmp(s->frames, key, depth * sizeof(void *)) == 0)
+            return s;
+    }
     uint64_t hash = site_hash(key, depth + 1);
     uint32_t hashv = (uint32_t)(hash >> 32);
     for (uint32_t pos = 0, id; (id = om_id_index_next(&sites->index, hashv, &pos));) {
         s = sites->by_id[id - 1];
         if (s->id == id - 1 && s->depth == depth && s->py_stack == stack->py_stack &&
-            memcmp(s->frames, key, depth * sizeof(void *)) == 0)
+            memcmp(s->frames, key, depth * sizeof(void *)) == 0) {
+            site_note(h, sites, s);
             return s;
+        }
     }
     if (sites->count == sites->capacity && grow_ids(sites) != 0)
         return NULL;
@@ -713,6 +764,7 @@ struct om_site *om_sites_intern(struct om_sites *sites, const struct om_stack *s
     sites->by_id[s->id] = s;
     sites->hashes[s->id] = hash;
     __atomic_store_n(&sites->count, s->id + 1, __ATOMIC_RELEASE);
+    site_note(h, sites, s);
     return s;
 }
 
