@@ -11,15 +11,20 @@ from pathlib import Path
 
 import calltime
 
-# The program: DEPTH nested Python frames, then CALLS bytearray(SIZE), each freed by the next.
+# The program: DEPTH nested Python frames, then CALLS bytearray(SIZE), each freed by the next;
+# with EVICT, a scan of EVICT bytes after each (no allocation), so that each request finds the
+# lines it reads evicted, as in a program whose work streams through memory between requests.
 PROGRAM = r'''
 import sys
-depth, calls, size = (int(a) for a in sys.argv[1:4])
+depth, calls, size, evict = (int(a) for a in sys.argv[1:5])
+scratch = bytes(evict)
 
 
 def loop():
     for _ in range(calls):
         b = bytearray(size)
+        if evict:
+            scratch.find(b"\x01")
     return b
 
 
@@ -39,7 +44,7 @@ def run_once(args, lib, mode, calltime_lib, tmp, tag):
                OPTMEM_REPORT="", CALLTIME_OUT=str(outdir / "%p.json"),
                CALLTIME_MIN_BYTES=str(args.size))
     proc = subprocess.run([args.python, "-c", PROGRAM, str(args.depth), str(args.calls),
-                           str(args.size)], env=env, capture_output=True, text=True,
+                           str(args.size), str(args.evict)], env=env, capture_output=True, text=True,
                           timeout=args.timeout)
     reports = [json.loads(p.read_text()) for p in outdir.glob("*.json")]
     for p in outdir.glob("*.json"):
@@ -61,6 +66,8 @@ def main():
     p.add_argument("--depth", type=int, default=20, help="Python frames above the request")
     p.add_argument("--calls", type=int, default=100000, help="requests per run")
     p.add_argument("--size", type=int, default=65536, help="bytes per request")
+    p.add_argument("--evict", type=int, default=0, metavar="BYTES",
+                   help="bytes read after each request, evicting what it read (default 0)")
     p.add_argument("--runs", type=int, default=5, help="interleaved runs of each (default 5)")
     p.add_argument("--python", default="/usr/bin/python3")
     p.add_argument("--cc", default=os.environ.get("CC", "cc"))

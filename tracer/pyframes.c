@@ -110,6 +110,11 @@ static void *(*this_thread_state)(void);
 static uintptr_t code_type, unicode_type, bytes_type;
 static uintptr_t eval_lo, eval_hi;
 
+/* The threads' memos of their walks ("the walk" below): a key whose destructor hands each back. */
+static pthread_key_t py_memo_key;
+static int py_memo_key_ok;
+static void py_memo_drop(void *memo);
+
 void om_py_init(void)
 {
     const unsigned long *version = dlsym(RTLD_DEFAULT, "Py_Version");
@@ -138,6 +143,9 @@ void om_py_init(void)
     code_type = (uintptr_t)code;
     unicode_type = (uintptr_t)str;
     bytes_type = (uintptr_t)bytes;
+    if (!__atomic_load_n(&py_memo_key_ok, __ATOMIC_ACQUIRE)) /* once: init may run again */
+        __atomic_store_n(&py_memo_key_ok, pthread_key_create(&py_memo_key, py_memo_drop) == 0,
+                         __ATOMIC_RELEASE);
     __atomic_store_n(&lay, found, __ATOMIC_RELEASE);
     om_debug("python %u.%u: call sites carry its frames", major, minor);
 }
@@ -786,15 +794,87 @@ static void layout_failed(const char *what)
                 what);
 }
 
-/* What the calling thread's last walks found at each depth: a loop allocates from the same
- * frames again and again, so a frame seen at the same code, instruction and stamp takes its
- * id from here instead of the shared cache. */
-#define MEMO 24 /* hops: small, as the thread-local storage must stay (slots.c) */
-#define MEMO_CSTACK (UINT32_MAX - 2) /* memo_id of an entry frame on the C stack (3.12+) */
-static __thread uintptr_t memo_instr[MEMO], memo_code[MEMO], memo_stamp[MEMO];
-static __thread uint32_t memo_id[MEMO];
-/* The frame each entry was last seen at, read in place then: 0 when none. */
-static __thread uintptr_t memo_frame[MEMO];
+/* What the calling thread's walks found, hop by hop, kept by the frame they started from: a
+ * program allocates from the same frames again and again, so a frame seen at the same code,
+ * instruction and stamp takes its id from here instead of the shared cache, and a stack seen
+ * before takes its id without the table's lock. Requests from different frames interleave
+ * (one layer's, then another's), hence slots, chosen by the innermost frame's address: a slot
+ * is only where to look, each hop being checked against the live frame as it is followed.
+ * Each thread's is mapped at its first walk and handed back when it exits: the library's
+ * thread-local storage holds only its pointer, since it must fit the static TLS that dlopen
+ * can still give. */
+#define MEMO 24                      /* hops a slot keeps */
+#define MEMO_CSTACK (UINT32_MAX - 2) /* the id of an entry frame on the C stack (3.12+) */
+#define PY_SLOTS 64
+#define SLOT_FRAMES 16 /* a longer stack is interned every time */
+
+struct memo_hop {
+    uintptr_t frame; /* where the frame was read in place: 0 when it was not */
+    uintptr_t code, instr, stamp;
+    uint32_t id;
+};
+
+struct memo_slot {
+    struct memo_hop hop[MEMO];
+    uint32_t stack, n; /* the stack last interned from this slot: its id and frames */
+    uint32_t frames[SLOT_FRAMES];
+};
+
+struct py_memo {
+    struct memo_slot slot[PY_SLOTS];
+};
+
+static __thread struct py_memo *tls_py_memo;
+/* The frame the thread's last walk started from, read in place then: 0 when none. */
+static __thread uintptr_t last_top;
+static void py_memo_drop(void *memo)
+{
+    tls_py_memo = NULL;
+    om_sys_free(memo, sizeof(struct py_memo));
+}
+
+/* A library that dlclose unmaps (one loaded by dlopen) must leave no destructor behind for
+ * the threads that exit after it: the memos then stay where they are. */
+__attribute__((destructor)) static void py_memo_key_drop(void)
+{
+    if (__atomic_exchange_n(&py_memo_key_ok, 0, __ATOMIC_ACQ_REL))
+        pthread_key_delete(py_memo_key);
+}
+
+/* The slot of walks that start at frame, its first hops' lines asked for; NULL where the
+ * thread has no memo (the walk then uses the shared cache alone). */
+static struct memo_slot *memo_slot(uintptr_t frame)
+{
+    struct py_memo *m = tls_py_memo;
+    if (__builtin_expect(!m, 0)) {
+        if (!__atomic_load_n(&py_memo_key_ok, __ATOMIC_ACQUIRE) || !(m = om_sys_alloc(sizeof *m)))
+            return NULL;
+        if (pthread_setspecific(py_memo_key, m) != 0) {
+            om_sys_free(m, sizeof *m);
+            return NULL;
+        }
+        tls_py_memo = m;
+    }
+    uint32_t i = (uint32_t)(((uint64_t)frame * 0x9e3779b97f4a7c15ull) >> 32) & (PY_SLOTS - 1);
+    struct memo_slot *s = &m->slot[i];
+    for (unsigned k = 0; k < 10; k++)
+        __builtin_prefetch((const char *)s + 64 * k);
+    return s;
+}
+
+/* Asks for the lines replay will read, where the slot says they are (each frame's fields and
+ * its code object's stamp), all at once: replay follows the chain a pointer at a time, so
+ * that lines the program's own work evicted would miss one after another. A hint only: a
+ * frame gone since is fetched for nothing, and nothing is read. */
+static void replay_prefetch(const struct py_layout *L, const struct memo_slot *s)
+{
+    for (unsigned hop = 0; hop < MEMO && s->hop[hop].frame; hop++) {
+        __builtin_prefetch((const void *)(s->hop[hop].frame + (uintptr_t)L->fr_code));
+        __builtin_prefetch((const void *)(s->hop[hop].frame + (uintptr_t)L->fr_size - 1));
+        if (s->hop[hop].code)
+            __builtin_prefetch((const void *)(s->hop[hop].code + (uintptr_t)L->co_linetable));
+    }
+}
 
 /* Follows the current frame's chain for as long as it is the one memoised, hop for hop:
  * the same frames at the same addresses, running the same code (its stamp read in place:
@@ -803,21 +883,22 @@ static __thread uintptr_t memo_frame[MEMO];
  * so the chunks of the data stack need not be found again. A request made from the lines
  * of the last ones takes its frames from here, at a few loads a frame. Returns the hops
  * followed; *frame is where the walk goes on, *n the frames written. */
-static unsigned replay(const struct py_layout *L, uintptr_t *frame, uint32_t *out, unsigned cap,
-                       unsigned *n)
+static unsigned replay(const struct py_layout *L, const struct memo_slot *s, uintptr_t *frame,
+                       uint32_t *out, unsigned cap, unsigned *n)
 {
     unsigned hop = 0, k = 0;
     uintptr_t at = *frame;
-    while (at && k < cap && hop < MEMO && at == memo_frame[hop]) {
+    while (at && k < cap && hop < MEMO && at == s->hop[hop].frame) {
         const unsigned char *f = (const unsigned char *)at;
-        uint32_t id = memo_id[hop];
+        const struct memo_hop *h = &s->hop[hop];
+        uint32_t id = h->id;
         int cstack = L->owner_cstack >= 0 && (char)f[L->fr_owner] == (char)L->owner_cstack;
         if (cstack != (id == MEMO_CSTACK))
             break;
         if (!cstack) {
             uintptr_t code = word(f, L->fr_code);
-            if (code != memo_code[hop] || word(f, L->fr_instr) != memo_instr[hop] ||
-                *(const uintptr_t *)(code + (uintptr_t)L->co_linetable) != memo_stamp[hop])
+            if (code != h->code || word(f, L->fr_instr) != h->instr ||
+                *(const uintptr_t *)(code + (uintptr_t)L->co_linetable) != h->stamp)
                 break;
             if (id != OM_PY_SKIP)
                 out[k++] = id << 1 | (L->fr_entry >= 0 && f[L->fr_entry] ? 1u : 0u);
@@ -833,8 +914,10 @@ static unsigned replay(const struct py_layout *L, uintptr_t *frame, uint32_t *ou
 }
 
 /* The frames of the calling thread's Python stack, innermost first, up to cap. */
-static unsigned walk(uint32_t *out, unsigned cap)
+static unsigned walk(uint32_t *out, unsigned cap, struct memo_slot **slot)
 {
+    *slot = NULL;
+    last_top = 0;
     const struct py_layout *L = __atomic_load_n(&lay, __ATOMIC_ACQUIRE);
     if (!L || !cap)
         return 0;
@@ -855,7 +938,14 @@ static unsigned walk(uint32_t *out, unsigned cap)
     }
     if (!frame)
         return 0;
-    unsigned n = 0, resolved = 0, hop = fast ? replay(L, &frame, out, cap, &n) : 0;
+    struct memo_slot *s = fast ? memo_slot(frame) : NULL;
+    if (s && frame == s->hop[0].frame)
+        replay_prefetch(L, s);
+    *slot = s;
+    uintptr_t top = frame;
+    unsigned n = 0, resolved = 0, hop = s ? replay(L, s, &frame, out, cap, &n) : 0;
+    if (hop)
+        last_top = top; /* read in place when it was memoised */
     if (!frame || n == cap || hop == MAX_HOPS)
         return n;
     struct chunks chunks;
@@ -888,11 +978,10 @@ static unsigned walk(uint32_t *out, unsigned cap)
         if (L->owner_cstack >= 0 && owner == (char)L->owner_cstack) {
             if (n)
                 out[n - 1] |= 1; /* the frame above was entered from C */
-            if (hop < MEMO) {
-                memo_frame[hop] = fast && f != copy ? at : 0;
-                memo_code[hop] = 0;
-                memo_id[hop] = MEMO_CSTACK;
-            }
+            if (hop == 0 && fast && f != copy)
+                last_top = at;
+            if (s && hop < MEMO)
+                s->hop[hop] = (struct memo_hop){fast && f != copy ? at : 0, 0, 0, 0, MEMO_CSTACK};
             continue;
         }
         if (!code || (code & 7)) {
@@ -907,10 +996,13 @@ static unsigned walk(uint32_t *out, unsigned cap)
         int32_t instr = (int32_t)units;
         uintptr_t stamp_at = code + (uintptr_t)L->co_linetable;
         uint32_t id = OM_PY_NONE;
-        int memo = fast && f != copy && hop < MEMO, hit = 0;
-        if (memo && memo_code[hop] == code && memo_instr[hop] == instr_ptr &&
-            memo_stamp[hop] == *(const uintptr_t *)stamp_at) {
-            id = memo_id[hop]; /* read in place: the code object was one when memoised */
+        if (hop == 0 && fast && f != copy)
+            last_top = at;
+        int memo = s && fast && f != copy && hop < MEMO, hit = 0;
+        struct memo_hop *h = memo ? &s->hop[hop] : NULL;
+        if (memo && h->code == code && h->instr == instr_ptr &&
+            h->stamp == *(const uintptr_t *)stamp_at) {
+            id = h->id; /* read in place: the code object was one when memoised */
             hit = 1;
         } else if (fast) {
             id = cache_find(code, instr, stamp_at, f != copy);
@@ -924,14 +1016,12 @@ static unsigned walk(uint32_t *out, unsigned cap)
             }
             cache_add(code, instr, stamp, id);
         }
-        if (memo && !hit) {
-            memo_code[hop] = code;
-            memo_instr[hop] = instr_ptr;
-            memo_stamp[hop] = *(const uintptr_t *)stamp_at;
-            memo_id[hop] = id;
-        }
-        if (hop < MEMO)
-            memo_frame[hop] = memo ? at : 0;
+        if (memo && !hit)
+            *h = (struct memo_hop){at, code, instr_ptr, *(const uintptr_t *)stamp_at, id};
+        else if (memo)
+            h->frame = at;
+        else if (s && hop < MEMO)
+            s->hop[hop].frame = 0;
         resolved++;
         if (id == OM_PY_SKIP)
             continue;
@@ -971,7 +1061,7 @@ int om_py_cheap_key(uint64_t *key)
     uintptr_t chunk = *(const uintptr_t *)(ts + (uintptr_t)L->ts_chunk),
               top = *(const uintptr_t *)(ts + (uintptr_t)L->ts_top);
     int live = chunk && frame >= chunk + CHUNK_DATA && frame + (uintptr_t)L->fr_size <= top;
-    if (!live && frame != memo_frame[0])
+    if (!live && frame != last_top)
         return -1;
     *key = frame ^ (word((const unsigned char *)frame, L->fr_instr) * 0x9e3779b97f4a7c15ull);
     return 0;
@@ -1035,26 +1125,23 @@ int om_py_stack(uint32_t stack, const uint32_t **frames, unsigned *n)
     return 0;
 }
 
-/* The calling thread's last stack: a loop that allocates from the same lines finds it
- * here, without the table's lock. */
-static __thread uint32_t last_frames[OM_TRACER_MAX_DEPTH], last_stack;
-static __thread unsigned last_n;
-
 uint32_t om_py_capture(unsigned cap)
 {
     uint32_t frames[OM_TRACER_MAX_DEPTH];
-    unsigned n = walk(frames, cap < OM_TRACER_MAX_DEPTH ? cap : OM_TRACER_MAX_DEPTH);
+    struct memo_slot *s;
+    unsigned n = walk(frames, cap < OM_TRACER_MAX_DEPTH ? cap : OM_TRACER_MAX_DEPTH, &s);
     if (n == 0)
         return 0;
-    if (last_stack && n == last_n && memcmp(frames, last_frames, n * sizeof *frames) == 0)
-        return last_stack;
+    /* The same frames as the stack this slot last interned: the same id (ids never change). */
+    if (s && s->stack && n == s->n && memcmp(frames, s->frames, n * sizeof *frames) == 0)
+        return s->stack;
     pthread_mutex_lock(&py_lock);
     uint32_t id = intern_stack(frames, n);
     pthread_mutex_unlock(&py_lock);
-    if (id) {
-        memcpy(last_frames, frames, n * sizeof *frames);
-        last_n = n;
-        last_stack = id;
+    if (id && s && n <= SLOT_FRAMES) {
+        memcpy(s->frames, frames, n * sizeof *frames);
+        s->n = n;
+        s->stack = id;
     }
     return id;
 }

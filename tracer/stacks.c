@@ -235,20 +235,46 @@ static inline __attribute__((always_inline)) unsigned walk_stack(void **frames, 
     return w.n;
 }
 
-/* The distances the calling thread's last fast walk read, by depth: consecutive requests
- * share most of their frames, and each probe of the table is a line that the program's own
- * work has usually evicted. Valid only for the table they were read from and while no
- * distance was marked varying since (an entry never changes otherwise), so that a walk
- * follows exactly the distances the table holds. Each thread's is mapped at its first walk
- * and handed back when it exits: the library's thread-local storage holds only a pointer,
- * since it must fit the static TLS that dlopen can still give. */
+/* Distances the calling thread's fast walks read, by stack: each probe of the table is a line
+ * that the program's own work has usually evicted, and a walk reads one after the other, so
+ * that their misses add up. A thread keeps the stacks it walked in slots chosen by the
+ * program's return address into the library, its stack pointer there and the Python stack: a
+ * request from a stack walked before finds its distances in one slot (three lines, asked for
+ * at once) and the return addresses' lines are asked for together. A slot is only a hint of
+ * where to look: a distance is taken from it only for the same return address at the same
+ * depth, and every (return address, distance) pair a slot holds was read from the table the
+ * memo was filled from while no distance was marked varying (an entry never changes
+ * otherwise); when either changes, every slot is emptied (an epoch), so that a walk follows
+ * exactly the distances the table holds. Each thread's is mapped at its first walk and handed
+ * back when it exits: the library's thread-local storage holds only its pointer, since it
+ * must fit the static TLS that dlopen can still give. */
 #define WALK_MEMO 16
+#define MEMO_SLOTS 128
+
+struct memo_slot {
+    uintptr_t ip[WALK_MEMO]; /* 0: none */
+    uint32_t dist[WALK_MEMO];
+};
+
+/* The call site a slot's stack was last interned as (om_sites_intern), as a hint: the next
+ * stack from that slot is compared with it before the index is looked up, in whatever domain
+ * it is interned, and the lines that lookup and the record read are asked for as soon as the
+ * walk ends. Never dereferenced: at[] only names lines to fetch (a record moved or unmapped
+ * since costs a wasted fetch), and the site is taken from the domain's ids. */
+#define SITE_LINES 6 /* a record and its key of 16 frames */
+
+struct memo_site {
+    uint32_t id1;      /* the site's id + 1; 0: none */
+    const void *at[3]; /* its entry in the ids, its hash, its record */
+};
 
 struct walk_memo {
+    struct memo_slot slot[MEMO_SLOTS]; /* first: the mapping is page-aligned, slots line-aligned */
     const struct om_table *tab;
-    uint32_t marks;
-    uint32_t dist[WALK_MEMO];
-    uintptr_t ip[WALK_MEMO];
+    uint32_t marks, epoch;
+    uint32_t last; /* the slot of the thread's last capture + 1, where it walked fast; 0: none */
+    uint32_t slot_epoch[MEMO_SLOTS]; /* a slot is empty unless it equals epoch */
+    struct memo_site site[MEMO_SLOTS];
 };
 
 static __thread struct walk_memo *tls_memo;
@@ -284,11 +310,31 @@ static struct walk_memo *memo_for(const struct om_table *tab, uint32_t marks)
         tls_memo = m;
     }
     if (m->tab != tab || m->marks != marks) {
-        memset(m->ip, 0, sizeof m->ip);
+        if (++m->epoch == 0) { /* wrapped: no slot may still carry the new epoch */
+            memset(m->slot_epoch, 0, sizeof m->slot_epoch);
+            m->epoch = 1;
+        }
         m->tab = tab;
         m->marks = marks;
     }
     return m;
+}
+
+/* The slot of a stack that starts at (ip, sp) under Python stack py, emptied unless it was
+ * filled under the memo's epoch; its lines are asked for at once. */
+static struct memo_slot *memo_slot(struct walk_memo *m, uintptr_t ip, uintptr_t sp, uint32_t py)
+{
+    uint64_t h = ((uint64_t)ip ^ (uint64_t)sp << 17 ^ (uint64_t)py << 40) * 0x9e3779b97f4a7c15ull;
+    uint32_t i = (uint32_t)(h >> 32) & (MEMO_SLOTS - 1);
+    struct memo_slot *s = &m->slot[i];
+    __builtin_prefetch(&s->ip[0], 1);
+    __builtin_prefetch(&s->ip[8], 1);
+    __builtin_prefetch(&s->dist[0], 1);
+    if (m->slot_epoch[i] != m->epoch) {
+        memset(s->ip, 0, sizeof s->ip);
+        m->slot_epoch[i] = m->epoch;
+    }
+    return s;
 }
 
 /* The first walk finds the unwinder's own tables; it is made now, while the caller still
@@ -434,6 +480,21 @@ size_t om_stack_room(void)
     return here > lo + ROOM_MARGIN + ROOM_MIN ? here - lo - ROOM_MARGIN : ROOM_MIN;
 }
 
+/* Asks for the lines where the slot says the return addresses above sp lie, all at once: the
+ * walk below reads each only after the one before, so that their misses would come one after
+ * another. A hint only: a line of another stack shape is fetched for nothing, and nothing is
+ * read. */
+static inline void memo_prefetch(const struct memo_slot *s, uintptr_t sp, uintptr_t top)
+{
+    for (unsigned k = 0; k < WALK_MEMO && s->ip[k]; k++) {
+        uint32_t dist = s->dist[k];
+        if (dist == STEP_OUTERMOST || sp + dist > top || sp + dist < sp)
+            break;
+        sp += dist;
+        __builtin_prefetch((const void *)(sp - 8));
+    }
+}
+
 /* Follows the learnt distances up from the program's call; 0 with the stack complete, -1
  * where the full walk must take over. */
 static int fast_walk(struct om_stack *stack, unsigned depth, uintptr_t ip, uintptr_t sp)
@@ -447,17 +508,20 @@ static int fast_walk(struct om_stack *stack, unsigned depth, uintptr_t ip, uintp
     if (!tab || sp < tls_stack_lo || sp >= top)
         return -1;
     struct walk_memo *m = memo_for(tab, marks);
+    struct memo_slot *s = m ? memo_slot(m, ip, sp, stack->py_stack) : NULL;
+    if (s && s->ip[0] == ip)
+        memo_prefetch(s, sp, top);
     unsigned n = 0;
     while (n < depth) {
         uint32_t dist;
-        if (m && n < WALK_MEMO && ip && m->ip[n] == ip) {
-            dist = m->dist[n];
+        if (s && n < WALK_MEMO && ip && s->ip[n] == ip) {
+            dist = s->dist[n];
         } else {
             const struct step *e = step_find(tab, ip);
             dist = e ? __atomic_load_n(&e->dist, __ATOMIC_RELAXED) : STEP_VARIES;
-            if (m && n < WALK_MEMO && dist != STEP_VARIES) {
-                m->ip[n] = ip;
-                m->dist[n] = dist;
+            if (s && n < WALK_MEMO) {
+                s->ip[n] = dist != STEP_VARIES ? ip : 0;
+                s->dist[n] = dist;
             }
         }
         stack->frames[n++] = (void *)ip;
@@ -471,6 +535,17 @@ static int fast_walk(struct om_stack *stack, unsigned depth, uintptr_t ip, uintp
     stack->depth = n;
     stack->walked = 0;
     stack->full = 0;
+    if (s) {
+        uint32_t i = (uint32_t)(s - m->slot);
+        const struct memo_site *h = &m->site[i];
+        m->last = i + 1;
+        if (h->id1) { /* what interning it will read, while the caller allocates */
+            __builtin_prefetch(h->at[0]);
+            __builtin_prefetch(h->at[1]);
+            for (unsigned k = 0; k < SITE_LINES; k++)
+                __builtin_prefetch((const char *)h->at[2] + 64 * k, 1);
+        }
+    }
     return 0;
 }
 
@@ -480,9 +555,24 @@ void om_stack_capture(struct om_stack *stack, unsigned depth, unsigned skip)
         depth = OM_TRACER_MAX_DEPTH;
     uintptr_t ip, sp;
     stack->py_stack = om_py_capture(depth);
+    if (tls_memo)
+        tls_memo->last = 0;
     if (self_nranges && program_call(&ip, &sp) == 0 && fast_walk(stack, depth, ip, sp) == 0)
         return;
     full_walk(stack, depth, skip);
+}
+
+/* The site the calling thread's last capture's slot was last interned as: a hint. */
+static struct memo_site *site_hint(void)
+{
+    struct walk_memo *m = tls_memo;
+    return m && m->last ? &m->site[m->last - 1] : NULL;
+}
+
+static void site_note(struct memo_site *h, const struct om_sites *sites, const struct om_site *s)
+{
+    if (h)
+        *h = (struct memo_site){s->id + 1, {&sites->by_id[s->id], &sites->hashes[s->id], s}};
 }
 
 /* One word into a key, every bit of it reaching every bit of the key. */
@@ -641,13 +731,24 @@ struct om_site *om_sites_intern(struct om_sites *sites, const struct om_stack *s
     void *key[OM_TRACER_MAX_DEPTH + 1];
     memcpy(key, stack->frames, depth * sizeof(void *));
     key[depth] = (void *)(uintptr_t)stack->py_stack;
+    /* A site is the one whose id names it and whose key is the stack's: no other can be, so
+     * the hint is taken on the same test as the index's candidates. */
+    struct memo_site *h = site_hint();
+    if (h && h->id1 && h->id1 - 1 < sites->count) {
+        s = sites->by_id[h->id1 - 1];
+        if (s->id == h->id1 - 1 && s->depth == depth && s->py_stack == stack->py_stack &&
+            memcmp(s->frames, key, depth * sizeof(void *)) == 0)
+            return s;
+    }
     uint64_t hash = site_hash(key, depth + 1);
     uint32_t hashv = (uint32_t)(hash >> 32);
     for (uint32_t pos = 0, id; (id = om_id_index_next(&sites->index, hashv, &pos));) {
         s = sites->by_id[id - 1];
         if (s->id == id - 1 && s->depth == depth && s->py_stack == stack->py_stack &&
-            memcmp(s->frames, key, depth * sizeof(void *)) == 0)
+            memcmp(s->frames, key, depth * sizeof(void *)) == 0) {
+            site_note(h, sites, s);
             return s;
+        }
     }
     if (sites->count == sites->capacity && grow_ids(sites) != 0)
         return NULL;
@@ -663,6 +764,7 @@ struct om_site *om_sites_intern(struct om_sites *sites, const struct om_stack *s
     sites->by_id[s->id] = s;
     sites->hashes[s->id] = hash;
     __atomic_store_n(&sites->count, s->id + 1, __ATOMIC_RELEASE);
+    site_note(h, sites, s);
     return s;
 }
 

@@ -2,9 +2,10 @@
 
 python: runs a script under LD_PRELOAD=liboptmem.so OPTMEM_MODE=trace that allocates buffers
 of distinct sizes from known lines (numpy, bytearray, a generator, a ctypes call that runs
-without the GIL, a Python thread) and from a thread that runs no Python (pthread_create
-straight into malloc); each site must name its function, file and line innermost first
-(the native thread none), and `optmem report` must name the lines. native: a C program's
+without the GIL, a Python thread, one function under two callers) and from a thread that
+runs no Python (pthread_create straight into malloc); each site must name its function,
+file and line innermost first (the native thread none), and `optmem report` must name the
+lines. native: a C program's
 sites carry no Python frames. broken: fake_python.c's hand-made 3.11 frames, broken one way
 per request size, give the frames that can be read and never a crash; a layout that does
 not fit turns Python frames off with one warning. Exit status 0 on success.
@@ -73,6 +74,18 @@ def 大きさ(n):
     return bytearray(n)  # @wide
 
 
+def shared_leaf(n):
+    return bytearray(n)  # @shared
+
+
+def caller_a(n):
+    return shared_leaf(n)  # @caller_a
+
+
+def caller_b(n):
+    return shared_leaf(n)  # @caller_b
+
+
 def step(k):
     kept = [with_numpy(3 * MiB + 4096 * k), with_bytearray(5 * MiB + 4096 * k),
             next(generator(7 * MiB + 4096 * k))]
@@ -84,6 +97,9 @@ def step(k):
     native_thread(13 * MiB + 4096 * k)
     größe(15 * MiB + 4096 * k)
     大きさ(17 * MiB + 4096 * k)
+    for j in range(2):  # the same innermost frame, at the same address, under two callers
+        caller_a(19 * MiB + 4096 * j)
+        caller_b(21 * MiB + 4096 * j)
     return kept + out
 
 
@@ -153,6 +169,17 @@ def check_python(args, tmp):
     gen = {s["id"] for s in sites_of_mib(report, 7)}
     if ba & gen:
         raise CheckError("bytearray and generator requests share a site")
+    # The walk's memo keeps stacks by their innermost frame: two stacks that share it are
+    # still two sites, each with its own caller.
+    for mib, caller in ((19, "caller_a"), (21, "caller_b")):
+        sites = sites_of_mib(report, mib)
+        if not sites:
+            raise CheckError("%s: no call site of %d MiB requests" % (caller, mib))
+        for s in sites:
+            got = [(f["function"], f["line"]) for f in s["python"][:2]]
+            want = [("shared_leaf", lines["shared"]), (caller, lines[caller])]
+            if got != want:
+                raise CheckError("%d MiB: Python frames %r, expected %r" % (mib, got, want))
     native = sites_of_mib(report, NATIVE_MIB)
     if not native:
         raise CheckError("no call site of the native thread's requests")

@@ -2,8 +2,9 @@
 
 Subcommands: train-loop (expected figures derived from train_loop.c's constants), fork
 (one report per process), varying (varying_frame.c: every request's stack is its own, under
-a frame whose size varies), workload (a bundled PyTorch workload: the detected period must
-equal the managed requests between its optmem_step() marks). Exit status 0 on success.
+a frame whose size varies), shared-slot (shared_slot.c: two stacks alike up to the caller of
+leaf(), alternating: each request is its own site's), workload (a bundled PyTorch workload:
+the detected period must equal the managed requests between its optmem_step() marks). Exit status 0 on success.
 """
 
 import argparse
@@ -223,17 +224,34 @@ def check_varying(args, tmp):
     print("varying: %d call sites" % len(r["sites"]))
 
 
+def check_shared_slot(args, tmp):
+    _, reports = run(args.preload, [args.program], {}, tmp)
+    expect("reports", len(reports), 1)
+    r = next(iter(reports.values()))
+    want = {65536: "first", 2 * 65536: "second"}
+    for s in r["sites"]:
+        inner = [f["function"] for f in s["frames"]][:3]
+        for size in {s["min_size"], s["max_size"]}:
+            if size in want:
+                expect("innermost frames of the %d-byte requests" % size, inner,
+                       ["leaf", want[size], "main"])
+    counts = {size: sum(s["count"] for s in r["sites"] if s["min_size"] == size)
+              for size in want}
+    expect("requests by size", counts, {65536: 16, 2 * 65536: 16})
+    print("shared-slot: %d call sites" % len(r["sites"]))
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--preload", required=True)
-    ap.add_argument("what", choices=("train-loop", "fork", "varying", "workload"))
+    ap.add_argument("what", choices=("train-loop", "fork", "varying", "shared-slot", "workload"))
     ap.add_argument("program")
     ap.add_argument("--mode", choices=("auto", "marked"), default="auto")
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         try:
             {"train-loop": check_train_loop, "fork": check_fork, "varying": check_varying,
-             "workload": check_workload}[args.what](args, tmp)
+             "shared-slot": check_shared_slot, "workload": check_workload}[args.what](args, tmp)
         except (CheckError, report_schema.SchemaError) as e:
             print("FAIL: %s" % e)
             return 1
