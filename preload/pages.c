@@ -500,7 +500,7 @@ static void *drop_thread(void *arg)
 {
     struct om_pool *pool = arg;
     om_guard_enter(); /* what this thread allocates is none of the program's */
-    pthread_setname_np(pthread_self(), "optmem-pages");
+    om_guard_own_thread("optmem-pages");
     size_t released = 0;
     om_lock(&pool->lock);
     for (;;) {
