@@ -567,7 +567,8 @@ const struct om_domain *om_tracer_domain(unsigned domain);
 struct om_dump_holds {
     uint32_t holds;
     uint32_t most_examined, most_folded, most_moved, most_recopied, most_precopied;
-    uint64_t longest_ns;
+    uint64_t longest_ns;  /* wall clock, the holder's preemptions included */
+    uint64_t most_cpu_ns; /* the holder's CPU time */
 };
 void om_tracer_dump_holds(struct om_dump_holds *out);
 
