@@ -1088,10 +1088,10 @@ int om_report_snapshot(struct om_domain *const *domains, unsigned n, struct om_d
 
 int om_report_precopy(unsigned di, const struct om_domain *d, struct om_precopy *pc)
 {
-    struct snap *sn = snaps[di];
     pc->copied = 0;
     if (di >= OM_TRACER_DOMAINS)
         return 1;
+    struct snap *sn = snaps[di];
     if (!pc->end) {
         if (!sn || !sn->records || d->sites.count > sn->slot_cap) {
             wants[di].ids = d->sites.count ? d->sites.count : 1;

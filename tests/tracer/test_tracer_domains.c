@@ -496,7 +496,8 @@ static void test_report_holds_bounded(void **state)
     for (unsigned i = 0; i < SITES; i++) {
         s.frames[8] = (void *)(uintptr_t)(0x900000 + 16 * i);
         s.frames[9] = (void *)(uintptr_t)(0xa00000 + 16 * i);
-        for (int twice = 0; twice <= (i % KEPT_EVERY == 0); twice++, requests++) {
+        int times = i % KEPT_EVERY == 0 ? 2 : 1;
+        for (int t = 0; t < times; t++, requests++) {
             om_tracer_on_alloc(OM_TRACER_HOST, base, 5000, 5000, 0, &s, NULL);
             om_tracer_on_free(OM_TRACER_HOST, base);
         }
