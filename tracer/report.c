@@ -58,6 +58,9 @@ struct snap {
     uint8_t *listed;
     size_t listed_cap;
     pid_t pid; /* the process that copied them: a forked child copies every site */
+    /* The sites were copied ahead (om_report_precopy) since the folds last changed: a fold
+     * is copied again only when stamped since, as any site. */
+    int precopied;
     struct om_record *records;
 };
 
@@ -674,20 +677,29 @@ static void write_sample(struct om_json *w, const struct snap *sn, uint64_t firs
     om_json_end(w, '}');
 }
 
-/* Under the tracer's lock: room is made by mapping, never by malloc. */
+/* Room for want blocks (at most RESIDENT_MAX), made by mapping, never by malloc: before a
+ * copy, outside the tracer's lock, or under it where a copy finds more than was foreseen. */
+static void resident_room(struct om_resident *r, uint64_t want)
+{
+    if (want <= r->cap || r->cap >= RESIDENT_MAX)
+        return;
+    uint64_t cap = r->cap ? r->cap * 2 : 256;
+    while (cap < want && cap < RESIDENT_MAX)
+        cap *= 2;
+    struct om_resident_block *blocks = om_sys_map(cap * sizeof *blocks);
+    if (!blocks)
+        return;
+    if (r->n)
+        memcpy(blocks, r->blocks, r->n * sizeof *blocks);
+    om_sys_unmap(r->blocks, r->cap * sizeof *r->blocks);
+    r->blocks = blocks;
+    r->cap = cap;
+}
+
 static void resident_add(struct om_resident *r, const struct om_resident_block *b)
 {
-    if (r->n == r->cap && r->cap < RESIDENT_MAX) {
-        uint64_t cap = r->cap ? r->cap * 2 : 256;
-        struct om_resident_block *blocks = om_sys_map(cap * sizeof *blocks);
-        if (blocks) {
-            if (r->n)
-                memcpy(blocks, r->blocks, r->n * sizeof *blocks);
-            om_sys_unmap(r->blocks, r->cap * sizeof *r->blocks);
-            r->blocks = blocks;
-            r->cap = cap;
-        }
-    }
+    if (r->n == r->cap)
+        resident_room(r, r->n + 1);
     if (r->n < r->cap) {
         r->blocks[r->n++] = *b;
     } else {
@@ -933,14 +945,21 @@ static void site_copy(struct snap_site *c, const struct om_site *s)
     memcpy(c->cat_bytes, s->cat_bytes, sizeof c->cat_bytes);
 }
 
-static int snap_domain(struct snap **slot, const struct om_domain *d)
+/* What a domain's copy found it had no room for, when it could not map (om_report_reserve
+ * maps it). */
+static struct {
+    uint32_t ids, sites;
+    uint64_t resident;
+} wants[OM_TRACER_DOMAINS];
+
+/* Room in the domain's copy for nids ids, nsites sites and resident blocks. */
+static int snap_room(struct snap **slot, uint32_t nids, uint32_t nsites, uint64_t resident)
 {
     if (!*slot && !(*slot = map_populated(sizeof **slot)))
         return -ENOMEM;
     struct snap *sn = *slot;
     if (!sn->records && !(sn->records = map_populated(OM_SAMPLE_RECORDS * sizeof *sn->records)))
         return -ENOMEM;
-    uint32_t nids = d->sites.count, nsites = 0;
     if (nids > sn->slot_cap) {
         size_t cap = sn->slot_cap ? sn->slot_cap : 1024;
         while (cap < nids)
@@ -952,10 +971,31 @@ static int snap_domain(struct snap **slot, const struct om_domain *d)
         sn->slot = slots;
         sn->slot_cap = cap;
     }
+    resident_room(&sn->resident, resident);
+    return snap_reserve(sn, nsites);
+}
+
+static int snap_domain(unsigned di, const struct om_domain *d, int can_map)
+{
+    struct snap **slot = &snaps[di];
+    uint32_t nids = d->sites.count, nsites = 0;
     for (uint32_t i = 0; i < nids; i++)
         nsites += d->sites.by_id[i]->id == i;
-    if (snap_reserve(sn, nsites) != 0)
-        return -ENOMEM;
+    /* The blocks live now bound the resident ones but for those that died since the
+     * sample began: a few more. */
+    uint64_t resident = d->live_used + 64;
+    struct snap *had = *slot;
+    if (!can_map && (!had || !had->records || nids > had->slot_cap || nsites > had->sites_cap ||
+                     (resident > had->resident.cap && had->resident.cap < RESIDENT_MAX))) {
+        wants[di].ids = nids;
+        wants[di].sites = nsites;
+        wants[di].resident = resident;
+        return -EAGAIN;
+    }
+    int rc = snap_room(slot, nids, nsites, 0);
+    if (rc != 0)
+        return rc;
+    struct snap *sn = *slot;
     /* Every change of a site's counters stamps it with the domain's event count (site_change
      * in tracer.c), so sites not stamped since the last copy still hold what it copied. A
      * forked child, or a record started anew (events back to fewer), copies every site. */
@@ -968,7 +1008,8 @@ static int snap_domain(struct snap **slot, const struct om_domain *d)
         if (s->id != i)
             continue;
         /* A site's place moves when sites before it were folded: it is copied again. */
-        if (k >= copied || sn->sites[k].site != s || s->mod_event > copied_at || s->fold)
+        if (k >= copied || sn->sites[k].site != s || s->mod_event > copied_at ||
+            (s->fold && !sn->precopied))
             site_copy(&sn->sites[k], s);
         memset(sn->sites[k].live_cat_bytes, 0, sizeof sn->sites[k].live_cat_bytes);
         sn->slot[i] = k++;
@@ -979,6 +1020,7 @@ static int snap_domain(struct snap **slot, const struct om_domain *d)
     sn->nsites = nsites;
     sn->nids = nids;
     sn->pid = pid;
+    sn->precopied = 0;
     sn->d = *d;
     sn->d.sites = (struct om_sites){0};
     /* A live block that has crossed two boundaries is persistent already; one that crossed
@@ -1027,15 +1069,77 @@ void om_report_prepare(void)
     (void)frames_reserve(FRAMES_MIN);
 }
 
-int om_report_snapshot(struct om_domain *const *domains, unsigned n, struct om_domain **out)
+int om_report_snapshot(struct om_domain *const *domains, unsigned n, struct om_domain **out,
+                       int can_map)
 {
+    int again = 0;
     for (unsigned i = 0; i < n && i < OM_TRACER_DOMAINS; i++) {
-        int rc = snap_domain(&snaps[i], domains[i]);
+        int rc = snap_domain(i, domains[i], can_map);
+        if (rc == -EAGAIN) {
+            again = 1;
+            continue;
+        }
         if (rc != 0)
             return rc;
         out[i] = &snaps[i]->d;
     }
-    return 0;
+    return again ? -EAGAIN : 0;
+}
+
+int om_report_precopy(unsigned di, const struct om_domain *d, struct om_precopy *pc)
+{
+    pc->copied = 0;
+    if (di >= OM_TRACER_DOMAINS)
+        return 1;
+    struct snap *sn = snaps[di];
+    if (!pc->end) {
+        if (!sn || !sn->records || d->sites.count > sn->slot_cap) {
+            wants[di].ids = d->sites.count ? d->sites.count : 1;
+            wants[di].sites = sn ? sn->nsites : 0;
+            return -EAGAIN;
+        }
+        pid_t pid = getpid();
+        int same = sn->pid == pid && d->events >= sn->d.events;
+        *pc = (struct om_precopy){.end = d->sites.count,
+                                  .events = d->events,
+                                  .copied_at = same ? sn->d.events : 0,
+                                  .had = same ? sn->nsites : 0};
+        sn->precopied = 0;
+    }
+    for (; pc->next < pc->end && pc->copied < OM_PRECOPY_SLICE; pc->next++) {
+        const struct om_site *s = d->sites.by_id[pc->next];
+        if (s->id != pc->next)
+            continue;
+        if (pc->k >= sn->sites_cap) {
+            wants[di].ids = pc->end;
+            wants[di].sites = pc->k + OM_PRECOPY_SLICE;
+            return -EAGAIN; /* this site again, once there is room */
+        }
+        struct snap_site *c = &sn->sites[pc->k];
+        if (pc->k >= pc->had || c->site != s || s->mod_event > pc->copied_at || s->fold) {
+            site_copy(c, s);
+            pc->copied++;
+        }
+        pc->k++;
+    }
+    if (pc->next < pc->end)
+        return 0;
+    /* What the copy finds as copied when, since folding is over until it is made. */
+    sn->nsites = pc->k;
+    sn->d.events = pc->events;
+    sn->pid = getpid();
+    sn->precopied = 1;
+    return 1;
+}
+
+void om_report_reserve(void)
+{
+    for (unsigned i = 0; i < OM_TRACER_DOMAINS; i++) {
+        if (wants[i].ids)
+            (void)snap_room(&snaps[i], wants[i].ids, wants[i].sites, wants[i].resident);
+        wants[i].ids = wants[i].sites = 0;
+        wants[i].resident = 0;
+    }
 }
 
 /* Marks the sites the report lists: those this process requested from (a forked child's own,

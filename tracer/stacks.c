@@ -685,41 +685,115 @@ static void blocks_unmap(struct om_site_block *b)
     }
 }
 
-/* Moves every site and fold still named into one new block, then calls relink (which finds
- * each record it holds at by_id[its old record's id]) and unmaps the old blocks. 0, or
- * -ENOMEM (nothing moved). */
-static int sites_compact(struct om_sites *sites, void (*relink)(void *ctx), void *ctx)
+/* Compaction, in steps that the caller's lock is let go between: begin (under the lock)
+ * takes the blocks away from the sites, whose new records go into new blocks from then on;
+ * the block for the copies is mapped outside the lock; the records still named are copied
+ * in slices of OM_MOVE_SLICE, in id order, under the lock; finish (under the lock) copies
+ * again each record changed since its copy (every change of a record's counters gives it a
+ * new mod_event: the tracer stamps it with the domain's event count, which only grows), makes
+ * by_id name the copies and calls relink; the old blocks are unmapped outside the lock. */
+int om_sites_move_begin(struct om_sites *sites, struct om_sites_move *m)
 {
-    struct om_site_block *old = sites->blocks;
-    size_t want = sites->live_bytes;
+    *m = (struct om_sites_move){0};
+    /* Amortized: a compaction moves the live bytes, fewer than the dead ones left since the
+     * last. */
+    if (!(sites->dead_bytes > sites->live_bytes && sites->dead_bytes >= SITE_BLOCK))
+        return 0;
+    m->old = sites->blocks;
+    m->want = sites->live_bytes;
+    m->dead = sites->dead_bytes;
+    m->end = sites->count;
     sites->blocks = NULL;
     sites->live_bytes = sites->dead_bytes = 0;
-    if (want && !site_mem(sites, want)) {
-        sites->blocks = old;
-        sites->live_bytes = want;
+    return 1;
+}
+
+int om_sites_move_map(struct om_sites_move *m)
+{
+    if (!m->want)
+        return 0;
+    struct om_site_block *b = om_sys_map(sizeof *b + m->want);
+    if (!b)
+        return -ENOMEM;
+    b->size = m->want;
+    b->used = 0;
+    m->fresh = b;
+    return 0;
+}
+
+int om_sites_move_slice(struct om_sites *sites, struct om_sites_move *m)
+{
+    m->copied = 0;
+    if (!m->fresh)
+        return 1;
+    for (; m->next < m->end && m->copied < OM_MOVE_SLICE; m->next++) {
+        const struct om_site *s = sites->by_id[m->next];
+        if (s->id != m->next)
+            continue;
+        struct om_site *c = (struct om_site *)(m->fresh->data + m->fresh->used);
+        memcpy(c, s, site_bytes(s));
+        c->frames = (void **)(c + 1);
+        m->fresh->used += site_bytes(s);
+        m->copied++;
+    }
+    return m->next == m->end;
+}
+
+/* Appends the chain b at the end of the sites' blocks (new records go into the first). */
+static void blocks_append(struct om_sites *sites, struct om_site_block *b)
+{
+    struct om_site_block **at = &sites->blocks;
+    while (*at)
+        at = &(*at)->next;
+    *at = b;
+}
+
+int om_sites_move_finish(struct om_sites *sites, struct om_sites_move *m, void (*relink)(void *ctx),
+                         void *ctx)
+{
+    m->copied = 0;
+    if (m->want && (!m->fresh || m->next != m->end)) {
+        /* Nothing moves: the old blocks are the sites' again. */
+        blocks_append(sites, m->old);
+        sites->live_bytes += m->want;
+        sites->dead_bytes += m->dead;
+        m->old = NULL;
         return -ENOMEM;
     }
-    if (sites->blocks) {
-        sites->blocks->used = 0;
-        sites->live_bytes = 0;
-    }
-    for (uint32_t i = 0; i < sites->count; i++) {
+    char *at = m->fresh ? m->fresh->data : NULL;
+    for (uint32_t i = 0; i < m->end; i++) {
         struct om_site *s = sites->by_id[i];
         if (s->id != i)
             continue;
-        struct om_site *c = site_mem(sites, site_bytes(s));
-        memcpy(c, s, site_bytes(s));
-        c->frames = (void **)(c + 1);
+        struct om_site *c = (struct om_site *)at;
+        at += site_bytes(s);
+        if (c->mod_event != s->mod_event) {
+            memcpy(c, s, sizeof *s); /* the key after it never changes */
+            c->frames = (void **)(c + 1);
+            m->copied++;
+        }
         sites->by_id[i] = c;
     }
-    for (uint32_t i = 0; i < sites->count; i++)
+    for (uint32_t i = 0; i < m->end; i++)
         if (sites->by_id[i]->id != i) /* still the old fold: it was not moved yet */
             sites->by_id[i] = sites->by_id[sites->by_id[i]->id];
+    if (m->fresh) {
+        m->fresh->next = NULL;
+        blocks_append(sites, m->fresh);
+        sites->live_bytes += m->want;
+        m->fresh = NULL;
+    }
     if (relink)
         relink(ctx);
-    blocks_unmap(old);
     sites->moves++;
     return 0;
+}
+
+void om_sites_move_end(struct om_sites_move *m)
+{
+    blocks_unmap(m->old);
+    blocks_unmap(m->fresh); /* mapped, but never used: the move was given up */
+    m->old = m->fresh = NULL;
 }
 
 struct om_site *om_sites_intern(struct om_sites *sites, const struct om_stack *stack)
@@ -851,11 +925,19 @@ static void fold_add(struct om_site *f, const struct om_site *s)
     f->last_seq = max64(f->last_seq, s->last_seq);
 }
 
-int om_sites_fold(struct om_sites *sites, int (*foldable)(const struct om_site *s, void *ctx),
-                  void (*relink)(void *ctx), void *ctx)
+void om_fold_pass_begin(const struct om_sites *sites, struct om_fold_pass *pass)
 {
-    int folded = 0;
-    for (uint32_t i = 0; i < sites->count; i++) {
+    *pass = (struct om_fold_pass){.end = sites->count};
+}
+
+int om_sites_fold_slice(struct om_sites *sites, struct om_fold_pass *pass,
+                        int (*foldable)(const struct om_site *s, void *ctx), void *ctx)
+{
+    uint32_t stop =
+        pass->end - pass->next > OM_FOLD_EXAMINE ? pass->next + OM_FOLD_EXAMINE : pass->end;
+    pass->folded = 0;
+    for (; pass->next < stop && pass->folded < OM_FOLD_SLICE; pass->next++) {
+        uint32_t i = pass->next;
         struct om_site *s = sites->by_id[i];
         if (s->id != i || s->fold || !foldable(s, ctx))
             continue;
@@ -866,12 +948,31 @@ int om_sites_fold(struct om_sites *sites, int (*foldable)(const struct om_site *
         sites->by_id[i] = f;
         sites->live_bytes -= site_bytes(s);
         sites->dead_bytes += site_bytes(s);
-        folded++;
+        pass->folded++;
     }
-    /* Amortized: a compaction moves the live bytes, fewer than the dead ones left since the
-     * last. */
-    if (sites->dead_bytes > sites->live_bytes && sites->dead_bytes >= SITE_BLOCK)
-        (void)sites_compact(sites, relink, ctx);
+    return pass->next == pass->end;
+}
+
+int om_sites_fold(struct om_sites *sites, int (*foldable)(const struct om_site *s, void *ctx),
+                  void (*relink)(void *ctx), void *ctx)
+{
+    struct om_fold_pass pass;
+    int folded = 0, rc;
+    om_fold_pass_begin(sites, &pass);
+    do {
+        rc = om_sites_fold_slice(sites, &pass, foldable, ctx);
+        folded += pass.folded;
+    } while (rc == 0);
+    if (rc < 0)
+        return rc;
+    struct om_sites_move m;
+    if (om_sites_move_begin(sites, &m)) {
+        rc = om_sites_move_map(&m);
+        while (rc == 0 && om_sites_move_slice(sites, &m) == 0)
+            ;
+        (void)om_sites_move_finish(sites, &m, relink, ctx);
+        om_sites_move_end(&m);
+    }
     return folded;
 }
 

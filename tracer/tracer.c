@@ -863,14 +863,134 @@ static void relink_live(void *ctx)
             d->live[k].site = d->sites.by_id[d->live[k].site->id];
 }
 
-/* Under the dump lock (a report being written reads sites without the tracer's lock) and
- * the tracer's. */
+/* ---- a report's holds of the tracer's lock ---- */
+
+/* A report takes the tracer's lock several times, each for a bounded piece of work (a fold
+ * slice, a slice of the sites' move, the copy), so that a program thread that needs the lock
+ * meanwhile waits for one piece, never for the whole. Under dump_lock. */
+static struct om_dump_holds holds;
+static uint64_t hold_since, hold_cpu_since;
+
+/* The calling thread's CPU time: a hold's wall clock counts the holder's preemptions too. */
+static uint64_t thread_cpu_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+static void dump_hold(void)
+{
+    om_lock(&lock);
+    hold_since = mono_ns();
+    hold_cpu_since = thread_cpu_ns();
+    holds.holds++;
+}
+
+static void dump_release(void)
+{
+    uint64_t ns = mono_ns() - hold_since, cpu = thread_cpu_ns() - hold_cpu_since;
+    if (ns > holds.longest_ns)
+        holds.longest_ns = ns;
+    if (cpu > holds.most_cpu_ns)
+        holds.most_cpu_ns = cpu;
+    om_unlock(&lock);
+}
+
+/* Lets the program's threads in between two pieces. */
+static void dump_yield(void)
+{
+    dump_release();
+    dump_hold();
+}
+
+static void most(uint32_t *at, uint32_t v)
+{
+    if (v > *at)
+        *at = v;
+}
+
+void om_tracer_dump_holds(struct om_dump_holds *out)
+{
+    pthread_mutex_lock(&dump_lock);
+    *out = holds;
+    pthread_mutex_unlock(&dump_lock);
+}
+
+/* Under the dump lock (a report being written reads sites without the tracer's lock), in
+ * the tracer's: folds the domain's sites a slice a hold, then moves the records still named
+ * where folding left them half dead, a slice a hold, mapping and unmapping outside the lock. */
+static void fold_domain(struct om_domain *d)
+{
+    struct om_fold_pass pass;
+    int rc, folded = 0;
+    dump_hold();
+    om_fold_pass_begin(&d->sites, &pass);
+    for (;;) {
+        uint32_t from = pass.next;
+        rc = om_sites_fold_slice(&d->sites, &pass, foldable, d);
+        most(&holds.most_examined, pass.next - from);
+        most(&holds.most_folded, pass.folded);
+        folded += (int)pass.folded;
+        if (rc != 0)
+            break;
+        dump_yield();
+    }
+    struct om_sites_move m;
+    int move = rc >= 0 && om_sites_move_begin(&d->sites, &m);
+    if (move) {
+        dump_release();
+        rc = om_sites_move_map(&m);
+        dump_hold();
+        while (rc == 0 && om_sites_move_slice(&d->sites, &m) == 0) {
+            most(&holds.most_moved, m.copied);
+            dump_yield();
+        }
+        most(&holds.most_moved, m.copied);
+        dump_yield(); /* the last slice's hold ends before the relink's */
+        (void)om_sites_move_finish(&d->sites, &m, relink_live, d);
+        most(&holds.most_recopied, m.copied);
+    }
+    dump_release();
+    if (move)
+        om_sites_move_end(&m);
+    if (folded > 0)
+        om_debug("%s: %d call sites folded", d->name, folded);
+}
+
 static void fold_sites(void)
 {
-    for (unsigned i = 0; i < ndoms; i++) {
-        int n = om_sites_fold(&doms[i]->sites, foldable, relink_live, doms[i]);
-        if (n > 0)
-            om_debug("%s: %d call sites folded", doms[i]->name, n);
+    unsigned n = __atomic_load_n(&ndoms, __ATOMIC_ACQUIRE);
+    for (unsigned i = 0; i < n; i++)
+        fold_domain(doms[i]);
+}
+
+/* Under the dump lock, in the tracer's: the sites copied ahead of the report's copy, a slice
+ * a hold, room made outside the lock. */
+static void precopy_sites(void)
+{
+    unsigned n = __atomic_load_n(&ndoms, __ATOMIC_ACQUIRE);
+    for (unsigned i = 0; i < n; i++) {
+        struct om_precopy pc = {0};
+        int rc, refused = 0;
+        dump_hold();
+        while ((rc = om_report_precopy(i, doms[i], &pc)) <= 0) {
+            most(&holds.most_precopied, pc.copied);
+            if (rc == -EAGAIN) {
+                if (++refused > 2)
+                    break; /* no room to be had: the copy copies them all */
+                dump_release();
+                om_report_reserve();
+                dump_hold();
+            } else if (rc < 0) {
+                break;
+            } else {
+                refused = 0;
+                dump_yield();
+            }
+        }
+        most(&holds.most_precopied, pc.copied);
+        dump_release();
     }
 }
 
@@ -885,11 +1005,12 @@ static int dump_locked(const char *tmpl, enum dump_kind kind, char *expanded, si
     int rc = om_path_expand(tmpl, (long)getpid(), cfg.rank, expanded, len);
     if (rc != 0)
         return rc;
-    om_lock(&lock);
+    holds = (struct om_dump_holds){0};
+    dump_hold();
     settle_all();
     uint64_t requests = om_report_requests(doms, ndoms);
     int iterations = om_report_iterations(doms, ndoms);
-    om_unlock(&lock);
+    dump_release();
     if (kind != DUMP_ASKED && requests == 0)
         return -ENODATA;
     /* A device or a pipe (/dev/null, /dev/stderr, a FIFO) gets one report, at the end or
@@ -906,15 +1027,29 @@ static int dump_locked(const char *tmpl, enum dump_kind kind, char *expanded, si
         memcpy(expanded, path, strlen(path) + 1);
     }
     struct om_domain *copies[OM_TRACER_DOMAINS];
-    om_lock(&lock);
+    fold_sites();
+    precopy_sites();
+    /* The copy is of one moment: one hold. What it needs mapped is mapped outside it. */
+    dump_hold();
     settle_all();
     unsigned n = ndoms;
-    fold_sites();
-    rc = om_report_snapshot(doms, n, copies);
+    rc = om_report_snapshot(doms, n, copies, 0);
+    if (rc == -EAGAIN) {
+        dump_release();
+        om_report_reserve();
+        dump_hold();
+        settle_all();
+        n = ndoms;
+        rc = om_report_snapshot(doms, n, copies, 1);
+    }
     ckpt_events = events_seen();
     ckpt_plans = plans_made();
     ckpt_ns = mono_ns();
-    om_unlock(&lock);
+    dump_release();
+    om_debug("report: %u holds of the tracer's lock, the longest %llu us, the most CPU in "
+             "one %llu us",
+             holds.holds, (unsigned long long)(holds.longest_ns / 1000),
+             (unsigned long long)(holds.most_cpu_ns / 1000));
     /* Frames are resolved as the report is written, outside the tracer's lock. */
     return rc == 0 ? om_report_write(&cfg, copies, n, expanded, kind != DUMP_CHECKPOINT) : rc;
 }

@@ -189,6 +189,43 @@ struct om_site *om_sites_intern(struct om_sites *sites, const struct om_stack *s
 #define OM_FOLD_FRAMES 8
 int om_sites_fold(struct om_sites *sites, int (*foldable)(const struct om_site *s, void *ctx),
                   void (*relink)(void *ctx), void *ctx);
+/* The same in steps, each under the caller's lock, which may be let go between them (a
+ * report checkpoint holds it for a slice at a time): a fold pass in slices that each
+ * examine at most OM_FOLD_EXAMINE ids and fold at most OM_FOLD_SLICE sites, then, where the
+ * dead records outweigh the live ones, a move of the live ones (om_sites_move_*). */
+#define OM_FOLD_EXAMINE 2048u
+#define OM_FOLD_SLICE 128u
+#define OM_MOVE_SLICE 256u
+struct om_fold_pass {
+    uint32_t next, end; /* the next id to examine; the count when the pass began */
+    uint32_t folded;    /* sites the last slice folded */
+};
+void om_fold_pass_begin(const struct om_sites *sites, struct om_fold_pass *pass);
+/* 1 when the pass is done, 0 when ids remain, -ENOMEM (the sites folded stay folded). A site
+ * that the slice that examined it did not fold is left to the next pass. */
+int om_sites_fold_slice(struct om_sites *sites, struct om_fold_pass *pass,
+                        int (*foldable)(const struct om_site *s, void *ctx), void *ctx);
+struct om_sites_move {
+    struct om_site_block *old, *fresh; /* the blocks given up; the one the copies go to */
+    size_t want;                       /* the live bytes of old: fresh's size */
+    uint64_t dead;
+    uint32_t next, end; /* the next id to copy; the count at begin (ids above are not moved) */
+    uint32_t copied;    /* records the last slice (or finish) copied */
+};
+/* Under the lock: 1 where a move is due, the blocks then taken from the sites (new records
+ * go into new blocks); 0 where none is. */
+int om_sites_move_begin(struct om_sites *sites, struct om_sites_move *m);
+/* Outside the lock: maps the block for the copies. 0 or -ENOMEM (finish then gives up). */
+int om_sites_move_map(struct om_sites_move *m);
+/* Under the lock: copies at most OM_MOVE_SLICE records; 1 once all are copied, else 0. */
+int om_sites_move_slice(struct om_sites *sites, struct om_sites_move *m);
+/* Under the lock, once the slices are done: copies again the records changed since their copy
+ * (their mod_event differs), makes by_id name the copies and calls relink(ctx), as
+ * om_sites_fold does; or, with no copies, gives the old blocks back (-ENOMEM). 0 or -ENOMEM. */
+int om_sites_move_finish(struct om_sites *sites, struct om_sites_move *m, void (*relink)(void *ctx),
+                         void *ctx);
+/* Outside the lock, after finish: unmaps the blocks given up. */
+void om_sites_move_end(struct om_sites_move *m);
 /* The top (highest address, exclusive) of the calling thread's stack, 0 when unknown. */
 uintptr_t om_stack_top(void);
 /* Drops the frames that lie in this library (the tracer and whatever links it). */
@@ -523,6 +560,17 @@ struct om_domain {
 /* The state of an open domain, NULL for one that is not open. Readers of its counters
  * hold the tracer's lock, or are single-threaded (the unit tests). */
 const struct om_domain *om_tracer_domain(unsigned domain);
+/* What the latest report (asked, checkpoint or at exit) did under the tracer's lock: how many
+ * times it took it, and the most one hold did (ids examined and sites folded by a fold slice,
+ * records copied by a slice of the sites' move, records copied again as the move ended, sites
+ * copied ahead of the report's copy by a slice). */
+struct om_dump_holds {
+    uint32_t holds;
+    uint32_t most_examined, most_folded, most_moved, most_recopied, most_precopied;
+    uint64_t longest_ns;  /* wall clock, the holder's preemptions included */
+    uint64_t most_cpu_ns; /* the holder's CPU time */
+};
+void om_tracer_dump_holds(struct om_dump_holds *out);
 
 /* ---- report.c ---- */
 
@@ -530,7 +578,25 @@ const struct om_domain *om_tracer_domain(unsigned domain);
  * is of one moment and no allocating thread waits while it is written): out[i] is the copy
  * of domains[i], valid until the next snapshot. 0 or -ENOMEM. Reports are made one at a
  * time (the tracer's dump lock). */
-int om_report_snapshot(struct om_domain *const *domains, unsigned n, struct om_domain **out);
+int om_report_snapshot(struct om_domain *const *domains, unsigned n, struct om_domain **out,
+                       int can_map);
+/* Without can_map, a copy that needs more room than it has returns -EAGAIN, having noted how
+ * much: om_report_reserve, called outside the tracer's lock, maps it, and the copy is made
+ * again (with can_map: whatever grew meanwhile is mapped under the lock). */
+void om_report_reserve(void);
+/* Ahead of the copy, once the folds are done, under the lock: copies at most
+ * OM_PRECOPY_SLICE of domain di's sites whose counters changed since the last copy, so that
+ * the copy copies again only those changed since the first slice. pc starts zeroed. 1 when all
+ * are copied, 0 when more remain, -EAGAIN where room must be made first (om_report_reserve,
+ * outside the lock; the slice is taken again after). */
+#define OM_PRECOPY_SLICE 512u
+struct om_precopy {
+    uint32_t next, end, k; /* the next id, the count at the first slice, the next place */
+    uint32_t had;          /* places that hold a copy made before */
+    uint64_t events, copied_at;
+    uint32_t copied; /* sites the last slice copied */
+};
+int om_report_precopy(unsigned di, const struct om_domain *d, struct om_precopy *pc);
 /* Maps the report's buffers (the writer's, the host's copy) and faults their pages in, where
  * not done yet. Under the dump lock. */
 void om_report_prepare(void);

@@ -1,5 +1,6 @@
 /* Unit tests of the tracer's memory domains: opening, separate records interleaved, marks,
- * fork, serving, the report's domain sections, and checkpoints that read no environment. */
+ * fork, serving, the report's domain sections, a report's bounded holds of the lock, and
+ * checkpoints that read no environment. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -477,6 +478,73 @@ static void test_report_copies_changed_sites(void **state)
     unlink(path);
 }
 
+/* A report holds the tracer's lock a bounded piece at a time, however many call sites it
+ * folds, moves and copies: a thread that needs the lock meanwhile waits for one piece. Many
+ * sites seen once, long ago, are folded (into one fold: they share their innermost frames)
+ * in slices; the records still named, more than a slice of them, are moved in slices; and
+ * the report still counts every request. */
+static void test_report_holds_bounded(void **state)
+{
+    (void)state;
+    assert_int_equal(init_tracer(0), 0);
+    enum { SITES = 20000, KEPT_EVERY = 32, KEPT = SITES / KEPT_EVERY }; /* a report under 1 MiB */
+    struct om_stack s = {.depth = 10};
+    for (unsigned k = 0; k < 8; k++)
+        s.frames[k] = (void *)(uintptr_t)(0x20000 + 16 * k);
+    char *base = (char *)(uintptr_t)0x10000000;
+    uint64_t requests = 0;
+    for (unsigned i = 0; i < SITES; i++) {
+        s.frames[8] = (void *)(uintptr_t)(0x900000 + 16 * i);
+        s.frames[9] = (void *)(uintptr_t)(0xa00000 + 16 * i);
+        int times = i % KEPT_EVERY == 0 ? 2 : 1;
+        for (int t = 0; t < times; t++, requests++) {
+            om_tracer_on_alloc(OM_TRACER_HOST, base, 5000, 5000, 0, &s, NULL);
+            om_tracer_on_free(OM_TRACER_HOST, base);
+        }
+    }
+    /* A sample's worth of requests later, the sites seen once are foldable. */
+    struct om_stack loop = stack_of(7);
+    for (unsigned i = 0; i < OM_SAMPLE_RECORDS + 16; i++, requests++) {
+        om_tracer_on_alloc(OM_TRACER_HOST, base, 4096, 4096, 0, &loop, NULL);
+        om_tracer_on_free(OM_TRACER_HOST, base);
+    }
+    char path[] = "/tmp/optmem-holds-XXXXXX";
+    int fd = mkstemp(path);
+    assert_true(fd >= 0);
+    close(fd);
+    assert_int_equal(om_tracer_dump(path), 0);
+    struct om_dump_holds h;
+    om_tracer_dump_holds(&h);
+    assert_true(h.most_folded > 0 && h.most_folded <= OM_FOLD_SLICE);
+    assert_true(h.most_examined <= OM_FOLD_EXAMINE);
+    assert_true(h.most_moved > 0 && h.most_moved <= OM_MOVE_SLICE);
+    assert_int_equal(h.most_recopied, 0); /* nothing changed between the move's holds */
+    assert_true(h.most_precopied > 0 && h.most_precopied <= OM_PRECOPY_SLICE);
+    assert_true(h.holds >= (SITES - KEPT) / OM_FOLD_SLICE + KEPT / OM_MOVE_SLICE);
+    const struct om_domain *d = om_tracer_domain(OM_TRACER_HOST);
+    assert_int_equal(d->sites.moves, 1);
+    for (uint32_t i = 0; i < d->sites.count; i++) /* every id names a record that was moved */
+        assert_true(d->sites.by_id[d->sites.by_id[i]->id] == d->sites.by_id[i]);
+    char *r = read_all(path);
+    char want[64];
+    snprintf(want, sizeof want, "\"managed_requests\":%llu,", (unsigned long long)requests);
+    assert_non_null(strstr(r, want));
+    snprintf(want, sizeof want, "\"count\":%d,\"total_bytes\":%llu,", SITES - KEPT,
+             (unsigned long long)(SITES - KEPT) * 5000);
+    assert_non_null(strstr(r, want));
+    snprintf(want, sizeof want, "\"folded\":%d", SITES - KEPT);
+    assert_non_null(strstr(r, want));
+    assert_non_null(strstr(r, "\"count\":2,\"total_bytes\":10000,"));
+    /* A second report finds nothing more to fold or move, and copies again only the fold
+     * (folding stamps no record: a fold is copied at every report). */
+    assert_int_equal(om_tracer_dump(path), 0);
+    om_tracer_dump_holds(&h);
+    assert_int_equal(h.most_folded, 0);
+    assert_int_equal(h.most_moved, 0);
+    assert_int_equal(h.most_precopied, 1);
+    unlink(path);
+}
+
 /* ---- the environment is read on the program's threads only ---- */
 
 static unsigned getenv_calls;
@@ -603,6 +671,7 @@ int main(void)
         cmocka_unit_test(test_report_sections),
         cmocka_unit_test(test_report_written_outside_the_lock),
         cmocka_unit_test(test_report_copies_changed_sites),
+        cmocka_unit_test(test_report_holds_bounded),
         cmocka_unit_test(test_checkpoint_reads_no_environment),
         cmocka_unit_test(test_log_in_order),
     };
