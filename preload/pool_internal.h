@@ -210,10 +210,10 @@ struct om_pool {
     uint64_t iteration_ns, record_start_ns;
     /* OPTMEM_PLAN_FILE (its name and the plan loaded: below) */
     uint64_t prologue_cursor, prologue_misses;
-    struct om_request_log log; /* not loaded: this run's main-thread requests */
-    struct om_extents covered; /* the bytes the iteration's slots cover */
-    size_t moves_left;         /* page moves onto them the plan may still make */
-    size_t moved_end; /* the end of pages moved onto the slot now placed (take_planned), or 0 */
+    struct om_request_log log;     /* not loaded: this run's main-thread requests */
+    struct om_extents covered;     /* the bytes the iteration's slots cover */
+    size_t moves_left;             /* page moves onto them the plan may still make */
+    size_t moved_end;              /* where take_planned's moves for a request end, or 0 */
     struct om_move_run layout_run; /* where the layout's moves ended (layout_next) */
     size_t release_to;             /* the end of a release under way (release_next) */
     uint64_t main_requests;
