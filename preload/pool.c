@@ -87,9 +87,15 @@ static int take_planned(struct om_pool *pool, size_t offset, size_t slot_len, si
         return 0;
     /* While the plan's pages are laid out, a slot that no move has reached yet takes free
      * pages no slot covers first, instead of faulting its own in beside them. */
-    if (pool->layout_next && pool->moves_left && stream == OM_STREAM_NONE)
-        pool->stats.moved_bytes +=
+    if (pool->layout_next && pool->moves_left && stream == OM_STREAM_NONE) {
+        size_t moved =
             om_arena_move_onto(&pool->arena, offset, len, &pool->covered, &pool->moves_left);
+        pool->stats.moved_bytes += moved;
+        /* The pages moved hold what their old place held: below the arena's mark now, which
+         * the take below raises over fresh pages too. */
+        if (moved)
+            pool->moved_end = pool->arena.touched;
+    }
     int rc = stream != OM_STREAM_NONE && pool->pending.live
                  ? om_pending_take(&pool->pending, &pool->arena, offset, len, stream)
                  : om_arena_take(&pool->arena, offset, len);
@@ -326,8 +332,11 @@ static void *alloc_locked(struct om_pool *pool, size_t size, size_t len, size_t 
     if (expected != UINT64_MAX)
         pool->stats.cheap_key_collisions += cheap_check(&pool->plan.slots[expected], key, token);
     int flags;
+    pool->moved_end = 0;
     if (place(pool, len, alignment, stream, token, cycle_thread, main_thread, &off, &flags) != 0)
         return NULL;
+    if (pool->moved_end > touched) /* pages moved onto the slot: not fresh, though above */
+        touched = pool->moved_end;
     /* The pages this request makes resident: the page work below gives back at least as
      * many, where pages wait to go, so that it never lags behind the program's growth. */
     size_t grown =

@@ -221,6 +221,7 @@ struct om_pool {
     struct om_request_log log;     /* not loaded: this run's main-thread requests */
     struct om_extents covered;     /* the bytes the iteration's slots cover */
     size_t moves_left;             /* page moves onto them the plan may still make */
+    size_t moved_end;              /* where take_planned's moves for a request end, or 0 */
     struct om_move_run layout_run; /* where the layout's moves ended (layout_next) */
     size_t release_to;             /* the end of a release under way (release_next) */
     uint64_t main_requests;

@@ -28,6 +28,7 @@
 #include "pool_internal.h"
 #include "replanner.h"
 #include "saved_plan.h"
+#include "slots.h"
 #include "tracer.h"
 
 #define KIB ((size_t)1 << 10)
@@ -938,6 +939,49 @@ static void test_calloc_in_reused_slot(void **state)
     give(y);
 }
 
+/* calloc onto a slot whose pages a layout under way moves there (om_arena_move_onto): moved
+ * idle pages hold what their old place held, even where the slot lies above the arena's
+ * touched mark, beyond which pages are fresh; those fresh pages stay untouched (zeroing them
+ * would fault them in). The layout's state (pages left to lay out, moves left), the idle
+ * pages (free, resident, dirty, on no slot) and a slot above the mark are set by hand, so
+ * that the request comes before any slice or release reaches them. */
+static void test_calloc_onto_moved_pages(void **state)
+{
+    const size_t idle_len = 128 * KIB, page = (size_t)sysconf(_SC_PAGESIZE);
+    run_until_served(step_a, NOPS(step_a), STEP_A_REQUESTS, 40);
+    run_step(step_a, NOPS(step_a), NULL);
+    om_pool_lock(pool);
+    assert_int_equal(pool->phase, SERVE);
+    /* The request the plan expects next: step_a's first (the plan's iteration may begin
+     * elsewhere in the step), zeroed here; larger than the idle pages. */
+    const size_t size = step_a[0].size;
+    struct om_stack first = site(step_a[0].id);
+    struct om_slot *sl = &pool->plan.slots[pool->cursor];
+    assert_int_equal(sl->token, om_token_of(&first, size));
+    assert_true(sl->len >= size && size > idle_len && size % page == 0);
+    struct om_arena *a = &pool->arena;
+    /* At the touched mark: no free page below them that a move would take first. */
+    size_t idle = om_arena_touched_end(a);
+    assert_int_equal(om_arena_take(a, idle, idle_len), 0);
+    memset(base + idle, DIRT, idle_len);
+    assert_int_equal(om_arena_give(a, idle, idle_len), 0);
+    size_t above = (a->touched + 4 * MIB) & ~(MIB - 1);
+    sl->offset = above;
+    pool->layout_next = 1;
+    pool->moves_left = 1;
+    size_t moved = pool->stats.moved_bytes;
+    om_pool_unlock(pool);
+    unsigned char *p = om_pool_alloc(pool, size, 0, 1, OM_STREAM_NONE, &first);
+    assert_ptr_equal(p, base + above);
+    om_pool_lock(pool);
+    assert_int_equal(pool->stats.moved_bytes - moved, idle_len);
+    om_pool_unlock(pool);
+    assert_int_equal(resident_pages(p, size), idle_len / page);
+    for (size_t i = 0; i < size; i++)
+        assert_int_equal(p[i], 0);
+    om_pool_free(pool, p, OM_STREAM_NONE);
+}
+
 /* (h) Alignments up to 2 MiB are the arena's, while learning and from slots; larger ones,
  * and requests beyond a quarter of the arena, are refused (the real allocator's). */
 static void test_alignment(void **state)
@@ -1311,6 +1355,7 @@ int main(void)
         cmocka_unit_test_setup(test_freed_pages_go_back_later, setup_inline),
         cmocka_unit_test_setup(test_unknown_pointers, setup_inline),
         cmocka_unit_test_setup(test_calloc_in_reused_slot, setup_inline),
+        cmocka_unit_test_setup(test_calloc_onto_moved_pages, setup_inline),
         cmocka_unit_test_setup(test_alignment, setup_inline),
         cmocka_unit_test(test_plan_dump),
         cmocka_unit_test(test_plan_thread),
