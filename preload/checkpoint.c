@@ -20,7 +20,7 @@ static int state = CKPT_IDLE;
 static void *checkpoint_loop(void *arg)
 {
     (void)arg;
-    om_guard_own_thread("optmem-report");
+    om_guard_own_thread("optmem-report", 1);
     const struct timespec poll = {0, OM_CHECKPOINT_POLL_MS * 1000000L};
     om_tracer_report_prepare();
     /* A fork child may set its rank before its first checkpoint: the program's next request

@@ -7,10 +7,11 @@
 
 __thread int om_guard_depth;
 
-void om_guard_own_thread(const char *name)
+void om_guard_own_thread(const char *name, int batch)
 {
     const struct sched_param none = {0};
     /* Best effort: where a sandbox refuses the change, the thread runs as it was made. */
-    (void)pthread_setschedparam(pthread_self(), SCHED_BATCH, &none);
+    if (batch)
+        (void)pthread_setschedparam(pthread_self(), SCHED_BATCH, &none);
     pthread_setname_np(pthread_self(), name);
 }

@@ -31,10 +31,12 @@ static inline int om_guard_inside(void)
     return om_guard_depth;
 }
 
-/* Called first by each thread of optmem's own (optmem-plan, optmem-pages, optmem-report):
- * names it and runs it SCHED_BATCH, so that waking it (a futex wake in a call, under the
- * pool's lock; the end of a sleep) never preempts the program's thread that is running:
- * the scheduler gives it the CPU at the next tick instead, with the same share. */
-void om_guard_own_thread(const char *name);
+/* Called first by each thread of optmem's own: names it and, where batch, runs it
+ * SCHED_BATCH, so that waking it (the end of a checkpoint's sleep) never preempts the
+ * program's running thread: the scheduler gives it the CPU at the next tick instead, with
+ * the same share. optmem-pages is not one: the pages it gives back at once on waking keep
+ * the program's growth from faulting in new ones first, which waiting for the tick would
+ * not (the peak is the point). */
+void om_guard_own_thread(const char *name, int batch);
 
 #endif

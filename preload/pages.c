@@ -500,7 +500,7 @@ static void *drop_thread(void *arg)
 {
     struct om_pool *pool = arg;
     om_guard_enter(); /* what this thread allocates is none of the program's */
-    om_guard_own_thread("optmem-pages");
+    om_guard_own_thread("optmem-pages", 0);
     size_t released = 0;
     om_lock(&pool->lock);
     for (;;) {

@@ -359,7 +359,7 @@ static void *plan_thread(void *arg)
 {
     struct om_plan_job *job = arg;
     om_guard_enter(); /* what this thread allocates is none of the program's */
-    om_guard_own_thread("optmem-plan");
+    om_guard_own_thread("optmem-plan", 1);
     struct scratch none = {NULL, NULL, NULL};
     job->opt.alloc = (om_rp_allocator){scratch_alloc, scratch_release, &none};
     job->opt.err = job->err;
