@@ -259,16 +259,16 @@ static int place(struct om_pool *pool, size_t len, size_t alignment, uintptr_t s
 #define CHEAP_CONFIRM 2
 #define CHEAP_EVERY 64
 
-/* Before a request served by its full key is placed, with the cursor at slot sl: a cheap key
- * that names the slot's request while this one is another is ambiguous, never trusted there
- * again. Marked now, before the request's miss may drop the plan (and keep it for a phase
- * that comes back). 1 where it was marked. */
 /* The token of the request the slot's cheap key was learnt from. */
 static uint64_t cheap_token(const struct om_slot *sl)
 {
     return sl->cheap_alt ? sl->alt : sl->token;
 }
 
+/* Before a request served by its full key is placed, with the cursor at slot sl: a cheap key
+ * that names the slot's request while this one is another is ambiguous, never trusted there
+ * again. Marked now, before the request's miss may drop the plan (and keep it for a phase
+ * that comes back). 1 where it was marked. */
 static int cheap_check(struct om_slot *sl, uint64_t key, uint64_t token)
 {
     if (sl->ambiguous || sl->cheap != key || cheap_token(sl) == token)
