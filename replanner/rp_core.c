@@ -824,6 +824,19 @@ static int use_branch_and_bound(const rp_inst *in, rp_mem *m, int algo, uint32_t
     return algo == OM_RP_ALGO_BNB || entries <= (uint64_t)budget_ms * BNB_ENTRIES_PER_MS;
 }
 
+/* Iterated first fit under auto: a probe, and where it wins (crowded instances, where first
+ * fit fills the holes that the branch and bound's offsets leave), half of the time left;
+ * the stages after it get the rest, from its plan. */
+static int refit_stage(const rp_inst *in, rp_mem *m, rp_best *best, rp_clock *clk,
+                       const om_rp_options *opt)
+{
+    if (opt->algo != OM_RP_ALGO_AUTO)
+        return 0;
+    uint64_t now = rp_now_ns(), left = now < clk->deadline_ns ? clk->deadline_ns - now : 0;
+    return rp_refit(in, m, best, clk, REFIT_PROBE, now + left / REFIT_PROBE_SHARE, now + left / 2,
+                    opt->seed);
+}
+
 /*
  * Where arcs that are never live at once still meet pairwise (the long arcs of rp_bound.c,
  * whose bytes exceed the max of live bytes), the branch and bound's runs below its best plan
@@ -910,23 +923,20 @@ int om_rp_plan(const om_rp_block *blocks, size_t n, const om_rp_options *opt, ui
             goto nomem;
     }
     if (best.peak > in.stop) {
-        int use_bnb = 0;
-        /* Iterated first fit first: a probe, and where it wins (crowded instances, where
-         * first fit fills the holes that the branch and bound's offsets leave), half of
-         * the time left; the stages below get the rest, from its plan. */
-        if (opt->algo == OM_RP_ALGO_AUTO) {
-            uint64_t now = rp_now_ns(), left = now < clk.deadline_ns ? clk.deadline_ns - now : 0;
-            if ((rc = rp_refit(&in, &m, &best, &clk, REFIT_PROBE, now + left / REFIT_PROBE_SHARE,
-                               now + left / 2, opt->seed)) < 0)
-                goto nomem;
-        }
+        int use_bnb = 0, large = in.nm > OM_RP_BNB_MAX_BLOCKS;
+        /* Iterated first fit first (below the branch and bound's size; above it after the
+         * dives, which place a training trace at LB in a pass each, and whether the branch
+         * and bound runs there does not depend on the time left). */
+        if (!large && (rc = refit_stage(&in, &m, &best, &clk, opt)) < 0)
+            goto nomem;
         if ((opt->algo == OM_RP_ALGO_AUTO || opt->algo == OM_RP_ALGO_BNB) &&
             (use_bnb = use_branch_and_bound(&in, &m, opt->algo, budget, &clk)) < 0)
             goto nomem;
         /* Above the branch and bound's size its dives without backtracking (rp_greedy runs
          * them below it), before the local search, which starts from their plan. */
-        if (!use_bnb && in.nm > OM_RP_BNB_MAX_BLOCKS &&
-            (rc = rp_dives(&in, &m, &best, clk.deadline_ns, 0)) < 0)
+        if (!use_bnb && large && (rc = rp_dives(&in, &m, &best, clk.deadline_ns, 0)) < 0)
+            goto nomem;
+        if (large && best.peak > in.stop && (rc = refit_stage(&in, &m, &best, &clk, opt)) < 0)
             goto nomem;
         /* Loops whose long arcs' clique equals LB (rp_greedy stacks them where it is above):
          * stacked with a quarter of the time left at most (a few milliseconds below a few
