@@ -796,6 +796,18 @@ void om_sites_move_end(struct om_sites_move *m)
     m->old = m->fresh = NULL;
 }
 
+/* The site that id names, where it is still its own (not folded) and its key is the stack's:
+ * no other site can be. NULL otherwise. */
+static struct om_site *site_named(const struct om_sites *sites, uint32_t id,
+                                  const struct om_stack *stack, void *const *key)
+{
+    struct om_site *s = sites->by_id[id];
+    return s->id == id && s->depth == stack->depth && s->py_stack == stack->py_stack &&
+                   memcmp(s->frames, key, stack->depth * sizeof(void *)) == 0
+               ? s
+               : NULL;
+}
+
 struct om_site *om_sites_intern(struct om_sites *sites, const struct om_stack *stack)
 {
     struct om_site *s = NULL;
@@ -805,25 +817,17 @@ struct om_site *om_sites_intern(struct om_sites *sites, const struct om_stack *s
     void *key[OM_TRACER_MAX_DEPTH + 1];
     memcpy(key, stack->frames, depth * sizeof(void *));
     key[depth] = (void *)(uintptr_t)stack->py_stack;
-    /* A site is the one whose id names it and whose key is the stack's: no other can be, so
-     * the hint is taken on the same test as the index's candidates. */
+    /* The hint is taken on the same test as the index's candidates. */
     struct memo_site *h = site_hint();
-    if (h && h->id1 && h->id1 - 1 < sites->count) {
-        s = sites->by_id[h->id1 - 1];
-        if (s->id == h->id1 - 1 && s->depth == depth && s->py_stack == stack->py_stack &&
-            memcmp(s->frames, key, depth * sizeof(void *)) == 0)
-            return s;
-    }
+    if (h && h->id1 && h->id1 - 1 < sites->count && (s = site_named(sites, h->id1 - 1, stack, key)))
+        return s;
     uint64_t hash = site_hash(key, depth + 1);
     uint32_t hashv = (uint32_t)(hash >> 32);
-    for (uint32_t pos = 0, id; (id = om_id_index_next(&sites->index, hashv, &pos));) {
-        s = sites->by_id[id - 1];
-        if (s->id == id - 1 && s->depth == depth && s->py_stack == stack->py_stack &&
-            memcmp(s->frames, key, depth * sizeof(void *)) == 0) {
+    for (uint32_t pos = 0, id; (id = om_id_index_next(&sites->index, hashv, &pos));)
+        if ((s = site_named(sites, id - 1, stack, key))) {
             site_note(h, sites, s);
             return s;
         }
-    }
     if (sites->count == sites->capacity && grow_ids(sites) != 0)
         return NULL;
     if (!(s = site_new(sites, key, depth)))
